@@ -1,0 +1,197 @@
+//! Documents, members and outlines over HTTP (SPEC S4, A1).
+//!
+//! ```
+//! use margin_protocol::{CreateDocument, DocumentInfo, Role};
+//! let req: CreateDocument = serde_json::from_str(r#"{"title":"Q3 launch"}"#).unwrap();
+//! assert_eq!(req.title, "Q3 launch");
+//! let info = DocumentInfo { id: "d1".into(), title: req.title, revision: 0, role: Role::Owner };
+//! assert_eq!(
+//!     serde_json::to_string(&info).unwrap(),
+//!     r#"{"id":"d1","title":"Q3 launch","revision":0,"role":"owner"}"#
+//! );
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+/// Longest document title accepted, in UTF-8 bytes.
+pub const MAX_TITLE_BYTES: usize = 200;
+
+/// `POST /documents` body.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateDocument {
+    /// Non-blank, at most [`MAX_TITLE_BYTES`], no control characters.
+    pub title: String,
+}
+
+/// A member's role on one document.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Created the document; may edit and add members.
+    Owner,
+    /// May edit.
+    Editor,
+    /// May read and follow live; edits are refused.
+    Viewer,
+}
+
+impl Role {
+    /// The role's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Owner => "owner",
+            Role::Editor => "editor",
+            Role::Viewer => "viewer",
+        }
+    }
+
+    /// Parses a wire name.
+    pub fn parse(name: &str) -> Option<Role> {
+        match name {
+            "owner" => Some(Role::Owner),
+            "editor" => Some(Role::Editor),
+            "viewer" => Some(Role::Viewer),
+            _ => None,
+        }
+    }
+
+    /// Whether this role may change the document's text.
+    pub fn can_edit(self) -> bool {
+        matches!(self, Role::Owner | Role::Editor)
+    }
+}
+
+/// A document as its caller sees it (`POST /documents` → 201,
+/// `GET /documents/{id}`, entries of `GET /documents`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DocumentInfo {
+    /// Opaque document id.
+    pub id: String,
+    /// Title given at creation.
+    pub title: String,
+    /// The document's revision: how many changes have been published (SPEC S3).
+    pub revision: i64,
+    /// The caller's role on it.
+    pub role: Role,
+}
+
+/// `GET /documents` response.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DocumentList {
+    /// The caller's documents, newest first.
+    pub documents: Vec<DocumentInfo>,
+}
+
+/// `POST /documents/{id}/members` body. Only the owner may add members.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddMember {
+    /// The account's name.
+    pub account: String,
+    /// `editor` or `viewer`; a document has exactly one owner.
+    pub role: Role,
+}
+
+/// `POST /documents/{id}/members` response.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberInfo {
+    /// The account's name.
+    pub account: String,
+    /// Its role on the document.
+    pub role: Role,
+}
+
+/// One block of an outline (SPEC S4).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockEntry {
+    /// Position, from 0.
+    pub index: usize,
+    /// Element name: `paragraph`, `heading`, `bulletList`, …
+    pub kind: String,
+    /// Normalised text.
+    pub text: String,
+    /// Lower-case hex `blake3` of kind and normalised text.
+    pub digest: String,
+    /// The block element's item id, `client:clock`.
+    pub identity: String,
+}
+
+/// `GET /documents/{id}/outline[?revision=N]` response.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutlineView {
+    /// The document id.
+    pub document: String,
+    /// The revision this outline is of.
+    pub revision: i64,
+    /// Blocks in order.
+    pub blocks: Vec<BlockEntry>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use serde::de::DeserializeOwned;
+
+    fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(value: T, json: &str) {
+        assert_eq!(serde_json::to_string(&value).unwrap(), json);
+        assert_eq!(serde_json::from_str::<T>(json).unwrap(), value);
+    }
+
+    #[test]
+    fn document_bodies_round_trip() {
+        round_trip(CreateDocument { title: "Plan".into() }, r#"{"title":"Plan"}"#);
+        round_trip(
+            AddMember { account: "bo".into(), role: Role::Viewer },
+            r#"{"account":"bo","role":"viewer"}"#,
+        );
+        round_trip(
+            MemberInfo { account: "bo".into(), role: Role::Editor },
+            r#"{"account":"bo","role":"editor"}"#,
+        );
+        round_trip(
+            DocumentList {
+                documents: vec![DocumentInfo {
+                    id: "d".into(),
+                    title: "t".into(),
+                    revision: 3,
+                    role: Role::Owner,
+                }],
+            },
+            r#"{"documents":[{"id":"d","title":"t","revision":3,"role":"owner"}]}"#,
+        );
+    }
+
+    #[test]
+    fn outline_round_trips() {
+        round_trip(
+            OutlineView {
+                document: "d".into(),
+                revision: 7,
+                blocks: vec![BlockEntry {
+                    index: 0,
+                    kind: "paragraph".into(),
+                    text: "Ship it".into(),
+                    digest: "ab12".into(),
+                    identity: "42:0".into(),
+                }],
+            },
+            r#"{"document":"d","revision":7,"blocks":[{"index":0,"kind":"paragraph","text":"Ship it","digest":"ab12","identity":"42:0"}]}"#,
+        );
+    }
+
+    #[test]
+    fn unknown_fields_and_roles_are_refused() {
+        assert!(serde_json::from_str::<CreateDocument>(r#"{"title":"x","owner":"me"}"#).is_err());
+        assert!(serde_json::from_str::<AddMember>(r#"{"account":"x","role":"admin"}"#).is_err());
+    }
+
+    #[test]
+    fn role_names_parse_back() {
+        for role in [Role::Owner, Role::Editor, Role::Viewer] {
+            assert_eq!(Role::parse(role.as_str()), Some(role));
+        }
+        assert_eq!(Role::parse("admin"), None);
+    }
+}

@@ -1,0 +1,18 @@
+//! Margin's wire types.
+//!
+//! Every shape that crosses the network — HTTP request and response bodies,
+//! the WebSocket close codes and limits of document sync — is defined here
+//! once, with serde. Other crates convert their domain types to and from these
+//! by hand. This crate performs no I/O.
+#![warn(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod documents;
+pub mod error;
+pub mod sync;
+
+pub use documents::{
+    AddMember, BlockEntry, CreateDocument, DocumentInfo, DocumentList, MemberInfo, OutlineView,
+    Role,
+};
+pub use error::{ErrorBody, ErrorDetail};

@@ -1,0 +1,35 @@
+//! Document sync at `/documents/{id}/sync`: the y-websocket protocol (SPEC S2).
+//!
+//! Frames are binary y-websocket messages (sync step 1, sync step 2, update,
+//! awareness). Margin adds nothing to them; what it defines are the limits and
+//! the close codes with which it ends a connection. Every close carries a
+//! human-readable reason as well as its code. The npm `y-websocket` client
+//! reconnects after any close and resynchronises, so a close is never data
+//! loss.
+
+/// Largest document update accepted in one message, in bytes (16 MiB).
+pub const MAX_UPDATE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Largest WebSocket message accepted: an update plus its message header.
+pub const MAX_MESSAGE_BYTES: usize = MAX_UPDATE_BYTES + 64;
+
+/// Largest awareness payload (cursor, name, colour) per message, in bytes.
+pub const MAX_AWARENESS_BYTES: usize = 64 * 1024;
+
+/// Close codes Margin uses on the sync socket.
+pub mod close {
+    /// The server is shutting down or restarting; reconnect later.
+    pub const GOING_AWAY: u16 = 1001;
+    /// A frame could not be decoded as a y-websocket message.
+    pub const MALFORMED: u16 = 1007;
+    /// A message exceeded [`super::MAX_MESSAGE_BYTES`].
+    pub const TOO_BIG: u16 = 1009;
+    /// The server failed (for example storage); nothing was acknowledged.
+    pub const INTERNAL: u16 = 1011;
+    /// The client fell too far behind; reconnect to resynchronise.
+    pub const TOO_SLOW: u16 = 4008;
+    /// A viewer sent an edit; viewers may not change the document.
+    pub const READ_ONLY: u16 = 4003;
+    /// An update could not be applied to the document.
+    pub const BAD_UPDATE: u16 = 4000;
+}

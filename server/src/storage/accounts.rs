@@ -1,0 +1,73 @@
+//! Accounts and their bearer tokens (SPEC A1). Tokens are stored only as
+//! `blake3` hashes; the plain token is shown once, when issued.
+
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::{conflict_on_unique, now_ms, StorageError, Store};
+
+/// A member account.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Account {
+    /// Opaque id.
+    pub id: String,
+    /// Unique name, shown to other members.
+    pub name: String,
+}
+
+impl Store {
+    /// Creates an account named `name`.
+    pub async fn create_account(&self, name: &str) -> Result<Account, StorageError> {
+        let id = Uuid::new_v4().to_string();
+        sqlx::query("INSERT INTO accounts (id, name, created_at) VALUES ($1, $2, $3)")
+            .bind(&id)
+            .bind(name)
+            .bind(now_ms())
+            .execute(&self.pool)
+            .await
+            .map_err(|e| conflict_on_unique(e, || format!("an account named {name:?} already exists")))?;
+        Ok(Account {
+            id,
+            name: name.to_owned(),
+        })
+    }
+
+    /// The account named `name`.
+    pub async fn account_by_name(&self, name: &str) -> Result<Account, StorageError> {
+        let row = sqlx::query("SELECT id, name FROM accounts WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StorageError::NotFound("account"))?;
+        Ok(Account {
+            id: row.try_get("id")?,
+            name: row.try_get("name")?,
+        })
+    }
+
+    /// Records a token (by its hash) for `account`.
+    pub async fn add_token(&self, account: &Account, token_hash: &str) -> Result<(), StorageError> {
+        sqlx::query("INSERT INTO tokens (hash, account_id, created_at) VALUES ($1, $2, $3)")
+            .bind(token_hash)
+            .bind(&account.id)
+            .bind(now_ms())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The account a token hash belongs to.
+    pub async fn account_by_token(&self, token_hash: &str) -> Result<Account, StorageError> {
+        let row = sqlx::query(
+            "SELECT a.id, a.name FROM tokens t JOIN accounts a ON a.id = t.account_id WHERE t.hash = $1",
+        )
+        .bind(token_hash)
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or(StorageError::NotFound("token"))?;
+        Ok(Account {
+            id: row.try_get("id")?,
+            name: row.try_get("name")?,
+        })
+    }
+}

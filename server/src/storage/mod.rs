@@ -1,0 +1,161 @@
+//! Durable storage: accounts, tokens, documents, members and each document's
+//! update log and snapshot (SPEC S3, W3).
+//!
+//! One [`Store`] serves both backends through `sqlx`'s `Any` driver: the SQL
+//! is written once in the dialect both accept, and what differs — DDL types
+//! and connection pragmas — lives in `migrations/{sqlite,postgres}` and in
+//! [`Store::open`]. Every write that touches more than one row runs in one
+//! transaction.
+
+mod accounts;
+mod documents;
+mod updates;
+
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{AnyPool, Executor, Row};
+
+pub use accounts::Account;
+pub use documents::DocumentRow;
+pub use updates::StoredState;
+
+/// Errors from storage, typed by what a caller can do about them.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// The row asked for does not exist.
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    /// The write would break a uniqueness rule (a taken account name, …).
+    #[error("{0}")]
+    Conflict(String),
+    /// Another writer moved the document's revision: this writer's view is
+    /// stale and must not write (revision fencing, SPEC W3).
+    #[error("document revision moved: expected {expected}, found {found}")]
+    RevisionMoved {
+        /// The revision this writer held.
+        expected: i64,
+        /// The revision found in storage.
+        found: i64,
+    },
+    /// The revision asked for is older than the compacted snapshot.
+    #[error("revision {requested} was compacted into the snapshot at {snapshot}")]
+    Compacted {
+        /// Revision requested.
+        requested: i64,
+        /// Revision of the snapshot that replaced it.
+        snapshot: i64,
+    },
+    /// A URL that names no supported database.
+    #[error("unsupported database URL (expected sqlite: or postgres:)")]
+    UnsupportedUrl,
+    /// The database failed.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// A migration failed at start-up.
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+/// Which database a [`Store`] runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded default: one file, WAL, `synchronous=FULL`.
+    Sqlite,
+    /// A PostgreSQL server.
+    Postgres,
+}
+
+/// Handle to the database; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+impl Store {
+    /// Opens the database at `url`, creating an SQLite file if needed, and
+    /// runs the migrations of its backend.
+    pub async fn open(url: &str) -> Result<Self, StorageError> {
+        sqlx::any::install_default_drivers();
+        let backend = if url.starts_with("sqlite:") {
+            Backend::Sqlite
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Backend::Postgres
+        } else {
+            return Err(StorageError::UnsupportedUrl);
+        };
+        let options = AnyPoolOptions::new();
+        let pool = match backend {
+            // One writer at a time is SQLite's model; a small pool keeps
+            // readers concurrent without piling up busy writers.
+            Backend::Sqlite => {
+                options
+                    .max_connections(4)
+                    .after_connect(|conn, _meta| {
+                        Box::pin(async move {
+                            // Durability: a commit is on disk before it returns (SPEC W3).
+                            conn.execute("PRAGMA journal_mode = WAL").await?;
+                            conn.execute("PRAGMA synchronous = FULL").await?;
+                            conn.execute("PRAGMA foreign_keys = ON").await?;
+                            conn.execute("PRAGMA busy_timeout = 10000").await?;
+                            Ok(())
+                        })
+                    })
+                    .connect(url)
+                    .await?
+            }
+            Backend::Postgres => options.max_connections(16).connect(url).await?,
+        };
+        match backend {
+            Backend::Sqlite => sqlx::migrate!("./migrations/sqlite").run(&pool).await?,
+            Backend::Postgres => sqlx::migrate!("./migrations/postgres").run(&pool).await?,
+        }
+        Ok(Store { pool, backend })
+    }
+
+    /// The SQLite URL of `margin.db` inside `data_dir`, creating the folder.
+    pub fn sqlite_url_in(data_dir: &Path) -> std::io::Result<String> {
+        std::fs::create_dir_all(data_dir)?;
+        let dir = std::fs::canonicalize(data_dir)?;
+        Ok(format!("sqlite://{}?mode=rwc", dir.join("margin.db").display()))
+    }
+
+    /// Which backend this store runs on.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Checks the database answers (for `/healthz`).
+    pub async fn ping(&self) -> Result<(), StorageError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Closes the pool, waiting for connections to finish.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// Milliseconds since the Unix epoch, for `created_at` columns.
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Maps a unique-constraint violation to [`StorageError::Conflict`].
+fn conflict_on_unique(err: sqlx::Error, what: impl FnOnce() -> String) -> StorageError {
+    match &err {
+        sqlx::Error::Database(db) if db.is_unique_violation() => StorageError::Conflict(what()),
+        _ => StorageError::Database(err),
+    }
+}
+
+/// Reads an `i64` column.
+fn int(row: &AnyRow, column: &str) -> Result<i64, StorageError> {
+    Ok(row.try_get::<i64, _>(column)?)
+}
