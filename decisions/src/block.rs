@@ -88,7 +88,10 @@ pub struct Block {
 /// insert for doubled spaces) become one space, and the ends are trimmed.
 pub fn normalise(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    for word in text.split(|c: char| c.is_whitespace()).filter(|w| !w.is_empty()) {
+    for word in text
+        .split(|c: char| c.is_whitespace())
+        .filter(|w| !w.is_empty())
+    {
         if !out.is_empty() {
             out.push(' ');
         }

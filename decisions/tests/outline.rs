@@ -49,7 +49,10 @@ fn outline_lists_blocks_in_order_with_kind_and_normalised_text() {
         .collect();
     assert_eq!(
         summary,
-        vec![(0, "paragraph", "Ship the beta"), (1, "paragraph", "Pick a region")]
+        vec![
+            (0, "paragraph", "Ship the beta"),
+            (1, "paragraph", "Pick a region")
+        ]
     );
     assert_eq!(
         outline.blocks[0].digest,

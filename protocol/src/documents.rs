@@ -16,6 +16,13 @@ use serde::{Deserialize, Serialize};
 /// Longest document title accepted, in UTF-8 bytes.
 pub const MAX_TITLE_BYTES: usize = 200;
 
+/// `GET /me` response: who the token belongs to.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Me {
+    /// The account's name.
+    pub account: String,
+}
+
 /// `POST /documents` body.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -134,20 +141,40 @@ mod tests {
     use pretty_assertions::assert_eq;
     use serde::de::DeserializeOwned;
 
-    fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(value: T, json: &str) {
+    fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(
+        value: T,
+        json: &str,
+    ) {
         assert_eq!(serde_json::to_string(&value).unwrap(), json);
         assert_eq!(serde_json::from_str::<T>(json).unwrap(), value);
     }
 
     #[test]
     fn document_bodies_round_trip() {
-        round_trip(CreateDocument { title: "Plan".into() }, r#"{"title":"Plan"}"#);
         round_trip(
-            AddMember { account: "bo".into(), role: Role::Viewer },
+            CreateDocument {
+                title: "Plan".into(),
+            },
+            r#"{"title":"Plan"}"#,
+        );
+        round_trip(
+            Me {
+                account: "ada".into(),
+            },
+            r#"{"account":"ada"}"#,
+        );
+        round_trip(
+            AddMember {
+                account: "bo".into(),
+                role: Role::Viewer,
+            },
             r#"{"account":"bo","role":"viewer"}"#,
         );
         round_trip(
-            MemberInfo { account: "bo".into(), role: Role::Editor },
+            MemberInfo {
+                account: "bo".into(),
+                role: Role::Editor,
+            },
             r#"{"account":"bo","role":"editor"}"#,
         );
         round_trip(

@@ -12,7 +12,7 @@ pub mod error;
 pub mod sync;
 
 pub use documents::{
-    AddMember, BlockEntry, CreateDocument, DocumentInfo, DocumentList, MemberInfo, OutlineView,
+    AddMember, BlockEntry, CreateDocument, DocumentInfo, DocumentList, Me, MemberInfo, OutlineView,
     Role,
 };
 pub use error::{ErrorBody, ErrorDetail};

@@ -18,6 +18,8 @@ pub const MAX_AWARENESS_BYTES: usize = 64 * 1024;
 
 /// Close codes Margin uses on the sync socket.
 pub mod close {
+    /// The connection ended normally.
+    pub const NORMAL: u16 = 1000;
     /// The server is shutting down or restarting; reconnect later.
     pub const GOING_AWAY: u16 = 1001;
     /// A frame could not be decoded as a y-websocket message.

@@ -25,7 +25,9 @@ impl Store {
             .bind(now_ms())
             .execute(&self.pool)
             .await
-            .map_err(|e| conflict_on_unique(e, || format!("an account named {name:?} already exists")))?;
+            .map_err(|e| {
+                conflict_on_unique(e, || format!("an account named {name:?} already exists"))
+            })?;
         Ok(Account {
             id,
             name: name.to_owned(),

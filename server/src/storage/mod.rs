@@ -119,7 +119,10 @@ impl Store {
     pub fn sqlite_url_in(data_dir: &Path) -> std::io::Result<String> {
         std::fs::create_dir_all(data_dir)?;
         let dir = std::fs::canonicalize(data_dir)?;
-        Ok(format!("sqlite://{}?mode=rwc", dir.join("margin.db").display()))
+        Ok(format!(
+            "sqlite://{}?mode=rwc",
+            dir.join("margin.db").display()
+        ))
     }
 
     /// Which backend this store runs on.

@@ -1,0 +1,203 @@
+//! Document, member, outline and sync routes.
+
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::Json;
+use margin_decisions::Outline;
+use margin_protocol::documents::MAX_TITLE_BYTES;
+use margin_protocol::sync::MAX_MESSAGE_BYTES;
+use margin_protocol::{
+    AddMember, BlockEntry, CreateDocument, DocumentInfo, DocumentList, Me, MemberInfo, OutlineView,
+    Role,
+};
+use serde::Deserialize;
+
+use super::extract::{Caller, JsonBody};
+use super::{AppError, AppState};
+use crate::storage::{DocumentRow, StorageError};
+use crate::sync::hub::OutlineError;
+use crate::sync::socket;
+
+pub async fn me(Caller(account): Caller) -> Json<Me> {
+    Json(Me {
+        account: account.name,
+    })
+}
+
+pub async fn create(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    JsonBody(body): JsonBody<CreateDocument>,
+) -> Result<(StatusCode, Json<DocumentInfo>), AppError> {
+    let title = validate_title(&body.title)?;
+    let row = state.hub.store().create_document(&account, title).await?;
+    tracing::info!(document = %row.id, account = %account.name, "document created");
+    Ok((StatusCode::CREATED, Json(info(row))))
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+) -> Result<Json<DocumentList>, AppError> {
+    let rows = state.hub.store().documents_of(&account).await?;
+    Ok(Json(DocumentList {
+        documents: rows.into_iter().map(info).collect(),
+    }))
+}
+
+pub async fn show(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<DocumentInfo>, AppError> {
+    Ok(Json(info(visible(&state, &account, &id).await?)))
+}
+
+pub async fn add_member(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<AddMember>,
+) -> Result<Json<MemberInfo>, AppError> {
+    let document = visible(&state, &account, &id).await?;
+    if document.role != Role::Owner {
+        return Err(AppError::Forbidden(
+            "only the document's owner can add members".into(),
+        ));
+    }
+    let member = match state.hub.store().account_by_name(&body.account).await {
+        Ok(member) => member,
+        Err(StorageError::NotFound(_)) => {
+            return Err(AppError::bad_request(
+                "unknown_account",
+                format!("no account named {:?}", body.account),
+            ))
+        }
+        Err(other) => return Err(other.into()),
+    };
+    state
+        .hub
+        .store()
+        .set_member(&id, &member, body.role)
+        .await?;
+    tracing::info!(document = %id, member = %member.name, role = body.role.as_str(), "member set");
+    Ok(Json(MemberInfo {
+        account: member.name,
+        role: body.role,
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutlineQuery {
+    revision: Option<i64>,
+}
+
+pub async fn outline(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(id): Path<String>,
+    query: Result<Query<OutlineQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<OutlineView>, AppError> {
+    let Query(query) = query.map_err(|e| AppError::bad_request("invalid_query", e.body_text()))?;
+    visible(&state, &account, &id).await?;
+    let (revision, outline) = match state.hub.outline(&id, query.revision).await {
+        Ok(found) => found,
+        Err(OutlineError::Storage(StorageError::NotFound("revision"))) => {
+            return Err(AppError::NotFound {
+                code: "revision_not_found",
+                message: format!(
+                    "document {id:?} has no revision {}",
+                    query.revision.unwrap_or_default()
+                ),
+            })
+        }
+        Err(OutlineError::Storage(e)) => return Err(e.into()),
+        Err(OutlineError::Load(e)) => return Err(AppError::Internal(e.to_string())),
+    };
+    Ok(Json(view(id, revision, &outline)))
+}
+
+pub async fn sync(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(id): Path<String>,
+    upgrade: WebSocketUpgrade,
+) -> Result<Response, AppError> {
+    let document = visible(&state, &account, &id).await?;
+    let hub = state.hub.clone();
+    Ok(upgrade
+        .max_message_size(MAX_MESSAGE_BYTES)
+        .max_frame_size(MAX_MESSAGE_BYTES)
+        .on_failed_upgrade(|error| tracing::debug!(%error, "sync upgrade failed"))
+        .on_upgrade(move |ws| socket::serve(ws, hub, document.id, account.name, document.role)))
+}
+
+/// The document as `account` may see it; 404 whether it is missing or
+/// merely not shared, so its existence never leaks.
+async fn visible(
+    state: &AppState,
+    account: &crate::storage::Account,
+    id: &str,
+) -> Result<DocumentRow, AppError> {
+    if id.len() > 64 {
+        return Err(AppError::document_not_found(id));
+    }
+    match state.hub.store().document_for(account, id).await {
+        Ok(row) => Ok(row),
+        Err(StorageError::NotFound(_)) => Err(AppError::document_not_found(id)),
+        Err(other) => Err(other.into()),
+    }
+}
+
+fn validate_title(title: &str) -> Result<&str, AppError> {
+    let title = title.trim();
+    if title.is_empty() {
+        return Err(AppError::bad_request("invalid_title", "the title is blank"));
+    }
+    if title.len() > MAX_TITLE_BYTES {
+        return Err(AppError::bad_request(
+            "invalid_title",
+            format!(
+                "the title is {} bytes; the limit is {MAX_TITLE_BYTES}",
+                title.len()
+            ),
+        ));
+    }
+    if title.chars().any(char::is_control) {
+        return Err(AppError::bad_request(
+            "invalid_title",
+            "the title contains control characters",
+        ));
+    }
+    Ok(title)
+}
+
+fn info(row: DocumentRow) -> DocumentInfo {
+    DocumentInfo {
+        id: row.id,
+        title: row.title,
+        revision: row.revision,
+        role: row.role,
+    }
+}
+
+fn view(document: String, revision: i64, outline: &Outline) -> OutlineView {
+    OutlineView {
+        document,
+        revision,
+        blocks: outline
+            .blocks
+            .iter()
+            .map(|b| BlockEntry {
+                index: b.index,
+                kind: b.kind.clone(),
+                text: b.text.clone(),
+                digest: b.digest.to_hex(),
+                identity: b.identity.to_string(),
+            })
+            .collect(),
+    }
+}

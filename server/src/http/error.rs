@@ -1,0 +1,109 @@
+//! The one HTTP error type: `{"error":{"code","message"}}` with the right
+//! status, never leaking internals (SPEC A2).
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use margin_protocol::ErrorBody;
+
+use crate::storage::StorageError;
+
+/// An error an HTTP handler returns.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// No credentials, or credentials that match no account.
+    #[error("{0}")]
+    Unauthenticated(&'static str),
+    /// Authenticated, but the role does not allow it.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The thing does not exist, or the caller may not know it does.
+    #[error("{message}")]
+    NotFound {
+        /// Stable code.
+        code: &'static str,
+        /// For people.
+        message: String,
+    },
+    /// The request is malformed or breaks a rule.
+    #[error("{message}")]
+    BadRequest {
+        /// Stable code.
+        code: &'static str,
+        /// For people.
+        message: String,
+    },
+    /// The request conflicts with what exists.
+    #[error("{0}")]
+    Conflict(String),
+    /// The revision asked for was compacted away.
+    #[error("{0}")]
+    Gone(String),
+    /// Something failed on our side; details are logged, not returned.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl AppError {
+    /// A 400 with `code`.
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        AppError::BadRequest {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The 404 for a document the caller cannot see.
+    pub fn document_not_found(id: &str) -> Self {
+        AppError::NotFound {
+            code: "document_not_found",
+            message: format!("no document {id:?} that you can see"),
+        }
+    }
+}
+
+impl From<StorageError> for AppError {
+    fn from(err: StorageError) -> Self {
+        match err {
+            StorageError::NotFound(what) => AppError::NotFound {
+                code: match what {
+                    "document" => "document_not_found",
+                    "account" => "account_not_found",
+                    "revision" => "revision_not_found",
+                    _ => "not_found",
+                },
+                message: format!("{what} not found"),
+            },
+            StorageError::Conflict(message) => AppError::Conflict(message),
+            StorageError::Compacted {
+                requested,
+                snapshot,
+            } => AppError::Gone(format!(
+                "revision {requested} is no longer kept; the oldest readable revision is {snapshot}"
+            )),
+            other => AppError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let (status, code) = match &self {
+            AppError::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, "unauthenticated"),
+            AppError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            AppError::NotFound { code, .. } => (StatusCode::NOT_FOUND, *code),
+            AppError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, *code),
+            AppError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            AppError::Gone(_) => (StatusCode::GONE, "revision_compacted"),
+            AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        };
+        let message = match &self {
+            AppError::Internal(detail) => {
+                tracing::error!(%detail, "request failed");
+                "the server failed; the error was logged".to_owned()
+            }
+            other => other.to_string(),
+        };
+        (status, Json(ErrorBody::new(code, message))).into_response()
+    }
+}

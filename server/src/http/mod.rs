@@ -1,0 +1,64 @@
+//! HTTP routes: documents, members, outlines, the sync upgrade, the editor's
+//! assets and health. Handlers are thin: they authenticate, validate, and
+//! call storage or the sync hub.
+
+mod assets;
+mod documents;
+mod error;
+mod extract;
+
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::json;
+use tower_http::trace::TraceLayer;
+
+pub use error::AppError;
+
+use crate::sync::Hub;
+
+/// Largest JSON request body accepted.
+const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// What handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    /// Loaded documents and storage.
+    pub hub: Hub,
+}
+
+/// The whole HTTP surface.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/", get(assets::index))
+        .route("/assets/{file}", get(assets::asset))
+        .route("/healthz", get(healthz))
+        .route("/me", get(documents::me))
+        .route("/documents", post(documents::create).get(documents::list))
+        .route("/documents/{id}", get(documents::show))
+        .route("/documents/{id}/members", post(documents::add_member))
+        .route("/documents/{id}/outline", get(documents::outline))
+        .route("/documents/{id}/sync", get(documents::sync))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+async fn healthz(
+    axum::extract::State(state): axum::extract::State<AppState>,
+) -> Result<Json<serde_json::Value>, AppError> {
+    tokio::time::timeout(Duration::from_secs(5), state.hub.store().ping())
+        .await
+        .map_err(|_| AppError::Internal("database ping timed out".into()))??;
+    Ok(Json(json!({ "status": "ok" })))
+}
+
+async fn not_found() -> AppError {
+    AppError::NotFound {
+        code: "route_not_found",
+        message: "no such route".into(),
+    }
+}

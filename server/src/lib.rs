@@ -1,0 +1,12 @@
+//! The `margin` server: HTTP and WebSocket wiring, storage, auth and the
+//! embedded browser editor. Domain logic lives in `margin-decisions` and
+//! `margin-planner`; wire shapes in `margin-protocol`.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod auth;
+pub mod cli;
+pub mod http;
+pub mod serve;
+pub mod storage;
+pub mod sync;
+pub mod telemetry;

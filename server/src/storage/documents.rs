@@ -1,0 +1,161 @@
+//! Documents and their members (SPEC A1 roles).
+
+use margin_protocol::Role;
+use sqlx::any::AnyRow;
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::{int, now_ms, Account, StorageError, Store};
+
+/// A document's row, with the role of the account that looked it up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DocumentRow {
+    /// Opaque id.
+    pub id: String,
+    /// Title given at creation.
+    pub title: String,
+    /// Published changes so far (SPEC S3).
+    pub revision: i64,
+    /// The looking account's role.
+    pub role: Role,
+}
+
+impl DocumentRow {
+    fn from_row(row: &AnyRow) -> Result<Self, StorageError> {
+        let role: String = row.try_get("role")?;
+        Ok(DocumentRow {
+            id: row.try_get("id")?,
+            title: row.try_get("title")?,
+            revision: int(row, "revision")?,
+            role: Role::parse(&role).ok_or(StorageError::NotFound("role"))?,
+        })
+    }
+}
+
+const SELECT_FOR_MEMBER: &str = "SELECT d.id, d.title, d.revision, m.role \
+     FROM documents d JOIN members m ON m.document_id = d.id";
+
+impl Store {
+    /// Creates a document owned by `owner`.
+    pub async fn create_document(
+        &self,
+        owner: &Account,
+        title: &str,
+    ) -> Result<DocumentRow, StorageError> {
+        let id = Uuid::new_v4().to_string();
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO documents (id, title, owner_id, revision, created_at) VALUES ($1, $2, $3, 0, $4)",
+        )
+        .bind(&id)
+        .bind(title)
+        .bind(&owner.id)
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("INSERT INTO members (document_id, account_id, role) VALUES ($1, $2, $3)")
+            .bind(&id)
+            .bind(&owner.id)
+            .bind(Role::Owner.as_str())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(DocumentRow {
+            id,
+            title: title.to_owned(),
+            revision: 0,
+            role: Role::Owner,
+        })
+    }
+
+    /// The documents `account` is a member of, newest first.
+    pub async fn documents_of(&self, account: &Account) -> Result<Vec<DocumentRow>, StorageError> {
+        let sql =
+            format!("{SELECT_FOR_MEMBER} WHERE m.account_id = $1 ORDER BY d.created_at DESC, d.id");
+        let rows = sqlx::query(&sql)
+            .bind(&account.id)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(DocumentRow::from_row).collect()
+    }
+
+    /// Document `id` as `account` sees it; `NotFound` when it does not exist
+    /// *or* the account is not a member, so existence never leaks.
+    pub async fn document_for(
+        &self,
+        account: &Account,
+        id: &str,
+    ) -> Result<DocumentRow, StorageError> {
+        let sql = format!("{SELECT_FOR_MEMBER} WHERE d.id = $1 AND m.account_id = $2");
+        let row = sqlx::query(&sql)
+            .bind(id)
+            .bind(&account.id)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StorageError::NotFound("document"))?;
+        DocumentRow::from_row(&row)
+    }
+
+    /// Whether document `id` exists at all (used to refuse loading a
+    /// document that was never created).
+    pub async fn document_exists(&self, id: &str) -> Result<bool, StorageError> {
+        let row = sqlx::query("SELECT 1 AS one FROM documents WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.is_some())
+    }
+
+    /// Gives `member` `role` on document `id`, or changes the role it has.
+    /// The owner's own role cannot be changed this way.
+    pub async fn set_member(
+        &self,
+        id: &str,
+        member: &Account,
+        role: Role,
+    ) -> Result<(), StorageError> {
+        if role == Role::Owner {
+            return Err(StorageError::Conflict(
+                "a document has exactly one owner; add members as editor or viewer".into(),
+            ));
+        }
+        let mut tx = self.pool.begin().await?;
+        let current =
+            sqlx::query("SELECT role FROM members WHERE document_id = $1 AND account_id = $2")
+                .bind(id)
+                .bind(&member.id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        match current {
+            Some(row) => {
+                let current: String = row.try_get("role")?;
+                if current == Role::Owner.as_str() {
+                    return Err(StorageError::Conflict(format!(
+                        "{} owns this document; the owner's role cannot change",
+                        member.name
+                    )));
+                }
+                sqlx::query(
+                    "UPDATE members SET role = $1 WHERE document_id = $2 AND account_id = $3",
+                )
+                .bind(role.as_str())
+                .bind(id)
+                .bind(&member.id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            None => {
+                sqlx::query(
+                    "INSERT INTO members (document_id, account_id, role) VALUES ($1, $2, $3)",
+                )
+                .bind(id)
+                .bind(&member.id)
+                .bind(role.as_str())
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}

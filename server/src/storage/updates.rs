@@ -1,0 +1,162 @@
+//! A document's update log and snapshot (SPEC S3).
+//!
+//! Each published change is one row whose `revision` is the document revision
+//! it made; `documents.revision` is the last of them. Compaction folds the log
+//! into `document_snapshots` and deletes the rows it covers, in one
+//! transaction, so a reader always sees either the rows or the snapshot that
+//! replaced them.
+
+use sqlx::Row;
+
+use super::{int, StorageError, Store};
+
+/// Everything stored for a document up to some revision.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoredState {
+    /// The revision this state is at.
+    pub revision: i64,
+    /// The compacted state and the revision it covers, if any.
+    pub snapshot: Option<(i64, Vec<u8>)>,
+    /// Updates after the snapshot, in revision order.
+    pub updates: Vec<Vec<u8>>,
+}
+
+impl Store {
+    /// The document's revision.
+    pub async fn revision(&self, id: &str) -> Result<i64, StorageError> {
+        let row = sqlx::query("SELECT revision FROM documents WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StorageError::NotFound("document"))?;
+        int(&row, "revision")
+    }
+
+    /// The stored state of document `id` at `revision` (the current one when
+    /// `None`). Read in one transaction so compaction cannot interleave.
+    pub async fn load_state(
+        &self,
+        id: &str,
+        revision: Option<i64>,
+    ) -> Result<StoredState, StorageError> {
+        let mut tx = self.pool.begin().await?;
+        let current = sqlx::query("SELECT revision FROM documents WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StorageError::NotFound("document"))?;
+        let current = int(&current, "revision")?;
+        let revision = match revision {
+            Some(r) if r > current || r < 0 => return Err(StorageError::NotFound("revision")),
+            Some(r) => r,
+            None => current,
+        };
+        let snapshot =
+            sqlx::query("SELECT revision, data FROM document_snapshots WHERE document_id = $1")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let snapshot = match snapshot {
+            Some(row) => Some((int(&row, "revision")?, row.try_get::<Vec<u8>, _>("data")?)),
+            None => None,
+        };
+        let after = match &snapshot {
+            Some((at, _)) if *at > revision => {
+                return Err(StorageError::Compacted {
+                    requested: revision,
+                    snapshot: *at,
+                })
+            }
+            Some((at, _)) => *at,
+            None => 0,
+        };
+        let rows = sqlx::query(
+            "SELECT data FROM document_updates WHERE document_id = $1 AND revision > $2 AND revision <= $3 ORDER BY revision",
+        )
+        .bind(id)
+        .bind(after)
+        .bind(revision)
+        .fetch_all(&mut *tx)
+        .await?;
+        let updates = rows
+            .iter()
+            .map(|row| row.try_get::<Vec<u8>, _>("data"))
+            .collect::<Result<Vec<_>, _>>()?;
+        tx.commit().await?;
+        Ok(StoredState {
+            revision,
+            snapshot,
+            updates,
+        })
+    }
+
+    /// Appends `updates` as the changes after `expected` and returns the new
+    /// revision. Fenced: if the stored revision is not `expected`, nothing is
+    /// written and [`StorageError::RevisionMoved`] says so.
+    pub async fn append_updates(
+        &self,
+        id: &str,
+        expected: i64,
+        updates: &[Vec<u8>],
+    ) -> Result<i64, StorageError> {
+        let next = expected + updates.len() as i64;
+        let mut tx = self.pool.begin().await?;
+        let moved =
+            sqlx::query("UPDATE documents SET revision = $1 WHERE id = $2 AND revision = $3")
+                .bind(next)
+                .bind(id)
+                .bind(expected)
+                .execute(&mut *tx)
+                .await?;
+        if moved.rows_affected() != 1 {
+            drop(tx);
+            let found = self.revision(id).await?;
+            return Err(StorageError::RevisionMoved { expected, found });
+        }
+        for (offset, update) in updates.iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO document_updates (document_id, revision, data) VALUES ($1, $2, $3)",
+            )
+            .bind(id)
+            .bind(expected + 1 + offset as i64)
+            .bind(update.as_slice())
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(next)
+    }
+
+    /// Stores `state` as the snapshot at `revision` and deletes the log rows
+    /// it covers. A snapshot never replaces a newer one.
+    pub async fn compact(&self, id: &str, revision: i64, state: &[u8]) -> Result<(), StorageError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO document_snapshots (document_id, revision, data) VALUES ($1, $2, $3) \
+             ON CONFLICT (document_id) DO UPDATE SET revision = excluded.revision, data = excluded.data \
+             WHERE document_snapshots.revision < excluded.revision",
+        )
+        .bind(id)
+        .bind(revision)
+        .bind(state)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM document_updates WHERE document_id = $1 AND revision <= $2")
+            .bind(id)
+            .bind(revision)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// How many log rows document `id` holds (for compaction tests and
+    /// operations).
+    pub async fn log_len(&self, id: &str) -> Result<i64, StorageError> {
+        let row = sqlx::query("SELECT COUNT(*) AS n FROM document_updates WHERE document_id = $1")
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await?;
+        int(&row, "n")
+    }
+}

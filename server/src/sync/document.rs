@@ -1,0 +1,539 @@
+//! The task that owns one loaded document (SPEC S2, S3).
+//!
+//! Every frame for the document passes through this task, in order. It works
+//! in batches: it takes whatever frames are waiting, applies them to the
+//! in-memory `yrs` document, commits the resulting changes to storage in one
+//! transaction, and only then sends anything — so nothing is acknowledged or
+//! broadcast before it is durable. A storage failure closes every connection
+//! and unloads the document; clients reconnect, the document is rebuilt from
+//! what was committed, and their sync step 2 restores what they still hold.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use margin_decisions::Outline;
+use margin_protocol::sync::{close, MAX_AWARENESS_BYTES, MAX_UPDATE_BYTES};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::{sleep_until, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn, Instrument};
+use yrs::encoding::read::Cursor;
+use yrs::sync::{Awareness, Message, MessageReader, SyncMessage};
+use yrs::updates::decoder::{Decode, DecoderV1};
+use yrs::{ClientID, ReadTxn, StateVector, Transact, Update};
+
+use super::conn::{Conn, ConnId};
+use super::hub::Hub;
+use super::load::rebuild;
+use super::messages;
+use crate::storage::{StorageError, Store};
+
+/// Most commands handled in one batch (one storage transaction).
+const MAX_BATCH: usize = 256;
+
+/// What a document task is asked to do.
+#[derive(Debug)]
+pub enum Command {
+    /// A connection joins; the reply says whether it is in.
+    Join {
+        /// The connection.
+        conn: Conn,
+        /// Ok, or why not.
+        reply: oneshot::Sender<Result<(), JoinRefused>>,
+    },
+    /// A binary frame from a connection.
+    Frame {
+        /// Whose.
+        conn: ConnId,
+        /// The y-websocket message(s).
+        data: Bytes,
+    },
+    /// A connection ended.
+    Leave {
+        /// Whose.
+        conn: ConnId,
+    },
+    /// The current outline and the revision it is of.
+    Outline {
+        /// Where to send it.
+        reply: oneshot::Sender<(i64, Outline)>,
+    },
+}
+
+/// Why a join did not happen.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum JoinRefused {
+    /// The task is unloading; join again and a fresh task will load it.
+    #[error("document is unloading")]
+    Unloading,
+    /// The document could not be loaded; nothing was created in its place.
+    #[error("document could not be loaded: {0}")]
+    LoadFailed(String),
+}
+
+/// Compaction settings.
+#[derive(Clone, Copy, Debug)]
+pub struct Compaction {
+    /// Quiet time after the last change before compacting.
+    pub debounce: Duration,
+    /// Compact at once when this many changes are waiting.
+    pub max_pending: u64,
+}
+
+impl Default for Compaction {
+    fn default() -> Self {
+        Compaction {
+            debounce: Duration::from_secs(2),
+            max_pending: 512,
+        }
+    }
+}
+
+struct Member {
+    conn: Conn,
+    /// Awareness client ids this connection has announced, removed when it
+    /// leaves so its cursor disappears for everyone else.
+    clients: HashSet<ClientID>,
+}
+
+enum Target {
+    One(ConnId),
+    AllBut(ConnId),
+}
+
+/// What one batch produced, held back until its changes are committed.
+#[derive(Default)]
+struct Effects {
+    deltas: Vec<Vec<u8>>,
+    sends: Vec<(Target, Bytes)>,
+    outlines: Vec<oneshot::Sender<(i64, Outline)>>,
+}
+
+pub struct DocumentTask {
+    id: String,
+    store: Store,
+    awareness: Awareness,
+    revision: i64,
+    members: HashMap<ConnId, Member>,
+    compaction: Compaction,
+    /// Changes committed since the last snapshot.
+    pending: u64,
+    last_change: Instant,
+    compacting: Option<(u64, JoinHandle<Result<(), StorageError>>)>,
+}
+
+/// Loads document `id` and runs its task until nobody is connected, storage
+/// fails, or the server shuts down.
+pub async fn run(
+    id: String,
+    hub: Hub,
+    mailbox: mpsc::Sender<Command>,
+    mut rx: mpsc::Receiver<Command>,
+    shutdown: CancellationToken,
+) {
+    let span = tracing::info_span!("document", document = %id);
+    async move {
+        let mut task =
+            match DocumentTask::load(id.clone(), hub.store().clone(), hub.compaction()).await {
+                Ok(task) => task,
+                Err(cause) => {
+                    warn!(%cause, "document failed to load");
+                    hub.forget(&id, &mailbox);
+                    refuse_all(&mut rx, JoinRefused::LoadFailed(cause)).await;
+                    return;
+                }
+            };
+        info!(revision = task.revision, "document loaded");
+        task.serve(&mut rx, &shutdown).await;
+        hub.forget(&id, &mailbox);
+        drop(mailbox);
+        refuse_all(&mut rx, JoinRefused::Unloading).await;
+        task.finish().await;
+        info!(revision = task.revision, "document unloaded");
+    }
+    .instrument(span)
+    .await
+}
+
+/// Answers what is left in a closed mailbox.
+async fn refuse_all(rx: &mut mpsc::Receiver<Command>, why: JoinRefused) {
+    rx.close();
+    while let Some(command) = rx.recv().await {
+        match command {
+            Command::Join { conn, reply } => {
+                if reply.send(Err(why.clone())).is_err() {
+                    conn.closer.close(close::GOING_AWAY, "document unloaded");
+                }
+            }
+            // Dropping the reply makes the caller read storage instead.
+            Command::Outline { .. } | Command::Frame { .. } | Command::Leave { .. } => {}
+        }
+    }
+}
+
+impl DocumentTask {
+    async fn load(id: String, store: Store, compaction: Compaction) -> Result<Self, String> {
+        let state = store
+            .load_state(&id, None)
+            .await
+            .map_err(|e| e.to_string())?;
+        let doc = rebuild(&state).map_err(|e| e.to_string())?;
+        Ok(DocumentTask {
+            id,
+            store,
+            awareness: Awareness::new(doc),
+            revision: state.revision,
+            members: HashMap::new(),
+            compaction,
+            pending: state.updates.len() as u64,
+            last_change: Instant::now(),
+            compacting: None,
+        })
+    }
+
+    async fn serve(&mut self, rx: &mut mpsc::Receiver<Command>, shutdown: &CancellationToken) {
+        loop {
+            let deadline = self.compaction_deadline();
+            let first = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => {
+                    self.close_all(close::GOING_AWAY, "server shutting down");
+                    return;
+                }
+                done = wait_compaction(&mut self.compacting) => {
+                    self.compaction_done(done);
+                    continue;
+                }
+                _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                    self.start_compaction();
+                    continue;
+                }
+                command = rx.recv() => match command {
+                    Some(command) => command,
+                    None => return,
+                },
+            };
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(command) => batch.push(command),
+                    Err(_) => break,
+                }
+            }
+            let mut effects = Effects::default();
+            for command in batch {
+                self.handle(command, &mut effects);
+            }
+            if let Err(cause) = self.publish(effects).await {
+                warn!(%cause, "storage failed; closing every connection");
+                self.close_all(close::INTERNAL, "storage failed; reconnect to resync");
+                return;
+            }
+            if self.members.is_empty() {
+                return;
+            }
+        }
+    }
+
+    fn handle(&mut self, command: Command, effects: &mut Effects) {
+        match command {
+            Command::Join { conn, reply } => {
+                let id = conn.id;
+                effects
+                    .sends
+                    .push((Target::One(id), messages::step1(&self.awareness)));
+                if let Some(states) = messages::awareness_all(&self.awareness) {
+                    effects.sends.push((Target::One(id), states));
+                }
+                let closer = conn.closer.clone();
+                self.members.insert(
+                    id,
+                    Member {
+                        conn,
+                        clients: HashSet::new(),
+                    },
+                );
+                if reply.send(Ok(())).is_err() {
+                    closer.close(close::GOING_AWAY, "connection gave up joining");
+                    self.remove(id, effects);
+                }
+                debug!(conn = id, members = self.members.len(), "joined");
+            }
+            Command::Frame { conn, data } => {
+                if let Err((code, reason)) = self.frame(conn, &data, effects) {
+                    debug!(conn, code, %reason, "closing connection");
+                    if let Some(member) = self.members.get(&conn) {
+                        member.conn.closer.close(code, reason);
+                    }
+                    self.remove(conn, effects);
+                }
+            }
+            Command::Leave { conn } => {
+                self.remove(conn, effects);
+                debug!(conn, members = self.members.len(), "left");
+            }
+            Command::Outline { reply } => effects.outlines.push(reply),
+        }
+    }
+
+    /// Handles one frame; an error closes the connection with its code and
+    /// reason and changes nothing.
+    fn frame(
+        &mut self,
+        conn: ConnId,
+        data: &[u8],
+        effects: &mut Effects,
+    ) -> Result<(), (u16, String)> {
+        let Some(member) = self.members.get(&conn) else {
+            // Frames that raced a close; the connection is already gone.
+            return Ok(());
+        };
+        let can_edit = member.conn.role.can_edit();
+        let mut decoder = DecoderV1::new(Cursor::new(data));
+        for message in MessageReader::new(&mut decoder) {
+            let message =
+                message.map_err(|e| (close::MALFORMED, format!("malformed sync message: {e}")))?;
+            match message {
+                Message::Sync(SyncMessage::SyncStep1(remote)) => {
+                    effects
+                        .sends
+                        .push((Target::One(conn), messages::step2(&self.awareness, &remote)));
+                }
+                Message::Sync(SyncMessage::SyncStep2(update) | SyncMessage::Update(update)) => {
+                    if update.len() > MAX_UPDATE_BYTES {
+                        return Err((
+                            close::TOO_BIG,
+                            format!(
+                                "update of {} bytes exceeds the {MAX_UPDATE_BYTES}-byte limit",
+                                update.len()
+                            ),
+                        ));
+                    }
+                    let update = Update::decode_v1(&update)
+                        .map_err(|e| (close::MALFORMED, format!("malformed update: {e}")))?;
+                    if can_edit {
+                        if let Some(delta) = self.apply(update)? {
+                            effects
+                                .sends
+                                .push((Target::AllBut(conn), messages::update(delta.clone())));
+                            effects.deltas.push(delta);
+                        }
+                    } else if self.is_news(&update) {
+                        return Err((
+                            close::READ_ONLY,
+                            "read-only: viewers cannot edit this document".into(),
+                        ));
+                    }
+                }
+                Message::Awareness(update) => {
+                    let size: usize = update.clients.values().map(|e| e.json.len()).sum();
+                    if size > MAX_AWARENESS_BYTES {
+                        return Err((close::TOO_BIG, format!("awareness state of {size} bytes exceeds the {MAX_AWARENESS_BYTES}-byte limit")));
+                    }
+                    let clients: Vec<ClientID> = update.clients.keys().copied().collect();
+                    self.awareness
+                        .apply_update(update)
+                        .map_err(|e| (close::MALFORMED, format!("bad awareness update: {e}")))?;
+                    if let Some(member) = self.members.get_mut(&conn) {
+                        member.clients.extend(clients.iter().copied());
+                    }
+                    if let Some(frame) = messages::awareness_of(&self.awareness, &clients) {
+                        effects.sends.push((Target::AllBut(conn), frame));
+                    }
+                }
+                Message::AwarenessQuery => {
+                    if let Some(states) = messages::awareness_all(&self.awareness) {
+                        effects.sends.push((Target::One(conn), states));
+                    }
+                }
+                Message::Auth(_) | Message::Custom(..) => {
+                    return Err((close::MALFORMED, "unsupported sync message type".into()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies an editor's update; returns the change it made, if any.
+    fn apply(&mut self, update: Update) -> Result<Option<Vec<u8>>, (u16, String)> {
+        let mut txn = self.awareness.doc().transact_mut();
+        txn.apply_update(update)
+            .map_err(|e| (close::BAD_UPDATE, format!("update does not apply: {e}")))?;
+        let changed = txn.before_state() != txn.after_state() || !txn.delete_set().is_empty();
+        Ok(changed.then(|| txn.encode_update_v1()))
+    }
+
+    /// Whether a viewer's update carries anything the document lacks. A
+    /// viewer's sync step 2 normally carries nothing new and is ignored.
+    fn is_news(&self, update: &Update) -> bool {
+        let txn = self.awareness.doc().transact();
+        let known: StateVector = txn.state_vector();
+        let beyond = update
+            .state_vector()
+            .iter()
+            .any(|(client, clock)| *clock > known.get(client));
+        beyond
+            || update.extends(&known)
+            || !update
+                .delete_set()
+                .diff(&txn.snapshot().delete_set)
+                .is_empty()
+    }
+
+    fn remove(&mut self, conn: ConnId, effects: &mut Effects) {
+        let Some(member) = self.members.remove(&conn) else {
+            return;
+        };
+        let clients: Vec<ClientID> = member.clients.into_iter().collect();
+        for client in &clients {
+            self.awareness.remove_state(*client);
+        }
+        if let Some(frame) = messages::awareness_of(&self.awareness, &clients) {
+            effects.sends.push((Target::AllBut(conn), frame));
+        }
+    }
+
+    /// Commits the batch's changes, then sends what it produced.
+    async fn publish(&mut self, effects: Effects) -> Result<(), StorageError> {
+        if !effects.deltas.is_empty() {
+            let count = effects.deltas.len() as u64;
+            self.revision = self
+                .store
+                .append_updates(&self.id, self.revision, &effects.deltas)
+                .await?;
+            self.pending += count;
+            self.last_change = Instant::now();
+        }
+        let mut slow = self.dispatch(effects.sends);
+        // Closing a slow client announces its departure, which may find
+        // another slow client; each round removes at least one member.
+        while !slow.is_empty() {
+            let mut gone = Effects::default();
+            for id in slow {
+                if let Some(member) = self.members.get(&id) {
+                    member
+                        .conn
+                        .closer
+                        .close(close::TOO_SLOW, "client fell behind; reconnect to resync");
+                }
+                self.remove(id, &mut gone);
+            }
+            slow = self.dispatch(gone.sends);
+        }
+        if !effects.outlines.is_empty() {
+            let outline = Outline::of_doc(self.awareness.doc());
+            for reply in effects.outlines {
+                let _ = reply.send((self.revision, outline.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues frames on their connections; returns those whose queue is full.
+    fn dispatch(&self, sends: Vec<(Target, Bytes)>) -> Vec<ConnId> {
+        let mut slow = Vec::new();
+        for (target, frame) in sends {
+            match target {
+                Target::One(id) => {
+                    if let Some(member) = self.members.get(&id) {
+                        deliver(member, frame, &mut slow);
+                    }
+                }
+                Target::AllBut(origin) => {
+                    for member in self.members.values().filter(|m| m.conn.id != origin) {
+                        deliver(member, frame.clone(), &mut slow);
+                    }
+                }
+            }
+        }
+        slow.sort_unstable();
+        slow.dedup();
+        slow
+    }
+
+    fn close_all(&mut self, code: u16, reason: &str) {
+        for member in self.members.values() {
+            member.conn.closer.close(code, reason);
+        }
+        self.members.clear();
+    }
+
+    fn compaction_deadline(&self) -> Option<Instant> {
+        if self.pending == 0 || self.compacting.is_some() {
+            return None;
+        }
+        if self.pending >= self.compaction.max_pending {
+            return Some(Instant::now());
+        }
+        Some(self.last_change + self.compaction.debounce)
+    }
+
+    /// Encodes the state here (fast, in memory) and writes it in the
+    /// background, so editors never wait on a snapshot write.
+    fn start_compaction(&mut self) {
+        let state = self
+            .awareness
+            .doc()
+            .transact()
+            .encode_state_as_update_v1(&StateVector::default());
+        let (store, id, revision) = (self.store.clone(), self.id.clone(), self.revision);
+        let handle = tokio::spawn(async move { store.compact(&id, revision, &state).await });
+        self.compacting = Some((self.pending, handle));
+    }
+
+    fn compaction_done(&mut self, done: (u64, Result<(), String>)) {
+        match done {
+            (covered, Ok(())) => {
+                self.pending = self.pending.saturating_sub(covered);
+                debug!(revision = self.revision, "compacted");
+            }
+            // The log still holds everything; try again after the next change.
+            (_, Err(cause)) => {
+                warn!(%cause, "compaction failed");
+                self.last_change = Instant::now();
+            }
+        }
+    }
+
+    /// Leaves storage compact on the way out.
+    async fn finish(&mut self) {
+        if self.compacting.is_some() {
+            let done = wait_compaction(&mut self.compacting).await;
+            self.compaction_done(done);
+        }
+        if self.pending > 0 {
+            self.start_compaction();
+            let done = wait_compaction(&mut self.compacting).await;
+            self.compaction_done(done);
+        }
+    }
+}
+
+fn deliver(member: &Member, frame: Bytes, slow: &mut Vec<ConnId>) {
+    match member.conn.outbox.try_send(frame) {
+        Ok(()) => {}
+        Err(mpsc::error::TrySendError::Full(_)) => slow.push(member.conn.id),
+        // The writer is gone; its Leave is on the way.
+        Err(mpsc::error::TrySendError::Closed(_)) => {}
+    }
+}
+
+/// Waits for the compaction in flight, if any; never resolves otherwise.
+async fn wait_compaction(
+    compacting: &mut Option<(u64, JoinHandle<Result<(), StorageError>>)>,
+) -> (u64, Result<(), String>) {
+    match compacting {
+        Some((covered, handle)) => {
+            let covered = *covered;
+            let result = match handle.await {
+                Ok(result) => result.map_err(|e| e.to_string()),
+                Err(e) => Err(format!("compaction task failed: {e}")),
+            };
+            *compacting = None;
+            (covered, result)
+        }
+        None => std::future::pending().await,
+    }
+}

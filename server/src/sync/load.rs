@@ -1,0 +1,51 @@
+//! Rebuilding a `yrs` document from what storage holds.
+
+use yrs::updates::decoder::Decode;
+use yrs::{Doc, Transact, Update};
+
+use crate::storage::StoredState;
+
+/// Why a stored document could not be rebuilt. Loading never falls back to
+/// an empty document: that document would then overwrite stored state.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// A stored update or snapshot does not decode.
+    #[error("stored update at position {position} is corrupt: {source}")]
+    Corrupt {
+        /// 0 for the snapshot, then 1.. for log rows after it.
+        position: usize,
+        /// The decoder's error.
+        source: yrs::encoding::read::Error,
+    },
+    /// A stored update decodes but does not apply.
+    #[error("stored update at position {position} does not apply: {source}")]
+    Inapplicable {
+        /// As above.
+        position: usize,
+        /// The integration error.
+        source: yrs::error::UpdateError,
+    },
+}
+
+/// Builds the document `state` describes.
+pub fn rebuild(state: &StoredState) -> Result<Doc, LoadError> {
+    let doc = Doc::new();
+    {
+        let mut txn = doc.transact_mut();
+        let snapshot = state.snapshot.as_ref().map(|(_, data)| data.as_slice());
+        let parts = snapshot.into_iter().map(|s| (0, s)).chain(
+            state
+                .updates
+                .iter()
+                .enumerate()
+                .map(|(i, u)| (i + 1, u.as_slice())),
+        );
+        for (position, bytes) in parts {
+            let update = Update::decode_v1(bytes)
+                .map_err(|source| LoadError::Corrupt { position, source })?;
+            txn.apply_update(update)
+                .map_err(|source| LoadError::Inapplicable { position, source })?;
+        }
+    }
+    Ok(doc)
+}

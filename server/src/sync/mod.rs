@@ -1,0 +1,13 @@
+//! Document sync over the y-websocket protocol (SPEC S2, S3): one task per
+//! loaded document ([`document`]), a registry that finds or starts it
+//! ([`hub`]), and the socket wiring ([`socket`]).
+
+pub mod conn;
+pub mod document;
+pub mod hub;
+pub mod load;
+mod messages;
+pub mod socket;
+
+pub use document::Compaction;
+pub use hub::Hub;

@@ -1,0 +1,125 @@
+//! One sync WebSocket: reads frames into the document task and writes what
+//! the task sends back, until either side closes.
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use futures_util::{SinkExt, StreamExt};
+use margin_protocol::sync::close;
+use margin_protocol::Role;
+use tracing::{debug, warn, Instrument};
+
+use super::document::Command;
+use super::hub::Hub;
+
+/// Serves `socket` for a member with `role` on document `id`.
+pub async fn serve(socket: WebSocket, hub: Hub, id: String, account: String, role: Role) {
+    let span = tracing::info_span!("sync", document = %id, account = %account);
+    async move {
+        let (mut sink, mut stream) = socket.split();
+        let joined = match hub.join(&id, role).await {
+            Ok(joined) => joined,
+            Err(refused) => {
+                warn!(%refused, "join refused");
+                let _ = sink
+                    .send(close_message(close::INTERNAL, &refused.to_string()))
+                    .await;
+                return;
+            }
+        };
+        let (conn, mailbox, mut outbox, closer) =
+            (joined.id, joined.mailbox, joined.outbox, joined.closer);
+        debug!(conn, "connected");
+
+        let writer = async {
+            loop {
+                tokio::select! {
+                    biased;
+                    frame = outbox.recv() => match frame {
+                        Some(frame) => {
+                            if sink.send(Message::Binary(frame)).await.is_err() {
+                                break;
+                            }
+                        }
+                        None => break,
+                    },
+                    _ = closer.closed() => break,
+                }
+            }
+            if let Some((code, reason)) = closer.reason() {
+                let _ = sink.send(close_message(code, &reason)).await;
+            }
+            let _ = sink.close().await;
+        };
+
+        let reader = async {
+            loop {
+                let message = tokio::select! {
+                    message = stream.next() => message,
+                    _ = closer.closed() => break,
+                };
+                match message {
+                    Some(Ok(Message::Binary(data))) => {
+                        if mailbox.send(Command::Frame { conn, data }).await.is_err() {
+                            closer.close(close::GOING_AWAY, "document unloaded; reconnect");
+                            break;
+                        }
+                    }
+                    Some(Ok(Message::Text(_))) => {
+                        closer.close(
+                            close::MALFORMED,
+                            "sync frames are binary y-websocket messages",
+                        );
+                        break;
+                    }
+                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+                    Some(Ok(Message::Close(_))) | None => {
+                        closer.close(close::NORMAL, "");
+                        break;
+                    }
+                    Some(Err(error)) => {
+                        let (code, reason) = read_error(&error);
+                        debug!(%error, "read failed");
+                        closer.close(code, reason);
+                        break;
+                    }
+                }
+            }
+        };
+        tokio::join!(reader, writer);
+        let _ = mailbox.send(Command::Leave { conn }).await;
+        debug!(conn, "disconnected");
+    }
+    .instrument(span)
+    .await
+}
+
+/// Maps a read failure to the close the client is told.
+fn read_error(error: &axum::Error) -> (u16, String) {
+    let text = error.to_string();
+    if text.contains("Space limit exceeded")
+        || text.contains("too long")
+        || text.contains("Message too big")
+    {
+        (
+            close::TOO_BIG,
+            format!(
+                "message exceeds the {}-byte limit",
+                margin_protocol::sync::MAX_MESSAGE_BYTES
+            ),
+        )
+    } else {
+        (close::MALFORMED, "unreadable WebSocket frame".into())
+    }
+}
+
+/// A close frame with a code and human-readable reason (at most 123 bytes,
+/// the WebSocket limit).
+pub fn close_message(code: u16, reason: &str) -> Message {
+    let mut end = reason.len().min(123);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    Message::Close(Some(CloseFrame {
+        code,
+        reason: reason[..end].into(),
+    }))
+}
