@@ -19,12 +19,12 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
-use yrs::encoding::read::Cursor;
-use yrs::sync::{Awareness, Message, MessageReader, SyncMessage};
-use yrs::updates::decoder::{Decode, DecoderV1};
+use yrs::sync::{Awareness, Message, SyncMessage};
+use yrs::updates::decoder::Decode;
 use yrs::{ClientID, ReadTxn, StateVector, Transact, Update};
 
 use super::conn::{Conn, ConnId};
+use super::frame;
 use super::hub::Hub;
 use super::load::rebuild;
 use super::messages;
@@ -291,10 +291,8 @@ impl DocumentTask {
             return Ok(());
         };
         let can_edit = member.conn.role.can_edit();
-        let mut decoder = DecoderV1::new(Cursor::new(data));
-        for message in MessageReader::new(&mut decoder) {
-            let message =
-                message.map_err(|e| (close::MALFORMED, format!("malformed sync message: {e}")))?;
+        let messages = frame::messages(data).map_err(|e| (close::MALFORMED, e.to_string()))?;
+        for message in messages {
             match message {
                 Message::Sync(SyncMessage::SyncStep1(remote)) => {
                     effects
@@ -348,8 +346,9 @@ impl DocumentTask {
                         effects.sends.push((Target::One(conn), states));
                     }
                 }
+                // `frame::messages` refuses these before they get here.
                 Message::Auth(_) | Message::Custom(..) => {
-                    return Err((close::MALFORMED, "unsupported sync message type".into()));
+                    return Err((close::MALFORMED, "unsupported message type".into()));
                 }
             }
         }

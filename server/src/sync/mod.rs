@@ -4,6 +4,7 @@
 
 pub mod conn;
 pub mod document;
+mod frame;
 pub mod hub;
 pub mod load;
 mod messages;

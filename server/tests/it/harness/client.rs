@@ -1,0 +1,199 @@
+//! A y-websocket client built on `yrs`, the way a second implementation
+//! would talk to Margin.
+
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use margin_decisions::{Outline, FRAGMENT_NAME};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::{connect_async, MaybeTlsStream, WebSocketStream};
+use yrs::encoding::read::Cursor;
+use yrs::sync::{Message, MessageReader, SyncMessage};
+use yrs::types::xml::{XmlElementPrelim, XmlTextPrelim};
+use yrs::updates::decoder::{Decode, DecoderV1};
+use yrs::updates::encoder::Encode;
+use yrs::{Doc, ReadTxn, StateVector, Transact, Update, XmlFragment};
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// How long a test waits for something that should happen promptly.
+pub const PATIENCE: Duration = Duration::from_secs(20);
+
+pub struct SyncClient {
+    pub doc: Doc,
+    ws: Ws,
+    /// Set when the server closed the connection: (code, reason).
+    pub closed: Option<(u16, String)>,
+}
+
+impl SyncClient {
+    /// Connects and completes the sync handshake.
+    pub async fn connect(url: &str) -> SyncClient {
+        let mut client = Self::connect_raw(url).await;
+        client.handshake().await;
+        client
+    }
+
+    /// Connects without syncing.
+    pub async fn connect_raw(url: &str) -> SyncClient {
+        let (ws, _) = connect_async(url).await.unwrap();
+        SyncClient {
+            doc: Doc::new(),
+            ws,
+            closed: None,
+        }
+    }
+
+    /// Sends step 1 and waits for the server's step 2.
+    pub async fn handshake(&mut self) {
+        let sv = self.doc.transact().state_vector();
+        self.send(Message::Sync(SyncMessage::SyncStep1(sv))).await;
+        let mut synced = false;
+        tokio::time::timeout(PATIENCE, async {
+            while !synced {
+                let Some(messages) = self.next_messages().await else {
+                    panic!("closed during handshake: {:?}", self.closed);
+                };
+                for message in messages {
+                    if matches!(message, Message::Sync(SyncMessage::SyncStep2(_))) {
+                        synced = true;
+                    }
+                    self.handle(message).await;
+                }
+            }
+        })
+        .await
+        .expect("no sync step 2 within the time allowed");
+    }
+
+    pub async fn send(&mut self, message: Message) {
+        self.send_raw(message.encode_v1()).await;
+    }
+
+    pub async fn send_raw(&mut self, bytes: Vec<u8>) {
+        let _ = self.ws.send(WsMessage::Binary(bytes.into())).await;
+    }
+
+    pub async fn send_text(&mut self, text: &str) {
+        let _ = self.ws.send(WsMessage::Text(text.into())).await;
+    }
+
+    /// Appends a paragraph locally and sends the update.
+    pub async fn append_paragraph(&mut self, text: &str) {
+        let update = self.local_paragraph(text);
+        self.send(Message::Sync(SyncMessage::Update(update))).await;
+    }
+
+    /// Appends a paragraph locally; returns the update without sending it.
+    pub fn local_paragraph(&mut self, text: &str) -> Vec<u8> {
+        let fragment = self.doc.get_or_insert_xml_fragment(FRAGMENT_NAME);
+        let before = self.doc.transact().state_vector();
+        {
+            let mut txn = self.doc.transact_mut();
+            let at = fragment.len(&txn);
+            let paragraph = fragment.insert(&mut txn, at, XmlElementPrelim::empty("paragraph"));
+            paragraph.insert(&mut txn, 0, XmlTextPrelim::new(text));
+        }
+        self.doc.transact().encode_diff_v1(&before)
+    }
+
+    pub fn texts(&self) -> Vec<String> {
+        Outline::of_doc(&self.doc)
+            .blocks
+            .into_iter()
+            .map(|b| b.text)
+            .collect()
+    }
+
+    /// Processes incoming messages until `done` holds or the socket closes.
+    pub async fn until(&mut self, mut done: impl FnMut(&SyncClient) -> bool) -> bool {
+        let result = tokio::time::timeout(PATIENCE, async {
+            while !done(self) {
+                match self.next_messages().await {
+                    Some(messages) => {
+                        for message in messages {
+                            self.handle(message).await;
+                        }
+                    }
+                    None => return done(self),
+                }
+            }
+            true
+        })
+        .await;
+        result.unwrap_or(false)
+    }
+
+    /// Waits for the server to close the socket; returns (code, reason).
+    pub async fn wait_closed(&mut self) -> (u16, String) {
+        self.until(|c| c.closed.is_some()).await;
+        self.closed
+            .clone()
+            .expect("server did not close the connection")
+    }
+
+    /// Reads for `quiet` and returns whether the socket stayed open.
+    pub async fn stays_open(&mut self, quiet: Duration) -> bool {
+        let _ = tokio::time::timeout(quiet, async {
+            while let Some(messages) = self.next_messages().await {
+                for message in messages {
+                    self.handle(message).await;
+                }
+            }
+        })
+        .await;
+        self.closed.is_none()
+    }
+
+    async fn next_messages(&mut self) -> Option<Vec<Message>> {
+        loop {
+            match self.ws.next().await {
+                Some(Ok(WsMessage::Binary(data))) => {
+                    let mut decoder = DecoderV1::new(Cursor::new(&data));
+                    let messages = MessageReader::new(&mut decoder)
+                        .collect::<Result<Vec<_>, _>>()
+                        .expect("server sent a malformed message");
+                    return Some(messages);
+                }
+                Some(Ok(WsMessage::Close(frame))) => {
+                    self.closed = Some(match frame {
+                        Some(f) => (u16::from(f.code), f.reason.to_string()),
+                        None => (u16::from(CloseCode::Status), String::new()),
+                    });
+                    return None;
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(_)) | None => {
+                    if self.closed.is_none() {
+                        self.closed = Some((u16::from(CloseCode::Abnormal), String::new()));
+                    }
+                    return None;
+                }
+            }
+        }
+    }
+
+    async fn handle(&mut self, message: Message) {
+        match message {
+            Message::Sync(SyncMessage::SyncStep1(sv)) => {
+                let diff = self.doc.transact().encode_diff_v1(&sv);
+                self.send(Message::Sync(SyncMessage::SyncStep2(diff))).await;
+            }
+            Message::Sync(SyncMessage::SyncStep2(update) | SyncMessage::Update(update)) => {
+                let update = Update::decode_v1(&update).unwrap();
+                self.doc.transact_mut().apply_update(update).unwrap();
+            }
+            _ => {}
+        }
+    }
+
+    pub fn state_vector(&self) -> StateVector {
+        self.doc.transact().state_vector()
+    }
+
+    pub async fn close(mut self) {
+        let _ = self.ws.close(None).await;
+    }
+}

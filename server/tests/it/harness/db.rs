@@ -1,0 +1,90 @@
+//! One isolated database per test: a temporary SQLite folder, or a fresh
+//! PostgreSQL schema dropped when the test ends.
+
+use margin_server::storage::Store;
+use sqlx::Connection;
+use tempfile::TempDir;
+
+/// An isolated database.
+pub struct TestDb {
+    /// For SQLite: the data folder (`margin serve --data`).
+    dir: Option<TempDir>,
+    /// For PostgreSQL: the base URL and the schema this test owns.
+    schema: Option<(String, String)>,
+}
+
+impl TestDb {
+    pub fn sqlite() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("margin-test-")
+            .tempdir()
+            .unwrap();
+        TestDb {
+            dir: Some(dir),
+            schema: None,
+        }
+    }
+
+    /// `None` when `TEST_DATABASE_URL` is unset.
+    pub async fn postgres() -> Option<Self> {
+        let base = std::env::var("TEST_DATABASE_URL").ok()?;
+        let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+        let mut conn = sqlx::PgConnection::connect(&base).await.unwrap();
+        sqlx::query(&format!("CREATE SCHEMA {schema}"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        conn.close().await.unwrap();
+        Some(TestDb {
+            dir: None,
+            schema: Some((base, schema)),
+        })
+    }
+
+    /// The URL `Store::open` takes.
+    pub fn url(&self) -> String {
+        match (&self.dir, &self.schema) {
+            (Some(dir), _) => Store::sqlite_url_in(dir.path()).unwrap(),
+            (None, Some((base, schema))) => {
+                let sep = if base.contains('?') { '&' } else { '?' };
+                format!("{base}{sep}options=-c%20search_path%3D{schema}")
+            }
+            (None, None) => unreachable!("a TestDb is either SQLite or PostgreSQL"),
+        }
+    }
+
+    /// The `margin` CLI arguments that select this database.
+    pub fn cli_args(&self) -> Vec<String> {
+        match &self.dir {
+            Some(dir) => vec!["--data".into(), dir.path().display().to_string()],
+            None => vec!["--database-url".into(), self.url()],
+        }
+    }
+
+    pub async fn open(&self) -> Store {
+        Store::open(&self.url()).await.unwrap()
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let Some((base, schema)) = self.schema.take() else {
+            return;
+        };
+        // Drop runs inside the test's runtime; clean up on a thread of its own.
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                if let Ok(mut conn) = sqlx::PgConnection::connect(&base).await {
+                    let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                        .execute(&mut conn)
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}

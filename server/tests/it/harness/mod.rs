@@ -1,0 +1,42 @@
+//! Test harness: isolated databases, a real `margin` process, and a `yrs`
+//! y-websocket client.
+
+pub mod client;
+pub mod db;
+pub mod server;
+
+pub use client::SyncClient;
+pub use db::TestDb;
+pub use server::Server;
+
+/// Declares each test once per backend: `name::sqlite` and `name::postgres`.
+/// The PostgreSQL variant reports itself skipped when `TEST_DATABASE_URL` is
+/// unset (`.ci/run` sets it, so CI always runs both).
+#[macro_export]
+macro_rules! on_both_backends {
+    ($(async fn $name:ident($db:ident) $body:block)*) => {
+        $(
+            mod $name {
+                #[allow(unused_imports)]
+                use super::*;
+                #[allow(unused_imports)]
+                use pretty_assertions::assert_eq;
+
+                async fn body($db: $crate::harness::TestDb) $body
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    body($crate::harness::TestDb::sqlite()).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    match $crate::harness::TestDb::postgres().await {
+                        Some(db) => body(db).await,
+                        None => eprintln!("skipped: TEST_DATABASE_URL is not set"),
+                    }
+                }
+            }
+        )*
+    };
+}

@@ -1,0 +1,9 @@
+//! Integration tests of the `margin` binary and its storage, on SQLite and —
+//! when `TEST_DATABASE_URL` names one — PostgreSQL.
+
+mod harness;
+
+mod crash;
+mod http;
+mod storage;
+mod sync;

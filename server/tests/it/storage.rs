@@ -1,0 +1,96 @@
+//! The storage suite: the same cases on SQLite and PostgreSQL (SPEC S3, W3).
+
+use margin_protocol::Role;
+use margin_server::storage::{StorageError, StoredState};
+
+use crate::on_both_backends;
+
+on_both_backends! {
+    async fn account_names_are_unique(db) {
+        let store = db.open().await;
+        let ada = store.create_account("ada").await.unwrap();
+        assert_eq!(store.account_by_name("ada").await.unwrap(), ada);
+        assert!(matches!(store.create_account("ada").await, Err(StorageError::Conflict(_))));
+        assert!(matches!(store.account_by_name("bo").await, Err(StorageError::NotFound("account"))));
+    }
+
+    async fn tokens_resolve_to_their_account(db) {
+        let store = db.open().await;
+        let ada = store.create_account("ada").await.unwrap();
+        let token = margin_server::auth::issue_token(&store, &ada).await.unwrap();
+        assert_eq!(margin_server::auth::authenticate(&store, &token).await.unwrap(), ada);
+        assert!(margin_server::auth::authenticate(&store, "mgn_unknown").await.is_err());
+    }
+
+    async fn documents_and_roles(db) {
+        let store = db.open().await;
+        let ada = store.create_account("ada").await.unwrap();
+        let bo = store.create_account("bo").await.unwrap();
+        let doc = store.create_document(&ada, "Plan").await.unwrap();
+        assert_eq!(doc.role, Role::Owner);
+        assert!(matches!(store.document_for(&bo, &doc.id).await, Err(StorageError::NotFound(_))));
+        store.set_member(&doc.id, &bo, Role::Viewer).await.unwrap();
+        assert_eq!(store.document_for(&bo, &doc.id).await.unwrap().role, Role::Viewer);
+        store.set_member(&doc.id, &bo, Role::Editor).await.unwrap();
+        assert_eq!(store.document_for(&bo, &doc.id).await.unwrap().role, Role::Editor);
+        assert!(matches!(store.set_member(&doc.id, &ada, Role::Viewer).await, Err(StorageError::Conflict(_))));
+        assert_eq!(store.documents_of(&bo).await.unwrap(), vec![store.document_for(&bo, &doc.id).await.unwrap()]);
+    }
+
+    async fn appends_advance_the_revision_in_order(db) {
+        let store = db.open().await;
+        let ada = store.create_account("ada").await.unwrap();
+        let doc = store.create_document(&ada, "Plan").await.unwrap();
+        assert_eq!(store.append_updates(&doc.id, 0, &[vec![1], vec![2]]).await.unwrap(), 2);
+        assert_eq!(store.append_updates(&doc.id, 2, &[vec![3]]).await.unwrap(), 3);
+        assert_eq!(
+            store.load_state(&doc.id, None).await.unwrap(),
+            StoredState { revision: 3, snapshot: None, updates: vec![vec![1], vec![2], vec![3]] }
+        );
+        assert_eq!(store.load_state(&doc.id, Some(1)).await.unwrap().updates, vec![vec![1]]);
+        assert!(matches!(store.load_state(&doc.id, Some(4)).await, Err(StorageError::NotFound("revision"))));
+    }
+
+    async fn a_stale_writer_is_fenced_and_writes_nothing(db) {
+        let store = db.open().await;
+        let ada = store.create_account("ada").await.unwrap();
+        let doc = store.create_document(&ada, "Plan").await.unwrap();
+        store.append_updates(&doc.id, 0, &[vec![1]]).await.unwrap();
+        let stale = store.append_updates(&doc.id, 0, &[vec![9], vec![9]]).await;
+        assert!(matches!(stale, Err(StorageError::RevisionMoved { expected: 0, found: 1 })), "{stale:?}");
+        assert_eq!(store.load_state(&doc.id, None).await.unwrap().updates, vec![vec![1]]);
+    }
+
+    async fn compaction_replaces_covered_rows_and_never_goes_back(db) {
+        let store = db.open().await;
+        let ada = store.create_account("ada").await.unwrap();
+        let doc = store.create_document(&ada, "Plan").await.unwrap();
+        store.append_updates(&doc.id, 0, &[vec![1], vec![2], vec![3]]).await.unwrap();
+        store.compact(&doc.id, 2, b"snap2").await.unwrap();
+        assert_eq!(
+            store.load_state(&doc.id, None).await.unwrap(),
+            StoredState { revision: 3, snapshot: Some((2, b"snap2".to_vec())), updates: vec![vec![3]] }
+        );
+        assert_eq!(store.log_len(&doc.id).await.unwrap(), 1);
+        // An older snapshot arriving late does not replace the newer one.
+        store.compact(&doc.id, 1, b"snap1").await.unwrap();
+        assert_eq!(store.load_state(&doc.id, None).await.unwrap().snapshot, Some((2, b"snap2".to_vec())));
+        assert!(matches!(
+            store.load_state(&doc.id, Some(1)).await,
+            Err(StorageError::Compacted { requested: 1, snapshot: 2 })
+        ));
+        assert_eq!(store.load_state(&doc.id, Some(2)).await.unwrap().updates, Vec::<Vec<u8>>::new());
+    }
+
+    async fn reopening_the_store_keeps_everything(db) {
+        let store = db.open().await;
+        let ada = store.create_account("ada").await.unwrap();
+        let doc = store.create_document(&ada, "Plan").await.unwrap();
+        store.append_updates(&doc.id, 0, &[vec![7]]).await.unwrap();
+        store.close().await;
+        // Migrations run again on open and must be a no-op.
+        let reopened = db.open().await;
+        assert_eq!(reopened.load_state(&doc.id, None).await.unwrap().updates, vec![vec![7]]);
+        assert_eq!(reopened.documents_of(&ada).await.unwrap().len(), 1);
+    }
+}

@@ -1,0 +1,211 @@
+//! Document sync over real sockets with a `yrs` client (SPEC S2, S3, A2).
+
+use std::time::Duration;
+
+use margin_protocol::sync::{close, MAX_UPDATE_BYTES};
+use serde_json::json;
+use yrs::sync::{Message, SyncMessage};
+use yrs::updates::encoder::Encode;
+use yrs::{ReadTxn, Transact};
+
+use crate::harness::{Server, SyncClient};
+use crate::on_both_backends;
+
+on_both_backends! {
+    async fn two_clients_converge(db) {
+        let server = Server::start(&db).await;
+        let token = Server::account(&db, "ada").await;
+        let doc = server.create_document(&token, "Plan").await;
+        let mut a = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        let mut b = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        a.append_paragraph("from a").await;
+        b.append_paragraph("from b").await;
+        assert!(a.until(|c| c.texts().len() == 2).await);
+        assert!(b.until(|c| c.texts().len() == 2).await);
+        assert_eq!(a.texts(), b.texts());
+        assert_eq!(a.state_vector(), b.state_vector());
+        let (revision, texts) = server.block_texts(&token, &doc).await;
+        assert_eq!(texts, a.texts());
+        assert_eq!(revision, 2);
+    }
+
+    async fn late_joiner_receives_the_whole_document(db) {
+        let server = Server::start(&db).await;
+        let token = Server::account(&db, "ada").await;
+        let doc = server.create_document(&token, "Plan").await;
+        let mut a = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        a.append_paragraph("first").await;
+        a.append_paragraph("second").await;
+        assert!(a.until(|_| true).await);
+        // The outline only moves once both changes are committed.
+        for _ in 0..100 {
+            if server.block_texts(&token, &doc).await.0 == 2 { break; }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let late = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        assert_eq!(late.texts(), vec!["first", "second"]);
+    }
+
+    async fn viewer_receives_updates_but_its_edits_are_refused(db) {
+        let server = Server::start(&db).await;
+        let owner = Server::account(&db, "ada").await;
+        let viewer = Server::account(&db, "vic").await;
+        let doc = server.create_document(&owner, "Plan").await;
+        let (status, body) = server
+            .post(Some(&owner), &format!("/documents/{doc}/members"), json!({"account": "vic", "role": "viewer"}))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let mut editor = SyncClient::connect(&server.sync_url(&doc, &owner)).await;
+        let mut watcher = SyncClient::connect(&server.sync_url(&doc, &viewer)).await;
+        editor.append_paragraph("owner's words").await;
+        assert!(watcher.until(|c| c.texts() == vec!["owner's words"]).await);
+
+        watcher.append_paragraph("viewer's words").await;
+        let (code, reason) = watcher.wait_closed().await;
+        assert_eq!(code, close::READ_ONLY);
+        assert!(reason.contains("read-only"), "{reason}");
+        // Nothing changed: the editor stays connected and sees no new text.
+        assert!(editor.stays_open(Duration::from_millis(300)).await);
+        assert_eq!(editor.texts(), vec!["owner's words"]);
+        assert_eq!(server.block_texts(&owner, &doc).await, (1, vec!["owner's words".to_owned()]));
+    }
+
+    async fn ten_mebibyte_update_goes_through(db) {
+        let server = Server::start(&db).await;
+        let token = Server::account(&db, "ada").await;
+        let doc = server.create_document(&token, "Big").await;
+        let mut a = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        let mut b = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        let big = "x".repeat(10 * 1024 * 1024);
+        a.append_paragraph(&big).await;
+        assert!(b.until(|c| c.texts().first().map(String::len) == Some(big.len())).await);
+        assert_eq!(server.block_texts(&token, &doc).await.1[0].len(), big.len());
+    }
+
+    async fn update_over_the_limit_is_refused_and_changes_nothing(db) {
+        let server = Server::start(&db).await;
+        let token = Server::account(&db, "ada").await;
+        let doc = server.create_document(&token, "Big").await;
+        let mut other = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        let mut a = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        let too_big = "y".repeat(MAX_UPDATE_BYTES + 1);
+        a.append_paragraph(&too_big).await;
+        let (code, _) = a.wait_closed().await;
+        assert_eq!(code, close::TOO_BIG);
+        assert!(other.stays_open(Duration::from_millis(300)).await);
+        assert_eq!(other.texts(), Vec::<String>::new());
+        assert_eq!(server.block_texts(&token, &doc).await, (0, vec![]));
+    }
+
+    async fn content_and_state_vector_survive_restart(db) {
+        let mut server = Server::start(&db).await;
+        let token = Server::account(&db, "ada").await;
+        let doc = server.create_document(&token, "Plan").await;
+        let mut a = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        a.append_paragraph("keep me").await;
+        a.append_paragraph("and me").await;
+        let mut b = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        assert!(b.until(|c| c.texts().len() == 2).await);
+        let before = (a.texts(), a.state_vector());
+        server.terminate().await;
+        server.restart().await;
+        let after = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        assert_eq!((after.texts(), after.state_vector()), before);
+        assert_eq!(server.block_texts(&token, &doc).await.0, 2);
+    }
+}
+
+on_both_backends! {
+    async fn malformed_frame_closes_only_its_connection(db) {
+        let server = Server::start(&db).await;
+        let token = Server::account(&db, "ada").await;
+        let doc = server.create_document(&token, "Plan").await;
+        let mut good = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        let mut bad = SyncClient::connect_raw(&server.sync_url(&doc, &token)).await;
+        // A sync message whose length prefix runs past the end of the frame.
+        bad.send_raw(vec![0, 2, 0xff, 0xff, 0x01, 7]).await;
+        let (code, reason) = bad.wait_closed().await;
+        assert_eq!(code, close::MALFORMED, "{reason}");
+        good.append_paragraph("still here").await;
+        let mut check = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        assert!(check.until(|c| c.texts() == vec!["still here"]).await);
+        assert!(good.stays_open(Duration::from_millis(100)).await);
+    }
+
+    async fn unknown_message_type_is_refused(db) {
+        let server = Server::start(&db).await;
+        let token = Server::account(&db, "ada").await;
+        let doc = server.create_document(&token, "Plan").await;
+        let mut client = SyncClient::connect_raw(&server.sync_url(&doc, &token)).await;
+        client.send_raw(vec![9, 1, 0]).await;
+        let (code, reason) = client.wait_closed().await;
+        assert_eq!(code, close::MALFORMED);
+        assert!(reason.contains("unsupported"), "{reason}");
+    }
+
+    async fn text_frame_is_refused(db) {
+        let server = Server::start(&db).await;
+        let token = Server::account(&db, "ada").await;
+        let doc = server.create_document(&token, "Plan").await;
+        let mut client = SyncClient::connect_raw(&server.sync_url(&doc, &token)).await;
+        client.send_text("hello").await;
+        let (code, reason) = client.wait_closed().await;
+        assert_eq!(code, close::MALFORMED);
+        assert!(reason.contains("binary"), "{reason}");
+    }
+
+    async fn update_that_does_not_decode_is_refused_and_changes_nothing(db) {
+        let server = Server::start(&db).await;
+        let token = Server::account(&db, "ada").await;
+        let doc = server.create_document(&token, "Plan").await;
+        let mut client = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        let garbage = Message::Sync(SyncMessage::Update(vec![0xff; 32])).encode_v1();
+        client.send_raw(garbage).await;
+        let (code, _) = client.wait_closed().await;
+        assert_eq!(code, close::MALFORMED);
+        assert_eq!(server.block_texts(&token, &doc).await, (0, vec![]));
+    }
+
+    async fn duplicate_update_does_not_advance_the_revision(db) {
+        let server = Server::start(&db).await;
+        let token = Server::account(&db, "ada").await;
+        let doc = server.create_document(&token, "Plan").await;
+        let mut client = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        let update = client.local_paragraph("once");
+        for _ in 0..3 {
+            client.send(Message::Sync(SyncMessage::Update(update.clone()))).await;
+        }
+        let mut check = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        assert!(check.until(|c| c.texts() == vec!["once"]).await);
+        assert!(client.stays_open(Duration::from_millis(200)).await);
+        assert_eq!(server.block_texts(&token, &doc).await, (1, vec!["once".to_owned()]));
+    }
+
+    async fn sync_refuses_bad_tokens_and_unknown_documents(db) {
+        let server = Server::start(&db).await;
+        let token = Server::account(&db, "ada").await;
+        let stranger = Server::account(&db, "sam").await;
+        let doc = server.create_document(&token, "Plan").await;
+        for (url, status) in [
+            (server.sync_url(&doc, "mgn_nope"), 401),
+            (format!("ws://{}/documents/{doc}/sync", server.addr), 401),
+            (server.sync_url("no-such-doc", &token), 404),
+            (server.sync_url(&doc, &stranger), 404),
+        ] {
+            let error = tokio_tungstenite::connect_async(&url).await.unwrap_err();
+            match error {
+                tokio_tungstenite::tungstenite::Error::Http(response) => {
+                    assert_eq!(response.status().as_u16(), status, "{url}");
+                }
+                other => panic!("{url}: expected an HTTP refusal, got {other}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn state_vector_helper_is_comparable() {
+    // Guards the harness: an empty doc's state vector is empty.
+    let doc = yrs::Doc::new();
+    assert!(doc.transact().state_vector().is_empty());
+}
