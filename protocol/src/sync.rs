@@ -4,8 +4,10 @@
 //! awareness). Margin adds nothing to them; what it defines are the limits and
 //! the close codes with which it ends a connection. Every close carries a
 //! human-readable reason as well as its code. The npm `y-websocket` client
-//! reconnects after any close and resynchronises, so a close is never data
-//! loss.
+//! reconnects and resynchronises after any close except codes 4400–4499,
+//! which it treats as final: Margin uses that range for refusals a retry
+//! would only repeat (a viewer's edit, an update that does not apply), and
+//! other codes where reconnecting is the cure (too slow, restarting).
 
 /// Largest document update accepted in one message, in bytes (16 MiB).
 pub const MAX_UPDATE_BYTES: usize = 16 * 1024 * 1024;
@@ -31,7 +33,7 @@ pub mod close {
     /// The client fell too far behind; reconnect to resynchronise.
     pub const TOO_SLOW: u16 = 4008;
     /// A viewer sent an edit; viewers may not change the document.
-    pub const READ_ONLY: u16 = 4003;
+    pub const READ_ONLY: u16 = 4403;
     /// An update could not be applied to the document.
-    pub const BAD_UPDATE: u16 = 4000;
+    pub const BAD_UPDATE: u16 = 4400;
 }

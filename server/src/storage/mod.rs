@@ -47,6 +47,9 @@ pub enum StorageError {
         /// Revision of the snapshot that replaced it.
         snapshot: i64,
     },
+    /// The database would not make commits durable.
+    #[error("{0}")]
+    Durability(String),
     /// A URL that names no supported database.
     #[error("unsupported database URL (expected sqlite: or postgres:)")]
     UnsupportedUrl,
@@ -109,7 +112,10 @@ impl Store {
             Backend::Postgres => options.max_connections(16).connect(url).await?,
         };
         match backend {
-            Backend::Sqlite => sqlx::migrate!("./migrations/sqlite").run(&pool).await?,
+            Backend::Sqlite => {
+                sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
+                check_sqlite_durability(&pool).await?;
+            }
             Backend::Postgres => sqlx::migrate!("./migrations/postgres").run(&pool).await?,
         }
         Ok(Store { pool, backend })
@@ -140,6 +146,26 @@ impl Store {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+/// Refuses to run on an SQLite connection that would acknowledge a commit
+/// before it is on disk (SPEC W3).
+async fn check_sqlite_durability(pool: &AnyPool) -> Result<(), StorageError> {
+    let journal: String = sqlx::query("PRAGMA journal_mode")
+        .fetch_one(pool)
+        .await?
+        .try_get(0)?;
+    let synchronous: i64 = sqlx::query("PRAGMA synchronous")
+        .fetch_one(pool)
+        .await?
+        .try_get(0)?;
+    // synchronous: 2 = FULL, 3 = EXTRA.
+    if !journal.eq_ignore_ascii_case("wal") || synchronous < 2 {
+        return Err(StorageError::Durability(format!(
+            "SQLite runs with journal_mode={journal}, synchronous={synchronous}; Margin needs WAL with FULL sync"
+        )));
+    }
+    Ok(())
 }
 
 /// Milliseconds since the Unix epoch, for `created_at` columns.

@@ -1,6 +1,8 @@
 //! One sync WebSocket: reads frames into the document task and writes what
 //! the task sends back, until either side closes.
 
+use std::time::Duration;
+
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use futures_util::{SinkExt, StreamExt};
 use margin_protocol::sync::close;
@@ -9,6 +11,9 @@ use tracing::{debug, warn, Instrument};
 
 use super::document::Command;
 use super::hub::Hub;
+
+/// How long a close frame may wait behind a client that is not reading.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves `socket` for a member with `role` on document `id`.
 pub async fn serve(socket: WebSocket, hub: Hub, id: String, account: String, role: Role) {
@@ -31,23 +36,26 @@ pub async fn serve(socket: WebSocket, hub: Hub, id: String, account: String, rol
 
         let writer = async {
             loop {
-                tokio::select! {
+                let frame = tokio::select! {
                     biased;
+                    _ = closer.closed() => break,
                     frame = outbox.recv() => match frame {
-                        Some(frame) => {
-                            if sink.send(Message::Binary(frame)).await.is_err() {
-                                break;
-                            }
-                        }
+                        Some(frame) => frame,
                         None => break,
                     },
+                };
+                // A client that stops reading blocks this send; the task's
+                // close (too slow, shutdown) must still get through.
+                tokio::select! {
+                    sent = sink.send(Message::Binary(frame)) => if sent.is_err() { break },
                     _ = closer.closed() => break,
                 }
             }
             if let Some((code, reason)) = closer.reason() {
-                let _ = sink.send(close_message(code, &reason)).await;
+                let farewell = sink.send(close_message(code, &reason));
+                let _ = tokio::time::timeout(CLOSE_TIMEOUT, farewell).await;
             }
-            let _ = sink.close().await;
+            let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.close()).await;
         };
 
         let reader = async {

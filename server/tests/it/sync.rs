@@ -209,3 +209,48 @@ fn state_vector_helper_is_comparable() {
     let doc = yrs::Doc::new();
     assert!(doc.transact().state_vector().is_empty());
 }
+
+on_both_backends! {
+    async fn client_that_cannot_keep_up_is_closed_to_resync(db) {
+        let server = Server::start(&db).await;
+        let token = Server::account(&db, "ada").await;
+        let doc = server.create_document(&token, "Plan").await;
+        let mut slow = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        let mut writer = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        let mut peer = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        // `slow` reads nothing while 1,500 updates of 8 KiB pass: more than
+        // its socket buffers and its outbox hold.
+        let line = "z".repeat(8 * 1024);
+        for sent in 1..=1_500 {
+            writer.append_paragraph(&line).await;
+            // Keep the peer current so it stays well within its outbox.
+            if sent % 128 == 0 {
+                assert!(peer.until(|c| c.block_count() + 128 >= sent).await);
+            }
+        }
+        assert!(peer.until(|c| c.block_count() == 1_500).await);
+        let (code, reason) = slow.wait_closed().await;
+        assert_eq!(code, close::TOO_SLOW, "{reason}");
+        // Nothing was lost: reconnecting resyncs the whole document.
+        let again = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        assert_eq!(again.block_count(), 1_500);
+        assert!(writer.stays_open(Duration::from_millis(100)).await);
+    }
+
+    async fn document_that_fails_to_load_is_refused_not_replaced(db) {
+        let server = Server::start(&db).await;
+        let token = Server::account(&db, "ada").await;
+        let doc = server.create_document(&token, "Plan").await;
+        let store = db.open().await;
+        store.append_updates(&doc, 0, &[vec![0xde, 0xad, 0xbe, 0xef]]).await.unwrap();
+        let mut client = SyncClient::connect_raw(&server.sync_url(&doc, &token)).await;
+        let (code, reason) = client.wait_closed().await;
+        assert_eq!(code, close::INTERNAL);
+        assert!(reason.contains("could not be loaded"), "{reason}");
+        let (status, body) = server.get(Some(&token), &format!("/documents/{doc}/outline")).await;
+        assert_eq!((status, body["error"]["code"].as_str()), (500, Some("internal")));
+        // The stored log is untouched: nothing wrote an empty document over it.
+        let state = store.load_state(&doc, None).await.unwrap();
+        assert_eq!((state.revision, state.updates), (1, vec![vec![0xde, 0xad, 0xbe, 0xef]]));
+    }
+}

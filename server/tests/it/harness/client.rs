@@ -99,6 +99,12 @@ impl SyncClient {
         self.doc.transact().encode_diff_v1(&before)
     }
 
+    /// How many blocks the document has (cheap: no text is read).
+    pub fn block_count(&self) -> usize {
+        let fragment = self.doc.get_or_insert_xml_fragment(FRAGMENT_NAME);
+        fragment.len(&self.doc.transact()) as usize
+    }
+
     pub fn texts(&self) -> Vec<String> {
         Outline::of_doc(&self.doc)
             .blocks
