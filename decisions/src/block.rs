@@ -24,6 +24,13 @@ impl Digest {
         Digest(*hasher.finalize().as_bytes())
     }
 
+    /// Parses the wire form (64 hex digits, either case).
+    pub fn from_hex(hex: &str) -> Option<Digest> {
+        blake3::Hash::from_hex(hex)
+            .ok()
+            .map(|h| Digest(*h.as_bytes()))
+    }
+
     /// Lower-case hex, the form used on the wire.
     pub fn to_hex(&self) -> String {
         blake3::Hash::from(self.0).to_hex().to_string()
@@ -118,5 +125,12 @@ mod tests {
         assert_ne!(Digest::of("paragraph", "x"), Digest::of("paragraph", "y"));
         // The length prefix keeps the kind/text boundary unambiguous.
         assert_ne!(Digest::of("ab", "c"), Digest::of("a", "bc"));
+    }
+
+    #[test]
+    fn digest_hex_round_trips() {
+        let digest = Digest::of("paragraph", "x");
+        assert_eq!(Digest::from_hex(&digest.to_hex()), Some(digest));
+        assert_eq!(Digest::from_hex("not hex"), None);
     }
 }

@@ -1,16 +1,32 @@
-//! Margin's document model over `yrs`.
+//! Margin's document model over `yrs`, and the decision engine.
 //!
-//! This crate owns how a plan document is seen as a list of **blocks**: the
+//! This crate owns how a plan document is seen as a list of **blocks** — the
 //! [`Outline`] of a revision, each block's normalised text, its `blake3`
-//! [`Digest`] and its [`BlockIdentity`] (SPEC S1, S4).
+//! [`Digest`] and its [`BlockIdentity`] (SPEC S1, S4) — the reads the Planner
+//! made ([`ReadCache`], SPEC S5), decision cards ([`DecisionCard`]) and the
+//! `open_decisions` engine ([`open_decisions`], SPEC D1–D10).
 //!
-//! It performs no I/O: callers hand it a `yrs` document (or a transaction on
-//! one) and get values back. Storage, sockets and clocks belong to `server`.
+//! It performs no I/O: callers hand it a `yrs` document, outlines and cards,
+//! and get values back. Storage, sockets and clocks belong to `server`.
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod block;
+mod capture;
+mod card;
 mod outline;
+mod reads;
+mod refusal;
 
 pub use block::{normalise, Block, BlockIdentity, Digest};
+pub use capture::{
+    open_decisions, Access, BatchError, Capture, CaptureSummary, DocumentState, InvalidInput,
+    NewCard, Outcome, Strictness,
+};
+pub use card::{
+    check_text, limits, Anchor, Answer, CardSpec, CardState, Choice, DecisionCard, Key, Passage,
+    ResponseKind,
+};
 pub use outline::{Outline, FRAGMENT_NAME};
+pub use reads::{ReadCache, DEFAULT_READS};
+pub use refusal::{Cause, Refusal};

@@ -1,5 +1,7 @@
 //! The outline of a document: its blocks in order (SPEC S4).
 
+use std::collections::HashMap;
+
 use yrs::branch::Branch;
 use yrs::types::xml::{XmlElementRef, XmlOut};
 use yrs::{
@@ -12,11 +14,15 @@ use crate::block::{normalise, Block, BlockIdentity, Digest};
 /// Tiptap / y-prosemirror editor binds to (SPEC S1).
 pub const FRAGMENT_NAME: &str = "prosemirror";
 
-/// The blocks of a document, in order.
+/// The blocks of a document, in order, indexed by identity and digest.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Outline {
     /// Blocks in document order; `blocks[i].index == i`.
-    pub blocks: Vec<Block>,
+    blocks: Vec<Block>,
+    /// Position of each block by identity.
+    by_identity: HashMap<BlockIdentity, usize>,
+    /// How many blocks carry each digest.
+    digest_counts: HashMap<Digest, usize>,
 }
 
 impl Outline {
@@ -48,13 +54,54 @@ impl Outline {
                 blocks.push(block);
             }
         }
-        Outline { blocks }
+        Outline::from_blocks(blocks)
     }
 
-    /// The blocks whose digest is `digest`, in order.
-    pub fn with_digest(&self, digest: &Digest) -> impl Iterator<Item = &Block> {
-        let digest = *digest;
-        self.blocks.iter().filter(move |b| b.digest == digest)
+    /// An outline of `blocks`, which must be in order with `index` set.
+    pub fn from_blocks(blocks: Vec<Block>) -> Self {
+        let mut by_identity = HashMap::with_capacity(blocks.len());
+        let mut digest_counts: HashMap<Digest, usize> = HashMap::with_capacity(blocks.len());
+        for block in &blocks {
+            by_identity.insert(block.identity, block.index);
+            *digest_counts.entry(block.digest).or_default() += 1;
+        }
+        Outline {
+            blocks,
+            by_identity,
+            digest_counts,
+        }
+    }
+
+    /// Blocks in document order.
+    pub fn blocks(&self) -> &[Block] {
+        &self.blocks
+    }
+
+    /// The block at `index`.
+    pub fn get(&self, index: usize) -> Option<&Block> {
+        self.blocks.get(index)
+    }
+
+    /// How many blocks there are.
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Whether the document has no blocks.
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    /// The block whose identity is `identity`, wherever it now stands.
+    pub fn by_identity(&self, identity: BlockIdentity) -> Option<&Block> {
+        self.by_identity
+            .get(&identity)
+            .and_then(|&i| self.blocks.get(i))
+    }
+
+    /// How many blocks carry `digest` (2 or more: twins).
+    pub fn count_digest(&self, digest: &Digest) -> usize {
+        self.digest_counts.get(digest).copied().unwrap_or(0)
     }
 }
 

@@ -43,7 +43,7 @@ fn outline_lists_blocks_in_order_with_kind_and_normalised_text() {
     insert_paragraph(&doc, 1, "Pick a region");
     let outline = Outline::of_doc(&doc);
     let summary: Vec<_> = outline
-        .blocks
+        .blocks()
         .iter()
         .map(|b| (b.index, b.kind.as_str(), b.text.as_str()))
         .collect();
@@ -55,7 +55,7 @@ fn outline_lists_blocks_in_order_with_kind_and_normalised_text() {
         ]
     );
     assert_eq!(
-        outline.blocks[0].digest,
+        outline.blocks()[0].digest,
         Digest::of("paragraph", "Ship the beta")
     );
 }
@@ -66,18 +66,18 @@ fn twins_have_equal_digests_and_distinct_identities() {
     insert_paragraph(&doc, 0, "Same words");
     insert_paragraph(&doc, 1, "Same words");
     let outline = Outline::of_doc(&doc);
-    assert_eq!(outline.blocks[0].digest, outline.blocks[1].digest);
-    assert_ne!(outline.blocks[0].identity, outline.blocks[1].identity);
-    assert_eq!(outline.with_digest(&outline.blocks[0].digest).count(), 2);
+    assert_eq!(outline.blocks()[0].digest, outline.blocks()[1].digest);
+    assert_ne!(outline.blocks()[0].identity, outline.blocks()[1].identity);
+    assert_eq!(outline.count_digest(&outline.blocks()[0].digest), 2);
 }
 
 #[test]
 fn editing_a_block_changes_its_digest_and_keeps_its_identity() {
     let doc = Doc::new();
     insert_paragraph(&doc, 0, "Draft");
-    let before = Outline::of_doc(&doc).blocks[0].clone();
+    let before = Outline::of_doc(&doc).blocks()[0].clone();
     append_to_block(&doc, 0, " two");
-    let after = Outline::of_doc(&doc).blocks[0].clone();
+    let after = Outline::of_doc(&doc).blocks()[0].clone();
     assert_eq!(after.text, "Draft two");
     assert_ne!(before.digest, after.digest);
     assert_eq!(before.identity, after.identity);
@@ -87,10 +87,10 @@ fn editing_a_block_changes_its_digest_and_keeps_its_identity() {
 fn deleting_and_reinserting_a_block_gives_a_new_identity() {
     let doc = Doc::new();
     insert_paragraph(&doc, 0, "Moved paragraph");
-    let before = Outline::of_doc(&doc).blocks[0].clone();
+    let before = Outline::of_doc(&doc).blocks()[0].clone();
     remove_block(&doc, 0);
     insert_paragraph(&doc, 0, "Moved paragraph");
-    let after = Outline::of_doc(&doc).blocks[0].clone();
+    let after = Outline::of_doc(&doc).blocks()[0].clone();
     assert_eq!(before.digest, after.digest);
     assert_ne!(before.identity, after.identity);
 }
@@ -132,7 +132,7 @@ fn formatted_and_nested_text_is_read_as_plain_words() {
         }
     }
     let outline = Outline::of_doc(&doc);
-    assert_eq!(outline.blocks.len(), 1);
-    assert_eq!(outline.blocks[0].kind, "bulletList");
-    assert_eq!(outline.blocks[0].text, "first item second item");
+    assert_eq!(outline.len(), 1);
+    assert_eq!(outline.blocks()[0].kind, "bulletList");
+    assert_eq!(outline.blocks()[0].text, "first item second item");
 }

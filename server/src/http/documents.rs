@@ -189,7 +189,7 @@ fn view(document: String, revision: i64, outline: &Outline) -> OutlineView {
         document,
         revision,
         blocks: outline
-            .blocks
+            .blocks()
             .iter()
             .map(|b| BlockEntry {
                 index: b.index,

@@ -107,9 +107,9 @@ impl SyncClient {
 
     pub fn texts(&self) -> Vec<String> {
         Outline::of_doc(&self.doc)
-            .blocks
-            .into_iter()
-            .map(|b| b.text)
+            .blocks()
+            .iter()
+            .map(|b| b.text.clone())
             .collect()
     }
 

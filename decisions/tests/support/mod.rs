@@ -1,0 +1,211 @@
+//! A deterministic harness for the decision engine: a real `yrs` document
+//! whose revision advances with every edit, the reads the Planner made, and
+//! an in-memory card store standing in for the server's.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use margin_decisions::DocumentState;
+use margin_decisions::{
+    open_decisions, Access, BatchError, Capture, CardSpec, CardState, Choice, DecisionCard, Digest,
+    Key, Outcome, Outline, Passage, ReadCache, ResponseKind, Strictness, FRAGMENT_NAME,
+};
+use yrs::types::xml::{XmlElementPrelim, XmlTextPrelim};
+use yrs::{Doc, Text, Transact, XmlFragment, XmlOut};
+
+pub struct Fixture {
+    pub doc: Doc,
+    pub revision: i64,
+    pub reads: ReadCache,
+    pub cards: BTreeMap<Key, DecisionCard>,
+    next_id: usize,
+}
+
+impl Fixture {
+    /// A document with one paragraph per text.
+    pub fn with(texts: &[&str]) -> Self {
+        let mut fixture = Fixture {
+            doc: Doc::new(),
+            revision: 0,
+            reads: ReadCache::default(),
+            cards: BTreeMap::new(),
+            next_id: 1,
+        };
+        for (i, text) in texts.iter().enumerate() {
+            fixture.insert(i, text);
+        }
+        fixture
+    }
+
+    pub fn outline(&self) -> Outline {
+        Outline::of_doc(&self.doc)
+    }
+
+    /// `read_document`: remembers and returns the revision read.
+    pub fn read(&mut self) -> i64 {
+        self.reads.remember(self.revision, Arc::new(self.outline()));
+        self.revision
+    }
+
+    /// A server restart: every remembered read is gone; cards stay.
+    pub fn restart(&mut self) {
+        self.reads.clear();
+    }
+
+    pub fn insert(&mut self, index: usize, text: &str) {
+        let fragment = self.doc.get_or_insert_xml_fragment(FRAGMENT_NAME);
+        {
+            let mut txn = self.doc.transact_mut();
+            let p = fragment.insert(&mut txn, index as u32, XmlElementPrelim::empty("paragraph"));
+            p.insert(&mut txn, 0, XmlTextPrelim::new(text));
+        }
+        self.revision += 1;
+    }
+
+    /// Replaces the text of the block at `index`, keeping the block.
+    pub fn rewrite(&mut self, index: usize, text: &str) {
+        let fragment = self.doc.get_or_insert_xml_fragment(FRAGMENT_NAME);
+        {
+            let mut txn = self.doc.transact_mut();
+            let Some(XmlOut::Element(block)) = fragment.get(&txn, index as u32) else {
+                panic!("no block at {index}");
+            };
+            let Some(XmlOut::Text(body)) = block.get(&txn, 0) else {
+                panic!("block {index} has no text");
+            };
+            let len = body.len(&txn);
+            body.remove_range(&mut txn, 0, len);
+            body.insert(&mut txn, 0, text);
+        }
+        self.revision += 1;
+    }
+
+    pub fn delete(&mut self, index: usize) {
+        let fragment = self.doc.get_or_insert_xml_fragment(FRAGMENT_NAME);
+        fragment.remove_range(&mut self.doc.transact_mut(), index as u32, 1);
+        self.revision += 1;
+    }
+
+    /// Deletes the block at `from` and inserts the same text at `to`.
+    pub fn move_block(&mut self, from: usize, to: usize) {
+        let text = self.outline().get(from).unwrap().text.clone();
+        self.delete(from);
+        self.insert(to, &text);
+    }
+
+    /// The address of the block at `index` as it stands now.
+    pub fn passage(&self, index: usize) -> Passage {
+        Passage {
+            index,
+            digest: self.outline().get(index).unwrap().digest,
+        }
+    }
+
+    /// Runs `open_decisions` and, like the server, stores what it created.
+    pub fn open(&mut self, revision: i64, cards: &[CardSpec]) -> Result<Vec<Capture>, BatchError> {
+        self.run(revision, cards, Strictness::StaleAllowed)
+    }
+
+    /// `open_decision` / `ask`: strict revision.
+    pub fn open_strict(
+        &mut self,
+        revision: i64,
+        card: CardSpec,
+    ) -> Result<Vec<Capture>, BatchError> {
+        self.run(revision, &[card], Strictness::CurrentOnly)
+    }
+
+    fn run(
+        &mut self,
+        revision: i64,
+        cards: &[CardSpec],
+        strictness: Strictness,
+    ) -> Result<Vec<Capture>, BatchError> {
+        let outline = self.outline();
+        let document = DocumentState {
+            revision: self.revision,
+            outline: &outline,
+            reads: &self.reads,
+        };
+        let stored = &self.cards;
+        let captures = open_decisions(
+            document,
+            Access::Granted,
+            |key| stored.get(key),
+            revision,
+            cards,
+            strictness,
+        )?;
+        for capture in &captures {
+            if let Outcome::Created(new) = &capture.outcome {
+                let id = format!("card-{}", self.next_id);
+                self.next_id += 1;
+                self.cards.insert(
+                    new.spec.key.clone(),
+                    DecisionCard {
+                        id,
+                        key: new.spec.key.clone(),
+                        question: new.spec.question.clone(),
+                        description: new.spec.description.clone(),
+                        response: new.spec.response,
+                        choices: new
+                            .spec
+                            .choices
+                            .iter()
+                            .enumerate()
+                            .map(|(i, label)| Choice {
+                                id: format!("c{}", i + 1),
+                                label: label.clone(),
+                                added_by: None,
+                            })
+                            .collect(),
+                        criteria: vec![],
+                        anchors: new.anchors.clone(),
+                        state: CardState::Open,
+                        answer: None,
+                        answered_by: None,
+                    },
+                );
+            }
+        }
+        Ok(captures)
+    }
+
+    pub fn card(&self, key: &str) -> &DecisionCard {
+        &self.cards[&Key::parse(key).unwrap()]
+    }
+
+    pub fn card_mut(&mut self, key: &str) -> &mut DecisionCard {
+        self.cards.get_mut(&Key::parse(key).unwrap()).unwrap()
+    }
+
+    /// The index where card `key`'s first anchor now stands.
+    pub fn anchored_at(&self, key: &str) -> Option<usize> {
+        let identity = self.card(key).anchors[0].identity;
+        self.outline().by_identity(identity).map(|b| b.index)
+    }
+}
+
+/// A single-choice card on `passages`.
+pub fn card(key: &str, question: &str, passages: Vec<Passage>) -> CardSpec {
+    CardSpec {
+        key: Key::parse(key).unwrap(),
+        question: question.to_owned(),
+        description: None,
+        response: ResponseKind::SingleChoice,
+        choices: vec!["Yes".into(), "No".into()],
+        passages,
+    }
+}
+
+/// The refusal code of a failed batch, or "ok".
+pub fn code(result: &Result<Vec<Capture>, BatchError>) -> &'static str {
+    match result {
+        Ok(_) => "ok",
+        Err(e) => e.code(),
+    }
+}
+
+pub fn digest_of(text: &str) -> Digest {
+    Digest::of("paragraph", text)
+}
