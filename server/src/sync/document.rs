@@ -106,7 +106,8 @@ enum Target {
 /// What one batch produced, held back until its changes are committed.
 #[derive(Default)]
 struct Effects {
-    deltas: Vec<Vec<u8>>,
+    /// Each change with the connection it came from.
+    deltas: Vec<(ConnId, Vec<u8>)>,
     sends: Vec<(Target, Bytes)>,
     outlines: Vec<oneshot::Sender<(i64, Outline)>>,
 }
@@ -313,10 +314,7 @@ impl DocumentTask {
                         .map_err(|e| (close::MALFORMED, format!("malformed update: {e}")))?;
                     if can_edit {
                         if let Some(delta) = self.apply(update)? {
-                            effects
-                                .sends
-                                .push((Target::AllBut(conn), messages::update(delta.clone())));
-                            effects.deltas.push(delta);
+                            effects.deltas.push((conn, delta));
                         }
                     } else if self.is_news(&update) {
                         return Err((
@@ -396,21 +394,25 @@ impl DocumentTask {
 
     /// Commits the batch's changes, then sends what it produced.
     async fn publish(&mut self, effects: Effects) -> Result<(), StorageError> {
+        let mut sends = Vec::new();
         if !effects.deltas.is_empty() {
-            let count = effects.deltas.len() as u64;
+            let changes: Vec<Vec<u8>> = effects.deltas.iter().map(|(_, d)| d.clone()).collect();
             self.revision = self
                 .store
-                .append_updates(&self.id, self.revision, &effects.deltas)
+                .append_updates(&self.id, self.revision, &changes)
                 .await?;
-            self.pending += count;
+            self.pending += changes.len() as u64;
             self.last_change = Instant::now();
+            sends = self.fan_out(&effects.deltas);
         }
-        let mut slow = self.dispatch(effects.sends);
+        sends.extend(effects.sends);
+        let mut slow = self.dispatch(sends);
         // Closing a slow client announces its departure, which may find
         // another slow client; each round removes at least one member.
         while !slow.is_empty() {
             let mut gone = Effects::default();
             for id in slow {
+                warn!(conn = id, "client fell behind; closing it so it resyncs");
                 if let Some(member) = self.members.get(&id) {
                     member
                         .conn
@@ -428,6 +430,52 @@ impl DocumentTask {
             }
         }
         Ok(())
+    }
+
+    /// One update frame per member for the whole batch: the batch's changes
+    /// merged, less the member's own. A burst then costs each client one
+    /// message per batch instead of one per change, which keeps clients
+    /// that are merely busy from falling behind.
+    fn fan_out(&self, deltas: &[(ConnId, Vec<u8>)]) -> Vec<(Target, Bytes)> {
+        let merged = |skip: Option<ConnId>| -> Option<Bytes> {
+            let parts: Vec<&[u8]> = deltas
+                .iter()
+                .filter(|(origin, _)| Some(*origin) != skip)
+                .map(|(_, delta)| delta.as_slice())
+                .collect();
+            match parts.as_slice() {
+                [] => None,
+                [one] => Some(messages::update(one.to_vec())),
+                many => match yrs::merge_updates_v1(many.iter().copied()) {
+                    Ok(update) => Some(messages::update(update)),
+                    // Unmergeable (it should not happen): send them one by one.
+                    Err(_) => None,
+                },
+            }
+        };
+        let mut origins: Vec<ConnId> = deltas.iter().map(|(origin, _)| *origin).collect();
+        origins.sort_unstable();
+        origins.dedup();
+        let mut sends = Vec::new();
+        let everyone = merged(None);
+        for member in self.members.values() {
+            let id = member.conn.id;
+            let frame = if origins.contains(&id) {
+                merged(Some(id))
+            } else {
+                everyone.clone()
+            };
+            match frame {
+                Some(frame) => sends.push((Target::One(id), frame)),
+                None => sends.extend(
+                    deltas
+                        .iter()
+                        .filter(|(origin, _)| *origin != id)
+                        .map(|(_, delta)| (Target::One(id), messages::update(delta.clone()))),
+                ),
+            }
+        }
+        sends
     }
 
     /// Queues frames on their connections; returns those whose queue is full.

@@ -7,8 +7,9 @@ use futures_util::{SinkExt, StreamExt};
 use margin_decisions::{Outline, FRAGMENT_NAME};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
-use tokio_tungstenite::{connect_async, MaybeTlsStream, WebSocketStream};
+use tokio_tungstenite::{connect_async_with_config, MaybeTlsStream, WebSocketStream};
 use yrs::encoding::read::Cursor;
 use yrs::sync::{Message, MessageReader, SyncMessage};
 use yrs::types::xml::{XmlElementPrelim, XmlTextPrelim};
@@ -38,7 +39,13 @@ impl SyncClient {
 
     /// Connects without syncing.
     pub async fn connect_raw(url: &str) -> SyncClient {
-        let (ws, _) = connect_async(url).await.unwrap();
+        // A whole document can exceed tungstenite's default 16 MiB frame.
+        let config = WebSocketConfig::default()
+            .max_message_size(None)
+            .max_frame_size(None);
+        let (ws, _) = connect_async_with_config(url, Some(config), false)
+            .await
+            .unwrap();
         SyncClient {
             doc: Doc::new(),
             ws,
