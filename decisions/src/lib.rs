@@ -14,7 +14,9 @@
 mod block;
 mod capture;
 mod card;
+mod edit;
 mod outline;
+mod people;
 mod reads;
 mod refusal;
 
@@ -27,6 +29,8 @@ pub use card::{
     check_text, limits, Anchor, Answer, CardSpec, CardState, Choice, DecisionCard, Key, Passage,
     ResponseKind,
 };
+pub use edit::{apply_edits, BlockKind, Edit, EditError, MAX_EDITS, MAX_EDIT_TEXT_BYTES};
 pub use outline::{Outline, FRAGMENT_NAME};
+pub use people::{act, Action, ActionError};
 pub use reads::{ReadCache, DEFAULT_READS};
 pub use refusal::{Cause, Refusal};

@@ -1,0 +1,378 @@
+//! Decision cards over HTTP, and the Planner's document tools' inputs and
+//! outputs (SPEC D, S4, S5).
+//!
+//! ```
+//! use margin_protocol::decisions::OpenDecisionsInput;
+//! let input: OpenDecisionsInput = serde_json::from_str(r#"{
+//!   "revision": 12,
+//!   "cards": [{
+//!     "key": "launch-region",
+//!     "question": "Which region launches first?",
+//!     "response": "single_choice",
+//!     "choices": ["EU", "US"],
+//!     "passages": [{"index": 3, "digest": "9f2c…"}]
+//!   }]
+//! }"#).unwrap();
+//! assert_eq!(input.cards[0].passages[0].index, 3);
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+use crate::documents::BlockEntry;
+
+/// A block address: its index and digest in the outline of a revision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PassageAddress {
+    /// Index in that revision's outline.
+    pub index: usize,
+    /// The block's digest (64 hex digits).
+    pub digest: String,
+}
+
+/// One card as the Planner writes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CardInput {
+    /// Stable key chosen by the Planner; a repeated key replays only the
+    /// decision it made.
+    pub key: String,
+    /// The question, ≤ 500 bytes, one line.
+    pub question: String,
+    /// Optional context, ≤ 4000 bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// `single_choice`, `multiple_choice`, `free_text` or `yes_no`.
+    pub response: String,
+    /// 2–24 labels for choice kinds; none otherwise.
+    #[serde(default)]
+    pub choices: Vec<String>,
+    /// 1–8 blocks the card concerns.
+    pub passages: Vec<PassageAddress>,
+}
+
+/// `open_decisions` input: a batch written at `revision`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpenDecisionsInput {
+    /// The revision the Planner read.
+    pub revision: i64,
+    /// 1–32 cards.
+    pub cards: Vec<CardInput>,
+}
+
+/// `open_decision` and `ask` input: one card at the current revision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OpenDecisionInput {
+    /// Must be the document's current revision.
+    pub revision: i64,
+    /// The card.
+    pub card: CardInput,
+}
+
+/// What happened to one card of a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CaptureStatus {
+    /// A new card was added.
+    Created,
+    /// The key's card was already in the document and holds the question.
+    AlreadyInDocument,
+    /// The key's card was discarded or cancelled; not recreated, not counted.
+    NotCaptured,
+}
+
+/// One card's result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureView {
+    /// The card's key.
+    pub key: String,
+    /// The card's id.
+    pub card_id: String,
+    /// What happened.
+    pub status: CaptureStatus,
+    /// Whether a card now holds the question.
+    pub captured: bool,
+}
+
+/// `open_decisions` / `open_decision` / `ask` result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenDecisionsOutput {
+    /// Per card, in batch order.
+    pub captures: Vec<CaptureView>,
+    /// How many cards hold the Planner's questions (new and replayed).
+    pub captured: usize,
+    /// A sentence for the turn's summary, e.g. "added 1 decision; 1 decision
+    /// already in the document".
+    pub summary: String,
+}
+
+/// A refused tool call: nothing changed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolRefusal {
+    /// Stable code: `read_evicted`, `address_mismatch`, `repeated_when_read`,
+    /// `block_rewritten`, `block_removed_or_moved`, `twin_now`,
+    /// `different_decision`, `stale_revision`, `no_access`, `invalid_input`.
+    pub code: String,
+    /// Names the key and the cause.
+    pub message: String,
+    /// Whether reading the document again is the remedy.
+    pub read_again: bool,
+}
+
+/// `read_document` result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadDocumentOutput {
+    /// The revision read; write batches against it.
+    pub revision: i64,
+    /// Its blocks.
+    pub outline: Vec<BlockEntry>,
+}
+
+/// One change to the document's blocks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum EditInput {
+    /// A new block after `after` (at the start when absent).
+    Insert {
+        /// The block it follows.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<PassageAddress>,
+        /// `paragraph` or `heading`.
+        kind: String,
+        /// Heading level 1–3 (headings only).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        level: Option<u8>,
+        /// The text, ≤ 10000 bytes.
+        text: String,
+    },
+    /// New text for a block, keeping the block (and its identity).
+    Replace {
+        /// The block.
+        at: PassageAddress,
+        /// The text.
+        text: String,
+    },
+    /// Removes a block.
+    Delete {
+        /// The block.
+        at: PassageAddress,
+    },
+}
+
+/// `edit_plan` input: edits addressed at the current revision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EditPlanInput {
+    /// Must be the current revision.
+    pub revision: i64,
+    /// 1–64 edits, all addressed in the outline of `revision`.
+    pub edits: Vec<EditInput>,
+}
+
+/// `edit_plan` result.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EditPlanOutput {
+    /// The revision the edit made; its outline is remembered as read, so a
+    /// batch written from it survives later edits by others.
+    pub revision: i64,
+    /// That revision's blocks.
+    pub outline: Vec<BlockEntry>,
+}
+
+/// A choice on a card.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChoiceView {
+    /// Stable id (`c1`… the Planner's, `p1`… people's).
+    pub id: String,
+    /// The label (untrusted text: render as text).
+    pub label: String,
+    /// Who added it; absent for the Planner's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub added_by: Option<String>,
+}
+
+/// An answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum AnswerBody {
+    /// Choice ids (one for single choice).
+    Choices(Vec<String>),
+    /// Words (free text).
+    Text(String),
+    /// Yes or no.
+    Yes(bool),
+}
+
+/// A card as people and editors see it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecisionCardView {
+    /// Id.
+    pub id: String,
+    /// The Planner's key.
+    pub key: String,
+    /// The question.
+    pub question: String,
+    /// Context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Response kind.
+    pub response: String,
+    /// Choices.
+    pub choices: Vec<ChoiceView>,
+    /// Criteria people added.
+    pub criteria: Vec<String>,
+    /// Identities (`client:clock`) of the blocks it stands beside.
+    pub anchors: Vec<String>,
+    /// `open`, `answered`, `reopened`, `discarded` or `cancelled`.
+    pub state: String,
+    /// The answer, if answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<AnswerBody>,
+    /// Who answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<String>,
+}
+
+/// `GET /documents/{id}/decisions`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecisionList {
+    /// Cards, oldest first.
+    pub decisions: Vec<DecisionCardView>,
+}
+
+/// `POST …/decisions/{card}/options` body.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddOption {
+    /// The new choice's label.
+    pub label: String,
+}
+
+/// `POST …/decisions/{card}/criteria` body.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddCriterion {
+    /// The criterion.
+    pub text: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use serde::de::DeserializeOwned;
+
+    fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(
+        value: T,
+        json: &str,
+    ) {
+        assert_eq!(serde_json::to_string(&value).unwrap(), json);
+        assert_eq!(serde_json::from_str::<T>(json).unwrap(), value);
+    }
+
+    fn passage() -> PassageAddress {
+        PassageAddress {
+            index: 1,
+            digest: "ab".into(),
+        }
+    }
+
+    #[test]
+    fn tool_inputs_round_trip() {
+        round_trip(
+            OpenDecisionsInput {
+                revision: 3,
+                cards: vec![CardInput {
+                    key: "k".into(),
+                    question: "Q?".into(),
+                    description: None,
+                    response: "yes_no".into(),
+                    choices: vec![],
+                    passages: vec![passage()],
+                }],
+            },
+            r#"{"revision":3,"cards":[{"key":"k","question":"Q?","response":"yes_no","choices":[],"passages":[{"index":1,"digest":"ab"}]}]}"#,
+        );
+        round_trip(
+            EditPlanInput {
+                revision: 2,
+                edits: vec![
+                    EditInput::Insert {
+                        after: None,
+                        kind: "heading".into(),
+                        level: Some(2),
+                        text: "Risks".into(),
+                    },
+                    EditInput::Replace {
+                        at: passage(),
+                        text: "New".into(),
+                    },
+                    EditInput::Delete { at: passage() },
+                ],
+            },
+            r#"{"revision":2,"edits":[{"op":"insert","kind":"heading","level":2,"text":"Risks"},{"op":"replace","at":{"index":1,"digest":"ab"},"text":"New"},{"op":"delete","at":{"index":1,"digest":"ab"}}]}"#,
+        );
+    }
+
+    #[test]
+    fn outputs_and_cards_round_trip() {
+        round_trip(
+            OpenDecisionsOutput {
+                captures: vec![CaptureView {
+                    key: "k".into(),
+                    card_id: "c".into(),
+                    status: CaptureStatus::AlreadyInDocument,
+                    captured: true,
+                }],
+                captured: 1,
+                summary: "1 decision already in the document".into(),
+            },
+            r#"{"captures":[{"key":"k","card_id":"c","status":"already_in_document","captured":true}],"captured":1,"summary":"1 decision already in the document"}"#,
+        );
+        round_trip(
+            DecisionCardView {
+                id: "c".into(),
+                key: "k".into(),
+                question: "Q?".into(),
+                description: None,
+                response: "single_choice".into(),
+                choices: vec![ChoiceView {
+                    id: "p1".into(),
+                    label: "Both".into(),
+                    added_by: Some("bo".into()),
+                }],
+                criteria: vec!["cost".into()],
+                anchors: vec!["7:0".into()],
+                state: "answered".into(),
+                answer: Some(AnswerBody::Choices(vec!["p1".into()])),
+                answered_by: Some("bo".into()),
+            },
+            r#"{"id":"c","key":"k","question":"Q?","response":"single_choice","choices":[{"id":"p1","label":"Both","added_by":"bo"}],"criteria":["cost"],"anchors":["7:0"],"state":"answered","answer":{"choices":["p1"]},"answered_by":"bo"}"#,
+        );
+        round_trip(AnswerBody::Yes(false), r#"{"yes":false}"#);
+        round_trip(
+            AnswerBody::Text("EU first".into()),
+            r#"{"text":"EU first"}"#,
+        );
+        round_trip(
+            ToolRefusal {
+                code: "twin_now".into(),
+                message: "m".into(),
+                read_again: true,
+            },
+            r#"{"code":"twin_now","message":"m","read_again":true}"#,
+        );
+    }
+
+    #[test]
+    fn malformed_inputs_are_refused() {
+        assert!(serde_json::from_str::<EditInput>(
+            r#"{"op":"rename","at":{"index":0,"digest":"a"}}"#
+        )
+        .is_err());
+        assert!(serde_json::from_str::<AnswerBody>(r#"{"choices":["a"],"text":"b"}"#).is_err());
+        assert!(serde_json::from_str::<PassageAddress>(r#"{"index":-1,"digest":"a"}"#).is_err());
+    }
+}
