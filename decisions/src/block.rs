@@ -63,6 +63,17 @@ impl From<ID> for BlockIdentity {
     }
 }
 
+impl BlockIdentity {
+    /// Parses the `client:clock` form.
+    pub fn parse(text: &str) -> Option<BlockIdentity> {
+        let (client, clock) = text.split_once(':')?;
+        Some(BlockIdentity {
+            client: client.parse().ok()?,
+            clock: clock.parse().ok()?,
+        })
+    }
+}
+
 impl fmt::Display for BlockIdentity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.client, self.clock)
@@ -125,6 +136,17 @@ mod tests {
         assert_ne!(Digest::of("paragraph", "x"), Digest::of("paragraph", "y"));
         // The length prefix keeps the kind/text boundary unambiguous.
         assert_ne!(Digest::of("ab", "c"), Digest::of("a", "bc"));
+    }
+
+    #[test]
+    fn identity_text_round_trips() {
+        let identity = BlockIdentity {
+            client: 42,
+            clock: 7,
+        };
+        assert_eq!(BlockIdentity::parse(&identity.to_string()), Some(identity));
+        assert_eq!(BlockIdentity::parse("42"), None);
+        assert_eq!(BlockIdentity::parse("a:1"), None);
     }
 
     #[test]

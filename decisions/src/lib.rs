@@ -19,6 +19,7 @@ mod outline;
 mod people;
 mod reads;
 mod refusal;
+pub mod wire;
 
 pub use block::{normalise, Block, BlockIdentity, Digest};
 pub use capture::{

@@ -1,6 +1,7 @@
 //! The command line: `serve`, `account add`, `token add`.
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
@@ -30,6 +31,9 @@ enum Command {
         /// Address to listen on (port 0 picks a free port).
         #[arg(long, env = "MARGIN_LISTEN", default_value = "127.0.0.1:7070")]
         listen: SocketAddr,
+        /// How many Planner reads each document remembers (SPEC S5).
+        #[arg(long, env = "MARGIN_REMEMBERED_READS", default_value_t = NonZeroUsize::new(margin_decisions::DEFAULT_READS).unwrap_or(NonZeroUsize::MIN))]
+        remembered_reads: NonZeroUsize,
     },
     /// Manage accounts.
     Account {
@@ -117,9 +121,15 @@ pub enum CliError {
 /// Runs the parsed command.
 pub async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
-        Command::Serve { database, listen } => {
+        Command::Serve {
+            database,
+            listen,
+            remembered_reads,
+        } => {
             let store = database.open().await?;
-            serve(store, ServeOptions::new(listen)).await?;
+            let mut options = ServeOptions::new(listen);
+            options.hub.read_capacity = remembered_reads;
+            serve(store, options).await?;
         }
         Command::Account {
             command: AccountCommand::Add { name, database },

@@ -10,3 +10,4 @@ pub mod serve;
 pub mod storage;
 pub mod sync;
 pub mod telemetry;
+pub mod tools;

@@ -6,12 +6,13 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::http::{router, AppState};
 use crate::storage::Store;
-use crate::sync::{Compaction, Hub};
+use crate::sync::{Hub, HubSettings};
 
 /// Longest wait for document tasks at shutdown.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(15);
@@ -21,8 +22,8 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(15);
 pub struct ServeOptions {
     /// Where to listen.
     pub listen: SocketAddr,
-    /// Snapshot compaction.
-    pub compaction: Compaction,
+    /// Document tasks and Planner reads.
+    pub hub: HubSettings,
 }
 
 impl ServeOptions {
@@ -30,7 +31,7 @@ impl ServeOptions {
     pub fn new(listen: SocketAddr) -> Self {
         ServeOptions {
             listen,
-            compaction: Compaction::default(),
+            hub: HubSettings::default(),
         }
     }
 }
@@ -51,8 +52,20 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
-/// Serves until a shutdown signal.
-pub async fn serve(store: Store, options: ServeOptions) -> Result<(), ServeError> {
+/// A server that is running.
+pub struct Running {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// Its documents, for in-process callers (the Planner tools).
+    pub hub: Hub,
+    store: Store,
+    shutdown: CancellationToken,
+    tracker: TaskTracker,
+    http: JoinHandle<std::io::Result<()>>,
+}
+
+/// Binds and starts serving; returns at once.
+pub async fn start(store: Store, options: ServeOptions) -> Result<Running, ServeError> {
     let listener = TcpListener::bind(options.listen)
         .await
         .map_err(|source| ServeError::Bind {
@@ -66,34 +79,54 @@ pub async fn serve(store: Store, options: ServeOptions) -> Result<(), ServeError
         store.clone(),
         tracker.clone(),
         shutdown.clone(),
-        options.compaction,
+        options.hub,
     );
-    let app = router(AppState { hub });
-
+    let app = router(AppState { hub: hub.clone() });
+    let stop = shutdown.clone();
+    let http = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(stop.cancelled_owned())
+            .await
+    });
     tracing::info!(%addr, backend = ?store.backend(), "listening");
-    // Tests and scripts read the bound address (useful with port 0).
-    println!("margin listening on http://{addr}");
-
-    tokio::spawn(signal_shutdown(shutdown.clone()));
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned())
-        .await?;
-
-    tracker.close();
-    if tokio::time::timeout(DRAIN_TIMEOUT, tracker.wait())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            "document tasks did not finish in time; everything acknowledged is already committed"
-        );
-    }
-    store.close().await;
-    tracing::info!("stopped");
-    Ok(())
+    Ok(Running {
+        addr,
+        hub,
+        store,
+        shutdown,
+        tracker,
+        http,
+    })
 }
 
-async fn signal_shutdown(shutdown: CancellationToken) {
+impl Running {
+    /// Stops gracefully and waits until everything is flushed.
+    pub async fn stop(self) -> Result<(), ServeError> {
+        self.shutdown.cancel();
+        let served = self.http.await.map_err(std::io::Error::other)?;
+        self.tracker.close();
+        if tokio::time::timeout(DRAIN_TIMEOUT, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("document tasks did not finish in time; everything acknowledged is already committed");
+        }
+        self.store.close().await;
+        tracing::info!("stopped");
+        Ok(served?)
+    }
+}
+
+/// Serves until a shutdown signal.
+pub async fn serve(store: Store, options: ServeOptions) -> Result<(), ServeError> {
+    let running = start(store, options).await?;
+    // Tests and scripts read the bound address (useful with port 0).
+    println!("margin listening on http://{}", running.addr);
+    wait_for_signal().await;
+    running.stop().await
+}
+
+async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
@@ -115,5 +148,4 @@ async fn signal_shutdown(shutdown: CancellationToken) {
         let _ = ctrl_c.await;
     }
     tracing::info!("shutting down");
-    shutdown.cancel();
 }

@@ -5,12 +5,11 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
-use margin_decisions::Outline;
+use margin_decisions::{wire, Outline};
 use margin_protocol::documents::MAX_TITLE_BYTES;
 use margin_protocol::sync::MAX_MESSAGE_BYTES;
 use margin_protocol::{
-    AddMember, BlockEntry, CreateDocument, DocumentInfo, DocumentList, Me, MemberInfo, OutlineView,
-    Role,
+    AddMember, CreateDocument, DocumentInfo, DocumentList, Me, MemberInfo, OutlineView, Role,
 };
 use serde::Deserialize;
 
@@ -137,7 +136,7 @@ pub async fn sync(
 
 /// The document as `account` may see it; 404 whether it is missing or
 /// merely not shared, so its existence never leaks.
-async fn visible(
+pub(super) async fn visible(
     state: &AppState,
     account: &crate::storage::Account,
     id: &str,
@@ -188,16 +187,6 @@ fn view(document: String, revision: i64, outline: &Outline) -> OutlineView {
     OutlineView {
         document,
         revision,
-        blocks: outline
-            .blocks()
-            .iter()
-            .map(|b| BlockEntry {
-                index: b.index,
-                kind: b.kind.clone(),
-                text: b.text.clone(),
-                digest: b.digest.to_hex(),
-                identity: b.identity.to_string(),
-            })
-            .collect(),
+        blocks: wire::blocks(outline),
     }
 }

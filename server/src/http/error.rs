@@ -33,6 +33,15 @@ pub enum AppError {
         /// For people.
         message: String,
     },
+    /// A domain rule refused the action (for example answering a discarded
+    /// card); the code names the rule.
+    #[error("{message}")]
+    Refused {
+        /// Stable code.
+        code: &'static str,
+        /// For people.
+        message: String,
+    },
     /// The request conflicts with what exists.
     #[error("{0}")]
     Conflict(String),
@@ -93,6 +102,7 @@ impl IntoResponse for AppError {
             AppError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             AppError::NotFound { code, .. } => (StatusCode::NOT_FOUND, *code),
             AppError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, *code),
+            AppError::Refused { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, *code),
             AppError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             AppError::Gone(_) => (StatusCode::GONE, "revision_compacted"),
             AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),

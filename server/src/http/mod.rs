@@ -3,6 +3,7 @@
 //! call storage or the sync hub.
 
 mod assets;
+mod decisions;
 mod documents;
 mod error;
 mod extract;
@@ -41,6 +42,27 @@ pub fn router(state: AppState) -> Router {
         .route("/documents/{id}/members", post(documents::add_member))
         .route("/documents/{id}/outline", get(documents::outline))
         .route("/documents/{id}/sync", get(documents::sync))
+        .route("/documents/{id}/decisions", get(decisions::list))
+        .route(
+            "/documents/{id}/decisions/{card}/answer",
+            post(decisions::answer),
+        )
+        .route(
+            "/documents/{id}/decisions/{card}/discard",
+            post(decisions::discard),
+        )
+        .route(
+            "/documents/{id}/decisions/{card}/reopen",
+            post(decisions::reopen),
+        )
+        .route(
+            "/documents/{id}/decisions/{card}/options",
+            post(decisions::add_option),
+        )
+        .route(
+            "/documents/{id}/decisions/{card}/criteria",
+            post(decisions::add_criterion),
+        )
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http())

@@ -8,6 +8,7 @@
 //! transaction.
 
 mod accounts;
+mod cards;
 mod documents;
 mod updates;
 
@@ -18,6 +19,7 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Executor, Row};
 
 pub use accounts::Account;
+pub use cards::StoredCard;
 pub use documents::DocumentRow;
 pub use updates::StoredState;
 
@@ -47,6 +49,9 @@ pub enum StorageError {
         /// Revision of the snapshot that replaced it.
         snapshot: i64,
     },
+    /// A stored row does not decode.
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
     /// The database would not make commits durable.
     #[error("{0}")]
     Durability(String),

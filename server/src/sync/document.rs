@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use margin_decisions::Outline;
+use margin_decisions::{Edit, EditError, Outline};
 use margin_protocol::sync::{close, MAX_AWARENESS_BYTES, MAX_UPDATE_BYTES};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -28,7 +28,11 @@ use super::frame;
 use super::hub::Hub;
 use super::load::rebuild;
 use super::messages;
+use super::writes;
 use crate::storage::{StorageError, Store};
+
+/// The origin of the server's own changes; connections count from 1.
+const SERVER: ConnId = 0;
 
 /// Most commands handled in one batch (one storage transaction).
 const MAX_BATCH: usize = 256;
@@ -60,6 +64,45 @@ pub enum Command {
         /// Where to send it.
         reply: oneshot::Sender<(i64, Outline)>,
     },
+    /// The Planner's `edit_plan`, strict at the current revision.
+    Edit {
+        /// The revision the edits are addressed at.
+        revision: i64,
+        /// The edits.
+        edits: Vec<Edit>,
+        /// The revision the edit made and its outline, once committed.
+        reply: EditReply,
+    },
+    /// Mirrors decision cards into the document for live editors.
+    Project {
+        /// `(card id, card JSON)` pairs.
+        cards: Vec<(String, String)>,
+        /// The revision after the projection, once committed.
+        reply: oneshot::Sender<i64>,
+    },
+}
+
+/// Where an `edit_plan` result goes.
+pub type EditReply = oneshot::Sender<Result<(i64, Outline), EditRefused>>;
+
+/// Why an `edit_plan` changed nothing.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum EditRefused {
+    /// The edits were addressed at an older revision (SPEC D9's rule for
+    /// writes: edits are strict).
+    #[error("document changed, read it again: revision {revision} is not the current revision {current}; nothing was changed")]
+    Stale {
+        /// The revision given.
+        revision: i64,
+        /// The document's revision.
+        current: i64,
+    },
+    /// An address or edit is wrong.
+    #[error(transparent)]
+    Edit(#[from] EditError),
+    /// The document could not be loaded or its task stopped.
+    #[error("the document is unavailable: {0}")]
+    Unavailable(String),
 }
 
 /// Why a join did not happen.
@@ -110,6 +153,11 @@ struct Effects {
     deltas: Vec<(ConnId, Vec<u8>)>,
     sends: Vec<(Target, Bytes)>,
     outlines: Vec<oneshot::Sender<(i64, Outline)>>,
+    /// Edit replies: how many of the batch's changes precede the reply's
+    /// revision, and the outline at it.
+    edits: Vec<(EditReply, usize, Outline)>,
+    /// Projection replies.
+    projections: Vec<oneshot::Sender<i64>>,
 }
 
 pub struct DocumentTask {
@@ -169,7 +217,11 @@ async fn refuse_all(rx: &mut mpsc::Receiver<Command>, why: JoinRefused) {
                 }
             }
             // Dropping the reply makes the caller read storage instead.
-            Command::Outline { .. } | Command::Frame { .. } | Command::Leave { .. } => {}
+            Command::Outline { .. }
+            | Command::Edit { .. }
+            | Command::Project { .. }
+            | Command::Frame { .. }
+            | Command::Leave { .. } => {}
         }
     }
 }
@@ -276,6 +328,35 @@ impl DocumentTask {
                 debug!(conn, members = self.members.len(), "left");
             }
             Command::Outline { reply } => effects.outlines.push(reply),
+            Command::Edit {
+                revision,
+                edits,
+                reply,
+            } => {
+                // Changes earlier in this batch already moved the document.
+                let current = self.revision + effects.deltas.len() as i64;
+                if revision != current {
+                    let _ = reply.send(Err(EditRefused::Stale { revision, current }));
+                    return;
+                }
+                match writes::edit(self.awareness.doc(), &edits) {
+                    Ok((change, outline)) => {
+                        if let Some(change) = change {
+                            effects.deltas.push((SERVER, change));
+                        }
+                        effects.edits.push((reply, effects.deltas.len(), outline));
+                    }
+                    Err(refused) => {
+                        let _ = reply.send(Err(refused.into()));
+                    }
+                }
+            }
+            Command::Project { cards, reply } => {
+                if let Some(change) = writes::project(self.awareness.doc(), &cards) {
+                    effects.deltas.push((SERVER, change));
+                }
+                effects.projections.push(reply);
+            }
         }
     }
 
@@ -358,8 +439,7 @@ impl DocumentTask {
         let mut txn = self.awareness.doc().transact_mut();
         txn.apply_update(update)
             .map_err(|e| (close::BAD_UPDATE, format!("update does not apply: {e}")))?;
-        let changed = txn.before_state() != txn.after_state() || !txn.delete_set().is_empty();
-        Ok(changed.then(|| txn.encode_update_v1()))
+        Ok(writes::change_of(&txn))
     }
 
     /// Whether a viewer's update carries anything the document lacks. A
@@ -394,6 +474,7 @@ impl DocumentTask {
 
     /// Commits the batch's changes, then sends what it produced.
     async fn publish(&mut self, effects: Effects) -> Result<(), StorageError> {
+        let base = self.revision;
         let mut sends = Vec::new();
         if !effects.deltas.is_empty() {
             let changes: Vec<Vec<u8>> = effects.deltas.iter().map(|(_, d)| d.clone()).collect();
@@ -422,6 +503,12 @@ impl DocumentTask {
                 self.remove(id, &mut gone);
             }
             slow = self.dispatch(gone.sends);
+        }
+        for (reply, changes_before, outline) in effects.edits {
+            let _ = reply.send(Ok((base + changes_before as i64, outline)));
+        }
+        for reply in effects.projections {
+            let _ = reply.send(self.revision);
         }
         if !effects.outlines.is_empty() {
             let outline = Outline::of_doc(self.awareness.doc());

@@ -5,14 +5,16 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use margin_decisions::Outline;
+use std::num::NonZeroUsize;
+
+use margin_decisions::{Edit, Outline, ReadCache, DEFAULT_READS};
 use margin_protocol::Role;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::conn::{Closer, Conn, ConnId};
-use super::document::{self, Command, Compaction, JoinRefused};
+use super::document::{self, Command, Compaction, EditRefused, JoinRefused};
 use super::load::{rebuild, LoadError};
 use crate::storage::{StorageError, Store};
 
@@ -27,6 +29,24 @@ pub const OUTBOX: usize = 512;
 /// How many times a join retries a document that was unloading.
 const JOIN_ATTEMPTS: usize = 8;
 
+/// Tunables of the hub.
+#[derive(Clone, Copy, Debug)]
+pub struct HubSettings {
+    /// Snapshot compaction.
+    pub compaction: Compaction,
+    /// How many Planner reads each document remembers (SPEC S5).
+    pub read_capacity: NonZeroUsize,
+}
+
+impl Default for HubSettings {
+    fn default() -> Self {
+        HubSettings {
+            compaction: Compaction::default(),
+            read_capacity: NonZeroUsize::new(DEFAULT_READS).unwrap_or(NonZeroUsize::MIN),
+        }
+    }
+}
+
 /// Shared handle to the loaded documents.
 #[derive(Clone)]
 pub struct Hub {
@@ -36,6 +56,11 @@ pub struct Hub {
 struct Inner {
     store: Store,
     docs: Mutex<HashMap<String, mpsc::Sender<Command>>>,
+    /// What the Planner read of each document (SPEC S5). Kept apart from the
+    /// document tasks so a read outlives a document unloading; lost, like a
+    /// cache should be, in a restart.
+    reads: Mutex<HashMap<String, ReadCache>>,
+    read_capacity: NonZeroUsize,
     tracker: TaskTracker,
     shutdown: CancellationToken,
     compaction: Compaction,
@@ -71,15 +96,17 @@ impl Hub {
         store: Store,
         tracker: TaskTracker,
         shutdown: CancellationToken,
-        compaction: Compaction,
+        settings: HubSettings,
     ) -> Self {
         Hub {
             inner: Arc::new(Inner {
                 store,
                 docs: Mutex::new(HashMap::new()),
+                reads: Mutex::new(HashMap::new()),
+                read_capacity: settings.read_capacity,
                 tracker,
                 shutdown,
-                compaction,
+                compaction: settings.compaction,
                 next_conn: AtomicU64::new(1),
             }),
         }
@@ -146,6 +173,76 @@ impl Hub {
         let state = self.inner.store.load_state(id, revision).await?;
         let doc = rebuild(&state)?;
         Ok((state.revision, Outline::of_doc(&doc)))
+    }
+
+    /// Remembers that the Planner read `outline` at `revision` of `id`.
+    pub fn remember_read(&self, id: &str, revision: i64, outline: Arc<Outline>) {
+        if let Ok(mut reads) = self.inner.reads.lock() {
+            let capacity = self.inner.read_capacity;
+            reads
+                .entry(id.to_owned())
+                .or_insert_with(|| ReadCache::new(capacity))
+                .remember(revision, outline);
+        }
+    }
+
+    /// Runs `f` with the reads remembered for `id`.
+    pub fn with_reads<T>(&self, id: &str, f: impl FnOnce(&ReadCache) -> T) -> T {
+        let empty = ReadCache::new(self.inner.read_capacity);
+        match self.inner.reads.lock() {
+            Ok(reads) => f(reads.get(id).unwrap_or(&empty)),
+            Err(_) => f(&empty),
+        }
+    }
+
+    /// Applies the Planner's edits to `id` and returns the revision they made
+    /// and its outline, once committed.
+    pub async fn edit(
+        &self,
+        id: &str,
+        revision: i64,
+        edits: Vec<Edit>,
+    ) -> Result<(i64, Outline), EditRefused> {
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Edit {
+            revision,
+            edits,
+            reply,
+        };
+        self.send(id, command)
+            .await
+            .map_err(|e| EditRefused::Unavailable(e.to_string()))?;
+        answer
+            .await
+            .map_err(|_| EditRefused::Unavailable("the document task stopped".into()))?
+    }
+
+    /// Mirrors `(card id, card JSON)` pairs into `id` for live editors;
+    /// returns the revision once committed.
+    pub async fn project(
+        &self,
+        id: &str,
+        cards: Vec<(String, String)>,
+    ) -> Result<i64, JoinRefused> {
+        let (reply, answer) = oneshot::channel();
+        self.send(id, Command::Project { cards, reply }).await?;
+        answer
+            .await
+            .map_err(|_| JoinRefused::LoadFailed("the document task stopped".into()))
+    }
+
+    /// Sends `command` to `id`'s task, starting one if needed and retrying
+    /// once past a task that was unloading.
+    async fn send(&self, id: &str, command: Command) -> Result<(), JoinRefused> {
+        let mut command = command;
+        for _ in 0..JOIN_ATTEMPTS {
+            let mailbox = self.task_for(id)?;
+            match mailbox.send(command).await {
+                Ok(()) => return Ok(()),
+                Err(mpsc::error::SendError(back)) => command = back,
+            }
+        }
+        Err(JoinRefused::Unloading)
     }
 
     /// How many documents are loaded.

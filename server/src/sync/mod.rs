@@ -9,6 +9,7 @@ pub mod hub;
 pub mod load;
 mod messages;
 pub mod socket;
+pub mod writes;
 
 pub use document::Compaction;
-pub use hub::Hub;
+pub use hub::{Hub, HubSettings};

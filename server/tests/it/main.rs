@@ -4,6 +4,7 @@
 mod harness;
 
 mod crash;
+mod decisions;
 mod http;
 mod storage;
 mod sync;

@@ -95,15 +95,32 @@ impl SyncClient {
 
     /// Appends a paragraph locally; returns the update without sending it.
     pub fn local_paragraph(&mut self, text: &str) -> Vec<u8> {
+        let at = self.block_count();
+        self.local_insert(at, text)
+    }
+
+    fn local_insert(&mut self, index: usize, text: &str) -> Vec<u8> {
         let fragment = self.doc.get_or_insert_xml_fragment(FRAGMENT_NAME);
         let before = self.doc.transact().state_vector();
         {
             let mut txn = self.doc.transact_mut();
-            let at = fragment.len(&txn);
-            let paragraph = fragment.insert(&mut txn, at, XmlElementPrelim::empty("paragraph"));
+            let paragraph =
+                fragment.insert(&mut txn, index as u32, XmlElementPrelim::empty("paragraph"));
             paragraph.insert(&mut txn, 0, XmlTextPrelim::new(text));
         }
         self.doc.transact().encode_diff_v1(&before)
+    }
+
+    /// Inserts a paragraph at `index` and sends the update, as a person
+    /// typing would.
+    pub async fn insert_paragraph(&mut self, index: usize, text: &str) {
+        let update = self.local_insert(index, text);
+        self.send(Message::Sync(SyncMessage::Update(update))).await;
+    }
+
+    /// The decision cards mirrored into the document: (id, JSON).
+    pub fn projected_cards(&self) -> Vec<(String, String)> {
+        margin_server::sync::writes::projected(&self.doc)
     }
 
     /// How many blocks the document has (cheap: no text is read).

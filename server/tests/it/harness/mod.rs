@@ -1,12 +1,16 @@
 //! Test harness: isolated databases, a real `margin` process, and a `yrs`
 //! y-websocket client.
 
+pub mod api;
 pub mod client;
 pub mod db;
+pub mod inproc;
 pub mod server;
 
+pub use api::Api;
 pub use client::SyncClient;
 pub use db::TestDb;
+pub use inproc::InProcess;
 pub use server::Server;
 
 /// Declares each test once per backend: `name::sqlite` and `name::postgres`.

@@ -4,21 +4,18 @@ use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
 
-use margin_protocol::DocumentInfo;
-use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use super::TestDb;
+use super::{Api, TestDb};
 
 const BIN: &str = env!("CARGO_BIN_EXE_margin");
 
 /// A running server; killed when dropped.
 pub struct Server {
     child: Child,
-    pub addr: SocketAddr,
     args: Vec<String>,
-    http: reqwest::Client,
+    api: Api,
 }
 
 impl Server {
@@ -53,9 +50,8 @@ impl Server {
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         Server {
             child,
-            addr,
             args,
-            http: reqwest::Client::new(),
+            api: Api::new(addr),
         }
     }
 
@@ -103,62 +99,12 @@ impl Server {
         let _ = self.child.kill().await;
         *self = Self::start_with(self.args.clone()).await;
     }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    pub fn sync_url(&self, document: &str, token: &str) -> String {
-        format!("ws://{}/documents/{document}/sync?token={token}", self.addr)
-    }
-
-    pub async fn get(&self, token: Option<&str>, path: &str) -> (u16, serde_json::Value) {
-        let mut request = self.http.get(self.url(path));
-        if let Some(token) = token {
-            request = request.bearer_auth(token);
-        }
-        respond(request).await
-    }
-
-    pub async fn post(
-        &self,
-        token: Option<&str>,
-        path: &str,
-        body: serde_json::Value,
-    ) -> (u16, serde_json::Value) {
-        let mut request = self.http.post(self.url(path)).json(&body);
-        if let Some(token) = token {
-            request = request.bearer_auth(token);
-        }
-        respond(request).await
-    }
-
-    /// Creates a document and returns its id.
-    pub async fn create_document(&self, token: &str, title: &str) -> String {
-        let (status, body) = self
-            .post(Some(token), "/documents", json!({ "title": title }))
-            .await;
-        assert_eq!(status, 201, "{body}");
-        serde_json::from_value::<DocumentInfo>(body).unwrap().id
-    }
-
-    /// The texts of the document's blocks, from the outline endpoint.
-    pub async fn block_texts(&self, token: &str, document: &str) -> (i64, Vec<String>) {
-        let (status, body) = self
-            .get(Some(token), &format!("/documents/{document}/outline"))
-            .await;
-        assert_eq!(status, 200, "{body}");
-        let outline: margin_protocol::OutlineView = serde_json::from_value(body).unwrap();
-        (
-            outline.revision,
-            outline.blocks.into_iter().map(|b| b.text).collect(),
-        )
-    }
 }
 
-async fn respond(request: reqwest::RequestBuilder) -> (u16, serde_json::Value) {
-    let response = request.send().await.unwrap();
-    let status = response.status().as_u16();
-    let body = response.json().await.unwrap_or(serde_json::Value::Null);
-    (status, body)
+impl std::ops::Deref for Server {
+    type Target = Api;
+
+    fn deref(&self) -> &Api {
+        &self.api
+    }
 }

@@ -1,0 +1,192 @@
+//! Decision cards (SPEC D): created a batch at a time, all or nothing, and
+//! changed by people one version at a time.
+
+use margin_decisions::{
+    wire, Anchor, Answer, BlockIdentity, CardState, Choice, DecisionCard, Digest, Key, ResponseKind,
+};
+use margin_protocol::decisions::{AnswerBody, ChoiceView};
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use super::{conflict_on_unique, int, now_ms, StorageError, Store};
+
+/// A stored card and the version a change must start from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredCard {
+    /// The card.
+    pub card: DecisionCard,
+    /// Bumped by every change; a change from an older version is refused.
+    pub version: i64,
+}
+
+const COLUMNS: &str = "id, card_key, question, description, response, choices, criteria, anchors, \
+     state, answer, answered_by, version";
+
+impl Store {
+    /// Creates `cards` on document `id` in one transaction: all or none. A
+    /// key that already exists is a [`StorageError::Conflict`].
+    pub async fn create_cards(&self, id: &str, cards: &[DecisionCard]) -> Result<(), StorageError> {
+        let mut tx = self.pool.begin().await?;
+        for card in cards {
+            sqlx::query(
+                "INSERT INTO decision_cards (id, document_id, card_key, question, description, response, \
+                 choices, criteria, anchors, state, answer, answered_by, version, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 1, $13)",
+            )
+            .bind(&card.id)
+            .bind(id)
+            .bind(card.key.as_str())
+            .bind(&card.question)
+            .bind(card.description.as_deref())
+            .bind(card.response.as_str())
+            .bind(encode_choices(&card.choices))
+            .bind(encode_json(&card.criteria))
+            .bind(encode_anchors(&card.anchors))
+            .bind(card.state.as_str())
+            .bind(card.answer.as_ref().map(encode_answer))
+            .bind(card.answered_by.as_deref())
+            .bind(now_ms())
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| conflict_on_unique(e, || format!("card key {:?} was just taken", card.key.as_str())))?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Every card of document `id`, oldest first.
+    pub async fn cards(&self, id: &str) -> Result<Vec<StoredCard>, StorageError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM decision_cards WHERE document_id = $1 ORDER BY created_at, id"
+        );
+        let rows = sqlx::query(&sql).bind(id).fetch_all(&self.pool).await?;
+        rows.iter().map(decode).collect()
+    }
+
+    /// Card `card` of document `id`.
+    pub async fn card(&self, id: &str, card: &str) -> Result<StoredCard, StorageError> {
+        let sql =
+            format!("SELECT {COLUMNS} FROM decision_cards WHERE document_id = $1 AND id = $2");
+        let row = sqlx::query(&sql)
+            .bind(id)
+            .bind(card)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StorageError::NotFound("decision"))?;
+        decode(&row)
+    }
+
+    /// Writes a person's change to a card, if nobody changed it since
+    /// `stored.version`; returns the new version.
+    pub async fn update_card(&self, id: &str, stored: &StoredCard) -> Result<i64, StorageError> {
+        let card = &stored.card;
+        let done = sqlx::query(
+            "UPDATE decision_cards SET choices = $1, criteria = $2, state = $3, answer = $4, \
+             answered_by = $5, version = version + 1 \
+             WHERE document_id = $6 AND id = $7 AND version = $8",
+        )
+        .bind(encode_choices(&card.choices))
+        .bind(encode_json(&card.criteria))
+        .bind(card.state.as_str())
+        .bind(card.answer.as_ref().map(encode_answer))
+        .bind(card.answered_by.as_deref())
+        .bind(id)
+        .bind(&card.id)
+        .bind(stored.version)
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() == 1 {
+            Ok(stored.version + 1)
+        } else {
+            Err(StorageError::Conflict(
+                "the card changed meanwhile; reload it and try again".into(),
+            ))
+        }
+    }
+}
+
+fn decode(row: &AnyRow) -> Result<StoredCard, StorageError> {
+    let corrupt = |what: &str| StorageError::Corrupt(format!("decision card {what}"));
+    let key: String = row.try_get("card_key")?;
+    let response: String = row.try_get("response")?;
+    let state: String = row.try_get("state")?;
+    let choices: Vec<ChoiceView> =
+        decode_json(&row.try_get::<String, _>("choices")?).ok_or_else(|| corrupt("choices"))?;
+    let anchors: Vec<(String, String)> =
+        decode_json(&row.try_get::<String, _>("anchors")?).ok_or_else(|| corrupt("anchors"))?;
+    let answer: Option<String> = row.try_get("answer")?;
+    let card = DecisionCard {
+        id: row.try_get("id")?,
+        key: Key::parse(&key).map_err(|_| corrupt("key"))?,
+        question: row.try_get("question")?,
+        description: row.try_get("description")?,
+        response: ResponseKind::parse(&response).ok_or_else(|| corrupt("response"))?,
+        choices: choices
+            .into_iter()
+            .map(|c| Choice {
+                id: c.id,
+                label: c.label,
+                added_by: c.added_by,
+            })
+            .collect(),
+        criteria: decode_json(&row.try_get::<String, _>("criteria")?)
+            .ok_or_else(|| corrupt("criteria"))?,
+        anchors: anchors
+            .iter()
+            .map(|(identity, digest)| {
+                Some(Anchor {
+                    identity: BlockIdentity::parse(identity)?,
+                    digest: Digest::from_hex(digest)?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| corrupt("anchors"))?,
+        state: CardState::parse(&state).ok_or_else(|| corrupt("state"))?,
+        answer: match answer {
+            Some(json) => Some(decode_answer(&json).ok_or_else(|| corrupt("answer"))?),
+            None => None,
+        },
+        answered_by: row.try_get("answered_by")?,
+    };
+    Ok(StoredCard {
+        card,
+        version: int(row, "version")?,
+    })
+}
+
+fn encode_json<T: serde::Serialize>(value: &T) -> String {
+    // Serialising plain strings and vectors cannot fail.
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+fn decode_json<T: serde::de::DeserializeOwned>(json: &str) -> Option<T> {
+    serde_json::from_str(json).ok()
+}
+
+fn encode_choices(choices: &[Choice]) -> String {
+    let views: Vec<ChoiceView> = choices
+        .iter()
+        .map(|c| ChoiceView {
+            id: c.id.clone(),
+            label: c.label.clone(),
+            added_by: c.added_by.clone(),
+        })
+        .collect();
+    encode_json(&views)
+}
+
+fn encode_anchors(anchors: &[Anchor]) -> String {
+    let pairs: Vec<(String, String)> = anchors
+        .iter()
+        .map(|a| (a.identity.to_string(), a.digest.to_hex()))
+        .collect();
+    encode_json(&pairs)
+}
+
+fn encode_answer(answer: &Answer) -> String {
+    encode_json(&wire::answer_body(answer))
+}
+
+fn decode_answer(json: &str) -> Option<Answer> {
+    decode_json::<AnswerBody>(json).map(wire::answer)
+}

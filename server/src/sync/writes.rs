@@ -1,0 +1,53 @@
+//! The server's own writes to a loaded document: the Planner's `edit_plan`
+//! and the live projection of decision cards. Each returns the change it
+//! made, which the document task publishes like any client's.
+
+use margin_decisions::{apply_edits, Edit, EditError, Outline, FRAGMENT_NAME};
+use yrs::{Doc, Map, ReadTxn, Transact, TransactionMut};
+
+/// The name of the map that mirrors decision cards for editors: card id →
+/// the card's JSON (`DecisionCardView`). SQL rows are the record; this is a
+/// projection rewritten whenever a card changes.
+pub const DECISIONS_MAP: &str = "decisions";
+
+/// Applies `edits` to `doc`; returns the change and the outline after it.
+pub fn edit(doc: &Doc, edits: &[Edit]) -> Result<(Option<Vec<u8>>, Outline), EditError> {
+    let before = Outline::of_doc(doc);
+    let fragment = doc.get_or_insert_xml_fragment(FRAGMENT_NAME);
+    let change = {
+        let mut txn = doc.transact_mut();
+        apply_edits(&mut txn, &fragment, &before, edits)?;
+        change_of(&txn)
+    };
+    Ok((change, Outline::of_doc(doc)))
+}
+
+/// Writes each `(card id, card JSON)` into the decisions map.
+pub fn project(doc: &Doc, cards: &[(String, String)]) -> Option<Vec<u8>> {
+    let map = doc.get_or_insert_map(DECISIONS_MAP);
+    let mut txn = doc.transact_mut();
+    for (id, json) in cards {
+        map.insert(&mut txn, id.as_str(), json.as_str());
+    }
+    change_of(&txn)
+}
+
+/// The change a transaction made, if any.
+pub fn change_of(txn: &TransactionMut) -> Option<Vec<u8>> {
+    let changed = txn.before_state() != txn.after_state() || !txn.delete_set().is_empty();
+    changed.then(|| txn.encode_update_v1())
+}
+
+/// Reads the decisions map (for tests and diagnostics).
+pub fn projected(doc: &Doc) -> Vec<(String, String)> {
+    let txn = doc.transact();
+    let Some(map) = txn.get_map(DECISIONS_MAP) else {
+        return Vec::new();
+    };
+    let mut cards: Vec<(String, String)> = map
+        .iter(&txn)
+        .map(|(id, value)| (id.to_string(), value.to_string(&txn)))
+        .collect();
+    cards.sort();
+    cards
+}

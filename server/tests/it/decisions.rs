@@ -1,0 +1,335 @@
+//! Decision capture end to end: the Planner tools on a live document, cards
+//! stored on SQLite and PostgreSQL, people's actions over HTTP, and the live
+//! mirror editors see (SPEC S5, D1–D10).
+
+use std::time::Duration;
+
+use margin_protocol::decisions::{
+    CaptureStatus, CardInput, DecisionCardView, EditInput, EditPlanInput, OpenDecisionInput,
+    OpenDecisionsInput, OpenDecisionsOutput, PassageAddress, ReadDocumentOutput,
+};
+use margin_server::storage::Account;
+use margin_server::tools::{ToolError, Tools};
+use serde_json::json;
+
+use crate::harness::{InProcess, SyncClient};
+use crate::on_both_backends;
+
+/// A document with `texts` typed by a person through sync, and a Planner
+/// acting for the owner.
+struct Scene {
+    server: InProcess,
+    owner: Account,
+    token: String,
+    doc: String,
+    person: SyncClient,
+}
+
+impl Scene {
+    async fn new(db: &crate::harness::TestDb, texts: &[&str]) -> Scene {
+        let server = InProcess::start(db).await;
+        let (owner, token) = server.account("ada").await;
+        let doc = server.create_document(&token, "Plan").await;
+        let mut person = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        for text in texts {
+            person.append_paragraph(text).await;
+        }
+        let scene = Scene {
+            server,
+            owner,
+            token,
+            doc,
+            person,
+        };
+        scene.settle(texts.len() as i64).await;
+        scene
+    }
+
+    fn tools(&self) -> Tools {
+        self.server.tools()
+    }
+
+    /// Waits until the document's revision reaches `revision`.
+    async fn settle(&self, revision: i64) {
+        for _ in 0..400 {
+            if self.server.block_texts(&self.token, &self.doc).await.0 >= revision {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("revision {revision} never arrived");
+    }
+
+    /// A person types a paragraph at `index`; returns once it is committed.
+    async fn person_inserts(&mut self, index: usize, text: &str) {
+        let before = self.server.block_texts(&self.token, &self.doc).await.0;
+        self.person.insert_paragraph(index, text).await;
+        self.settle(before + 1).await;
+    }
+
+    async fn read(&self) -> ReadDocumentOutput {
+        self.tools()
+            .read_document(&self.owner, &self.doc)
+            .await
+            .unwrap()
+    }
+
+    async fn open(
+        &self,
+        revision: i64,
+        cards: Vec<CardInput>,
+    ) -> Result<OpenDecisionsOutput, ToolError> {
+        self.tools()
+            .open_decisions(
+                &self.owner,
+                &self.doc,
+                OpenDecisionsInput { revision, cards },
+            )
+            .await
+    }
+
+    async fn cards(&self) -> Vec<DecisionCardView> {
+        let (status, body) = self
+            .server
+            .get(
+                Some(&self.token),
+                &format!("/documents/{}/decisions", self.doc),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_value(body["decisions"].clone()).unwrap()
+    }
+
+    async fn act(
+        &self,
+        token: &str,
+        card: &str,
+        action: &str,
+        body: serde_json::Value,
+    ) -> (u16, serde_json::Value) {
+        self.server
+            .post(
+                Some(token),
+                &format!("/documents/{}/decisions/{card}/{action}", self.doc),
+                body,
+            )
+            .await
+    }
+}
+
+fn address(read: &ReadDocumentOutput, index: usize) -> PassageAddress {
+    PassageAddress {
+        index,
+        digest: read.outline[index].digest.clone(),
+    }
+}
+
+fn card(key: &str, passages: Vec<PassageAddress>) -> CardInput {
+    CardInput {
+        key: key.into(),
+        question: "Which region launches first?".into(),
+        description: None,
+        response: "single_choice".into(),
+        choices: vec!["EU".into(), "US".into()],
+        passages,
+    }
+}
+
+fn refusal_code(result: &Result<OpenDecisionsOutput, ToolError>) -> String {
+    match result {
+        Ok(_) => "ok".into(),
+        Err(ToolError::Refused(r)) => r.code.clone(),
+        Err(other) => format!("internal: {other}"),
+    }
+}
+
+const PLAN: [&str; 3] = ["Intro", "Pick a region", "Budget"];
+
+on_both_backends! {
+    async fn stale_batch_lands_beside_the_right_paragraph_and_editors_see_it_live(db) {
+        let mut s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        s.person_inserts(0, "A person typed this first").await;
+        let output = s.open(read.revision, vec![card("region", vec![address(&read, 1)])]).await.unwrap();
+        assert_eq!(output.captures[0].status, CaptureStatus::Created);
+        assert_eq!(output.summary, "added 1 decision");
+        let cards = s.cards().await;
+        assert_eq!(cards.len(), 1);
+        // Anchored to the block read, which now stands at index 2.
+        let (_, outline) = (s.read().await.revision, s.read().await.outline);
+        assert_eq!(cards[0].anchors, vec![outline[2].identity.clone()]);
+        assert!(s.person.until(|c| c.projected_cards().len() == 1).await);
+        let mirrored: DecisionCardView = serde_json::from_str(&s.person.projected_cards()[0].1).unwrap();
+        assert_eq!(mirrored, cards[0]);
+    }
+
+    async fn twin_typed_ahead_refuses_the_batch_and_stores_nothing(db) {
+        let mut s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        s.person_inserts(0, "Pick a region").await;
+        let result = s.open(read.revision, vec![card("region", vec![address(&read, 1)])]).await;
+        assert_eq!(refusal_code(&result), "twin_now");
+        let Err(ToolError::Refused(refusal)) = result else { unreachable!() };
+        assert!(refusal.read_again && refusal.message.contains("\"region\""), "{refusal:?}");
+        assert!(s.cards().await.is_empty());
+    }
+
+    async fn read_is_lost_in_a_restart_but_an_identical_replay_beside_its_paragraph_stays_idempotent(db) {
+        let mut s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        let region = card("region", vec![address(&read, 1)]);
+        s.open(read.revision, vec![region.clone()]).await.unwrap();
+        let budget = card("budget", vec![address(&read, 2)]);
+        s.server.restart().await;
+        s.person = SyncClient::connect(&s.server.sync_url(&s.doc, &s.token)).await;
+        s.person_inserts(0, "typed after the restart").await;
+        // A new card at the lost read: refused.
+        assert_eq!(refusal_code(&s.open(read.revision, vec![budget]).await), "read_evicted");
+        // The identical replay of a card beside its paragraph: accepted.
+        let replay = s.open(read.revision, vec![region]).await.unwrap();
+        assert_eq!(replay.captures[0].status, CaptureStatus::AlreadyInDocument);
+        assert_eq!(replay.summary, "1 decision already in the document");
+        assert_eq!(s.cards().await.len(), 1);
+    }
+
+    async fn batch_from_an_edit_plan_revision_survives_another_writers_edit(db) {
+        let mut s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        let edited = s.tools().edit_plan(&s.owner, &s.doc, EditPlanInput {
+            revision: read.revision,
+            edits: vec![EditInput::Insert { after: Some(address(&read, 2)), kind: "paragraph".into(), level: None, text: "Risks".into() }],
+        }).await.unwrap();
+        assert_eq!(edited.revision, read.revision + 1);
+        assert_eq!(edited.outline[3].text, "Risks");
+        assert!(s.person.until(|c| c.texts().len() == 4).await);
+        s.person_inserts(0, "someone else").await;
+        let risks = PassageAddress { index: 3, digest: edited.outline[3].digest.clone() };
+        let output = s.open(edited.revision, vec![card("risks", vec![risks])]).await.unwrap();
+        assert_eq!(output.captured, 1);
+    }
+
+    async fn edit_plan_at_a_stale_revision_changes_nothing(db) {
+        let mut s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        s.person_inserts(0, "typed").await;
+        let result = s.tools().edit_plan(&s.owner, &s.doc, EditPlanInput {
+            revision: read.revision,
+            edits: vec![EditInput::Delete { at: address(&read, 0) }],
+        }).await;
+        match result {
+            Err(ToolError::Refused(r)) => assert_eq!(r.code, "stale_revision"),
+            other => panic!("expected stale_revision, got {other:?}"),
+        }
+        assert_eq!(s.server.block_texts(&s.token, &s.doc).await.1.len(), 4);
+    }
+
+    async fn open_decision_and_ask_at_a_stale_revision_refuse(db) {
+        let mut s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        s.person_inserts(0, "typed").await;
+        let input = OpenDecisionInput { revision: read.revision, card: card("region", vec![address(&read, 1)]) };
+        let tools = s.tools();
+        assert_eq!(refusal_code(&tools.open_decision(&s.owner, &s.doc, input.clone()).await), "stale_revision");
+        assert_eq!(refusal_code(&tools.ask(&s.owner, &s.doc, input).await), "stale_revision");
+        assert!(s.cards().await.is_empty());
+    }
+
+    async fn a_viewer_or_stranger_planner_gets_no_access(db) {
+        let s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        let (viewer, _) = s.server.account("vic").await;
+        s.server.store().set_member(&s.doc, &viewer, margin_protocol::Role::Viewer).await.unwrap();
+        let (stranger, _) = s.server.account("sam").await;
+        for account in [&viewer, &stranger] {
+            let result = s.tools().open_decisions(account, &s.doc, OpenDecisionsInput {
+                revision: read.revision,
+                cards: vec![card("region", vec![address(&read, 1)])],
+            }).await;
+            assert_eq!(refusal_code(&result), "no_access");
+        }
+    }
+
+    async fn people_answer_discard_reopen_and_add_options_and_viewers_cannot(db) {
+        let s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        let output = s.open(read.revision, vec![card("region", vec![address(&read, 1)])]).await.unwrap();
+        let id = output.captures[0].card_id.clone();
+        let (status, added) = s.act(&s.token, &id, "options", json!({"label": "Both"})).await;
+        assert_eq!(status, 200, "{added}");
+        assert_eq!(added["choices"][2], json!({"id": "p1", "label": "Both", "added_by": "ada"}));
+        let (status, _) = s.act(&s.token, &id, "criteria", json!({"text": "cost"})).await;
+        assert_eq!(status, 200);
+        let (status, answered) = s.act(&s.token, &id, "answer", json!({"choices": ["p1"]})).await;
+        assert_eq!((status, answered["state"].as_str(), answered["answered_by"].as_str()), (200, Some("answered"), Some("ada")));
+        let (status, body) = s.act(&s.token, &id, "answer", json!({"choices": ["c9"]})).await;
+        assert_eq!((status, body["error"]["code"].as_str()), (422, Some("invalid_answer")));
+        let (status, reopened) = s.act(&s.token, &id, "reopen", json!(null)).await;
+        assert_eq!((status, reopened["state"].as_str()), (200, Some("reopened")));
+        let (status, discarded) = s.act(&s.token, &id, "discard", json!(null)).await;
+        assert_eq!((status, discarded["state"].as_str()), (200, Some("discarded")));
+        let (status, body) = s.act(&s.token, &id, "discard", json!(null)).await;
+        assert_eq!((status, body["error"]["code"].as_str()), (422, Some("invalid_transition")));
+
+        let (viewer, viewer_token) = s.server.account("vic").await;
+        s.server.store().set_member(&s.doc, &viewer, margin_protocol::Role::Viewer).await.unwrap();
+        let (status, _) = s.act(&viewer_token, &id, "reopen", json!(null)).await;
+        assert_eq!(status, 403);
+        let (status, list) = s.server.get(Some(&viewer_token), &format!("/documents/{}/decisions", s.doc)).await;
+        assert_eq!((status, list["decisions"][0]["state"].as_str()), (200, Some("discarded")));
+        let (status, _) = s.act(&s.token, "no-such-card", "reopen", json!(null)).await;
+        assert_eq!(status, 404);
+    }
+
+    async fn an_answer_survives_rewriting_its_paragraph(db) {
+        let s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        let output = s.open(read.revision, vec![card("region", vec![address(&read, 1)])]).await.unwrap();
+        let id = output.captures[0].card_id.clone();
+        s.act(&s.token, &id, "answer", json!({"choices": ["c1"]})).await;
+        let now = s.read().await;
+        s.tools().edit_plan(&s.owner, &s.doc, EditPlanInput {
+            revision: now.revision,
+            edits: vec![EditInput::Replace { at: address(&now, 1), text: "Pick a region: decided".into() }],
+        }).await.unwrap();
+        let cards = s.cards().await;
+        assert_eq!((cards[0].state.as_str(), cards[0].answer.clone()), ("answered", Some(margin_protocol::decisions::AnswerBody::Choices(vec!["c1".into()]))));
+        // The card still stands beside the same block (same identity).
+        assert_eq!(cards[0].anchors[0], s.read().await.outline[1].identity);
+    }
+
+    async fn identical_replay_after_a_person_added_an_option_is_idempotent(db) {
+        let mut s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        let region = card("region", vec![address(&read, 1)]);
+        let id = s.open(read.revision, vec![region.clone()]).await.unwrap().captures[0].card_id.clone();
+        s.act(&s.token, &id, "options", json!({"label": "Both"})).await;
+        s.person_inserts(3, "typed at the end").await;
+        let replay = s.open(read.revision, vec![region, card("budget", vec![address(&read, 2)])]).await.unwrap();
+        let statuses: Vec<_> = replay.captures.iter().map(|c| c.status).collect();
+        assert_eq!(statuses, vec![CaptureStatus::AlreadyInDocument, CaptureStatus::Created]);
+        assert_eq!((replay.captured, replay.captures[0].card_id.clone()), (2, id));
+    }
+
+    async fn replayed_discarded_key_is_not_recreated_or_counted(db) {
+        let s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        let region = card("region", vec![address(&read, 1)]);
+        let id = s.open(read.revision, vec![region.clone()]).await.unwrap().captures[0].card_id.clone();
+        s.act(&s.token, &id, "discard", json!(null)).await;
+        let replay = s.open(read.revision, vec![region]).await.unwrap();
+        assert_eq!((replay.captures[0].status, replay.captured), (CaptureStatus::NotCaptured, 0));
+        let cards = s.cards().await;
+        assert_eq!((cards.len(), cards[0].state.as_str()), (1, "discarded"));
+    }
+
+    async fn mixed_batch_with_a_changed_key_creates_nothing(db) {
+        let s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        s.open(read.revision, vec![card("region", vec![address(&read, 1)])]).await.unwrap();
+        let mut changed = card("region", vec![address(&read, 1)]);
+        changed.question = "Which regions?".into();
+        let result = s.open(read.revision, vec![card("budget", vec![address(&read, 2)]), changed]).await;
+        assert_eq!(refusal_code(&result), "different_decision");
+        assert_eq!(s.cards().await.len(), 1);
+    }
+}
