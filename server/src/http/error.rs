@@ -42,6 +42,9 @@ pub enum AppError {
         /// For people.
         message: String,
     },
+    /// A Planner tool refused the call; nothing changed.
+    #[error("{}", .0.message)]
+    Tool(margin_protocol::decisions::ToolRefusal),
     /// The request conflicts with what exists.
     #[error("{0}")]
     Conflict(String),
@@ -103,6 +106,10 @@ impl IntoResponse for AppError {
             AppError::NotFound { code, .. } => (StatusCode::NOT_FOUND, *code),
             AppError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, *code),
             AppError::Refused { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, *code),
+            AppError::Tool(refusal) => {
+                let body = ErrorBody::new(refusal.code.clone(), refusal.message.clone());
+                return (StatusCode::UNPROCESSABLE_ENTITY, Json(body)).into_response();
+            }
             AppError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             AppError::Gone(_) => (StatusCode::GONE, "revision_compacted"),
             AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),

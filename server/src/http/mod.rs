@@ -7,6 +7,7 @@ mod decisions;
 mod documents;
 mod error;
 mod extract;
+mod tools;
 
 use std::time::Duration;
 
@@ -42,6 +43,20 @@ pub fn router(state: AppState) -> Router {
         .route("/documents/{id}/members", post(documents::add_member))
         .route("/documents/{id}/outline", get(documents::outline))
         .route("/documents/{id}/sync", get(documents::sync))
+        .route(
+            "/documents/{id}/tools/read_document",
+            post(tools::read_document),
+        )
+        .route("/documents/{id}/tools/edit_plan", post(tools::edit_plan))
+        .route(
+            "/documents/{id}/tools/open_decisions",
+            post(tools::open_decisions),
+        )
+        .route(
+            "/documents/{id}/tools/open_decision",
+            post(tools::open_decision),
+        )
+        .route("/documents/{id}/tools/ask", post(tools::ask))
         .route("/documents/{id}/decisions", get(decisions::list))
         .route(
             "/documents/{id}/decisions/{card}/answer",

@@ -333,3 +333,21 @@ on_both_backends! {
         assert_eq!(s.cards().await.len(), 1);
     }
 }
+
+on_both_backends! {
+    async fn planner_tools_answer_over_http_with_the_common_error_shape(db) {
+        let s = Scene::new(&db, &PLAN).await;
+        let tools = |name: &str| format!("/documents/{}/tools/{name}", s.doc);
+        let (status, read) = s.server.post(Some(&s.token), &tools("read_document"), json!(null)).await;
+        assert_eq!((status, read["revision"].as_i64()), (200, Some(3)));
+        let digest = read["outline"][1]["digest"].clone();
+        let batch = json!({"revision": 3, "cards": [{"key": "region", "question": "Which region?", "response": "yes_no", "passages": [{"index": 1, "digest": digest}]}]});
+        let (status, opened) = s.server.post(Some(&s.token), &tools("open_decisions"), batch).await;
+        assert_eq!((status, opened["summary"].as_str()), (200, Some("added 1 decision")));
+        let wrong = json!({"revision": 3, "cards": [{"key": "other", "question": "Q?", "response": "yes_no", "passages": [{"index": 0, "digest": digest}]}]});
+        let (status, refused) = s.server.post(Some(&s.token), &tools("open_decisions"), wrong).await;
+        assert_eq!((status, refused["error"]["code"].as_str()), (422, Some("address_mismatch")));
+        let (status, bad) = s.server.post(Some(&s.token), &tools("open_decisions"), json!({"revision": 3})).await;
+        assert_eq!((status, bad["error"]["code"].as_str()), (400, Some("invalid_body")));
+    }
+}

@@ -1,0 +1,81 @@
+//! The Planner's document tools over HTTP, for an account's own tooling and
+//! scripts: the same calls the machine link carries, acting for the token's
+//! account (SPEC A1). A refusal is a 422 whose code is the refusal's.
+
+use axum::extract::{Path, State};
+use axum::Json;
+use margin_protocol::decisions::{
+    EditPlanInput, EditPlanOutput, OpenDecisionInput, OpenDecisionsInput, OpenDecisionsOutput,
+    ReadDocumentOutput,
+};
+
+use super::extract::{Caller, JsonBody};
+use super::{AppError, AppState};
+use crate::tools::{ToolError, Tools};
+
+impl From<ToolError> for AppError {
+    fn from(error: ToolError) -> Self {
+        match error {
+            ToolError::Refused(refusal) => AppError::Tool(refusal),
+            ToolError::Internal(detail) => AppError::Internal(detail),
+        }
+    }
+}
+
+pub async fn read_document(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<ReadDocumentOutput>, AppError> {
+    Ok(Json(
+        Tools::new(state.hub).read_document(&account, &id).await?,
+    ))
+}
+
+pub async fn edit_plan(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(id): Path<String>,
+    JsonBody(input): JsonBody<EditPlanInput>,
+) -> Result<Json<EditPlanOutput>, AppError> {
+    Ok(Json(
+        Tools::new(state.hub)
+            .edit_plan(&account, &id, input)
+            .await?,
+    ))
+}
+
+pub async fn open_decisions(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(id): Path<String>,
+    JsonBody(input): JsonBody<OpenDecisionsInput>,
+) -> Result<Json<OpenDecisionsOutput>, AppError> {
+    Ok(Json(
+        Tools::new(state.hub)
+            .open_decisions(&account, &id, input)
+            .await?,
+    ))
+}
+
+pub async fn open_decision(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(id): Path<String>,
+    JsonBody(input): JsonBody<OpenDecisionInput>,
+) -> Result<Json<OpenDecisionsOutput>, AppError> {
+    Ok(Json(
+        Tools::new(state.hub)
+            .open_decision(&account, &id, input)
+            .await?,
+    ))
+}
+
+pub async fn ask(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(id): Path<String>,
+    JsonBody(input): JsonBody<OpenDecisionInput>,
+) -> Result<Json<OpenDecisionsOutput>, AppError> {
+    Ok(Json(Tools::new(state.hub).ask(&account, &id, input).await?))
+}
