@@ -60,6 +60,15 @@ impl Scene {
         panic!("revision {revision} never arrived");
     }
 
+    /// Waits for the person's last change to be committed.
+    async fn person_change(&self, before: i64) {
+        self.settle(before + 1).await;
+    }
+
+    async fn revision(&self) -> i64 {
+        self.server.block_texts(&self.token, &self.doc).await.0
+    }
+
     /// A person types a paragraph at `index`; returns once it is committed.
     async fn person_inserts(&mut self, index: usize, text: &str) {
         let before = self.server.block_texts(&self.token, &self.doc).await.0;
@@ -349,5 +358,142 @@ on_both_backends! {
         assert_eq!((status, refused["error"]["code"].as_str()), (422, Some("address_mismatch")));
         let (status, bad) = s.server.post(Some(&s.token), &tools("open_decisions"), json!({"revision": 3})).await;
         assert_eq!((status, bad["error"]["code"].as_str()), (400, Some("invalid_body")));
+    }
+}
+
+/// Refusals on a live document edited through sync, on both backends: each
+/// case of the engine's own suite, end to end.
+on_both_backends! {
+    async fn rewrite_beside_an_identical_copy_refuses_block_rewritten(db) {
+        let mut s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        let before = s.revision().await;
+        s.person.rewrite(1, "Pick a region: EU").await;
+        s.person_change(before).await;
+        s.person_inserts(3, "Pick a region").await;
+        let result = s.open(read.revision, vec![card("region", vec![address(&read, 1)])]).await;
+        assert_eq!(refusal_code(&result), "block_rewritten");
+        assert!(s.cards().await.is_empty());
+    }
+
+    async fn paragraph_repeated_when_read_refuses_repeated_when_read(db) {
+        let mut s = Scene::new(&db, &["Same", "Other", "Same"]).await;
+        let read = s.read().await;
+        s.person_inserts(0, "typed").await;
+        let result = s.open(read.revision, vec![card("k", vec![address(&read, 2)])]).await;
+        assert_eq!(refusal_code(&result), "repeated_when_read");
+    }
+
+    async fn nine_later_reads_evict_the_batch_revision(db) {
+        let mut s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        for i in 0..8 {
+            s.person_inserts(0, &format!("typed {i}")).await;
+            s.read().await;
+        }
+        let result = s.open(read.revision, vec![card("region", vec![address(&read, 1)])]).await;
+        assert_eq!(refusal_code(&result), "read_evicted");
+    }
+
+    async fn moved_paragraph_refuses_block_removed_or_moved(db) {
+        let mut s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        let before = s.revision().await;
+        s.person.delete(1).await;
+        s.person_change(before).await;
+        s.person_inserts(2, "Pick a region").await;
+        let result = s.open(read.revision, vec![card("region", vec![address(&read, 1)])]).await;
+        assert_eq!(refusal_code(&result), "block_removed_or_moved");
+    }
+
+    async fn index_that_disagrees_with_its_digest_refuses_address_mismatch(db) {
+        let mut s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        let wrong = PassageAddress { index: 2, digest: read.outline[1].digest.clone() };
+        assert_eq!(refusal_code(&s.open(read.revision, vec![card("k", vec![wrong.clone()])]).await), "address_mismatch");
+        s.person_inserts(0, "typed").await;
+        assert_eq!(refusal_code(&s.open(read.revision, vec![card("k", vec![wrong])]).await), "address_mismatch");
+        assert!(s.cards().await.is_empty());
+    }
+
+    async fn repeated_key_with_any_other_field_refuses_different_decision(db) {
+        let s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        s.open(read.revision, vec![card("region", vec![address(&read, 1)])]).await.unwrap();
+        let mut variants = vec![card("region", vec![address(&read, 1)]); 5];
+        variants[0].question = "Which regions?".into();
+        variants[1].description = Some("more context".into());
+        variants[2].response = "multiple_choice".into();
+        variants[3].choices.push("APAC".into());
+        variants[4].passages = vec![address(&read, 2)];
+        for variant in variants {
+            let result = s.open(read.revision, vec![card("fresh", vec![address(&read, 0)]), variant]).await;
+            let Err(ToolError::Refused(refusal)) = result else { panic!("expected a refusal") };
+            assert_eq!(refusal.code, "different_decision");
+            assert!(refusal.message.contains("card \"region\""), "{}", refusal.message);
+        }
+        assert_eq!(s.cards().await.len(), 1);
+    }
+
+    async fn two_passage_replay_with_its_read_evicted_refuses_until_read_again(db) {
+        let mut s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        let both = card("both", vec![address(&read, 1), address(&read, 2)]);
+        s.open(read.revision, vec![both.clone()]).await.unwrap();
+        let before = s.revision().await;
+        s.person.rewrite(2, "Budget: 10k").await;
+        s.person_change(before).await;
+        s.person_inserts(3, "Budget").await;
+        for i in 0..9 {
+            s.person_inserts(0, &format!("typed {i}")).await;
+            s.read().await;
+        }
+        assert_eq!(refusal_code(&s.open(read.revision, vec![both]).await), "read_evicted");
+        let fresh = s.read().await;
+        let index = |text: &str| fresh.outline.iter().position(|b| b.text == text).unwrap();
+        let retry = card("both", vec![address(&fresh, index("Pick a region")), address(&fresh, index("Budget: 10k"))]);
+        for _ in 0..2 {
+            let output = s.open(fresh.revision, vec![retry.clone()]).await.unwrap();
+            assert_eq!((output.captures[0].status, output.captured), (CaptureStatus::AlreadyInDocument, 1));
+        }
+        assert_eq!(s.cards().await.len(), 1);
+    }
+
+    async fn stale_replay_naming_another_intact_paragraph_refuses_different_decision(db) {
+        let mut s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        s.open(read.revision, vec![card("region", vec![address(&read, 1)])]).await.unwrap();
+        s.person_inserts(3, "typed").await;
+        let result = s.open(read.revision, vec![card("region", vec![address(&read, 2)])]).await;
+        assert_eq!(refusal_code(&result), "different_decision");
+    }
+
+    async fn one_bad_card_among_many_creates_nothing(db) {
+        let s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        let mut cards: Vec<_> = (0..12).map(|i| card(&format!("k{i}"), vec![address(&read, i % 3)])).collect();
+        cards.push(card("bad", vec![PassageAddress { index: 0, digest: "00".repeat(32) }]));
+        assert_eq!(refusal_code(&s.open(read.revision, cards).await), "address_mismatch");
+        assert!(s.cards().await.is_empty());
+    }
+
+    async fn bad_card_input_is_a_clear_error_and_creates_nothing(db) {
+        let s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        let mut cases = vec![card("k", vec![address(&read, 1)]); 6];
+        cases[0].question = String::new();
+        cases[1].key = "has space".into();
+        cases[2].response = "poll".into();
+        cases[3].choices = vec!["only one".into()];
+        cases[4].passages = vec![PassageAddress { index: 1, digest: "not-hex".into() }];
+        cases[5].question = "tab\u{7}bell".into();
+        for case in cases {
+            let result = s.open(read.revision, vec![case.clone()]).await;
+            assert_eq!(refusal_code(&result), "invalid_input", "{case:?}");
+        }
+        let twice = s.open(read.revision, vec![card("k", vec![address(&read, 1)]), card("k", vec![address(&read, 2)])]).await;
+        assert_eq!(refusal_code(&twice), "invalid_input");
+        assert_eq!(refusal_code(&s.open(read.revision + 10, vec![card("k", vec![address(&read, 1)])]).await), "invalid_input");
+        assert!(s.cards().await.is_empty());
     }
 }

@@ -15,7 +15,7 @@ use yrs::sync::{Message, MessageReader, SyncMessage};
 use yrs::types::xml::{XmlElementPrelim, XmlTextPrelim};
 use yrs::updates::decoder::{Decode, DecoderV1};
 use yrs::updates::encoder::Encode;
-use yrs::{Doc, ReadTxn, StateVector, Transact, Update, XmlFragment};
+use yrs::{Doc, ReadTxn, StateVector, Transact, Update, XmlFragment, XmlOut};
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -115,6 +115,33 @@ impl SyncClient {
     /// typing would.
     pub async fn insert_paragraph(&mut self, index: usize, text: &str) {
         let update = self.local_insert(index, text);
+        self.send(Message::Sync(SyncMessage::Update(update))).await;
+    }
+
+    /// Replaces the text of the block at `index` (the block stays) and sends
+    /// the update.
+    pub async fn rewrite(&mut self, index: usize, text: &str) {
+        let fragment = self.doc.get_or_insert_xml_fragment(FRAGMENT_NAME);
+        let before = self.doc.transact().state_vector();
+        {
+            let mut txn = self.doc.transact_mut();
+            let Some(XmlOut::Element(block)) = fragment.get(&txn, index as u32) else {
+                panic!("no block at {index}");
+            };
+            let len = block.len(&txn);
+            block.remove_range(&mut txn, 0, len);
+            block.insert(&mut txn, 0, XmlTextPrelim::new(text));
+        }
+        let update = self.doc.transact().encode_diff_v1(&before);
+        self.send(Message::Sync(SyncMessage::Update(update))).await;
+    }
+
+    /// Deletes the block at `index` and sends the update.
+    pub async fn delete(&mut self, index: usize) {
+        let fragment = self.doc.get_or_insert_xml_fragment(FRAGMENT_NAME);
+        let before = self.doc.transact().state_vector();
+        fragment.remove_range(&mut self.doc.transact_mut(), index as u32, 1);
+        let update = self.doc.transact().encode_diff_v1(&before);
         self.send(Message::Sync(SyncMessage::Update(update))).await;
     }
 
