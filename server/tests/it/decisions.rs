@@ -361,8 +361,8 @@ on_both_backends! {
     }
 }
 
-/// Refusals on a live document edited through sync, on both backends: each
-/// case of the engine's own suite, end to end.
+// Refusals on a live document edited through sync, on both backends: each
+// case of the engine's own suite, end to end.
 on_both_backends! {
     async fn rewrite_beside_an_identical_copy_refuses_block_rewritten(db) {
         let mut s = Scene::new(&db, &PLAN).await;
