@@ -247,10 +247,12 @@ impl Tools {
                         .iter()
                         .map(|card| (card.id.clone(), card_json(card)))
                         .collect();
-                    self.hub
-                        .project(document, projection)
-                        .await
-                        .map_err(|e| ToolError::Internal(e.to_string()))?;
+                    // The cards are committed: a failed mirror must not make
+                    // the Planner think they were not. The next change to a
+                    // card mirrors it again.
+                    if let Err(error) = self.hub.project(document, projection).await {
+                        tracing::warn!(%error, "decisions created but their live mirror failed");
+                    }
                 }
                 let ids: HashMap<&Key, &str> =
                     created.iter().map(|c| (&c.key, c.id.as_str())).collect();

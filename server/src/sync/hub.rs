@@ -7,6 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use std::num::NonZeroUsize;
 
+use lru::LruCache;
+
 use margin_decisions::{Edit, Outline, ReadCache, DEFAULT_READS};
 use margin_protocol::Role;
 use tokio::sync::{mpsc, oneshot};
@@ -25,6 +27,13 @@ const MAILBOX: usize = 1024;
 /// Frames waiting to be written to one connection before it counts as too
 /// slow and is closed to resync.
 pub const OUTBOX: usize = 512;
+
+/// How many documents' reads are remembered; the least recently read
+/// document's reads go first (its next batch gets `read_evicted`).
+const READ_DOCUMENTS: NonZeroUsize = match NonZeroUsize::new(4096) {
+    Some(n) => n,
+    None => NonZeroUsize::MIN,
+};
 
 /// How many times a join retries a document that was unloading.
 const JOIN_ATTEMPTS: usize = 8;
@@ -59,7 +68,7 @@ struct Inner {
     /// What the Planner read of each document (SPEC S5). Kept apart from the
     /// document tasks so a read outlives a document unloading; lost, like a
     /// cache should be, in a restart.
-    reads: Mutex<HashMap<String, ReadCache>>,
+    reads: Mutex<LruCache<String, ReadCache>>,
     read_capacity: NonZeroUsize,
     tracker: TaskTracker,
     shutdown: CancellationToken,
@@ -102,7 +111,7 @@ impl Hub {
             inner: Arc::new(Inner {
                 store,
                 docs: Mutex::new(HashMap::new()),
-                reads: Mutex::new(HashMap::new()),
+                reads: Mutex::new(LruCache::new(READ_DOCUMENTS)),
                 read_capacity: settings.read_capacity,
                 tracker,
                 shutdown,
@@ -180,8 +189,7 @@ impl Hub {
         if let Ok(mut reads) = self.inner.reads.lock() {
             let capacity = self.inner.read_capacity;
             reads
-                .entry(id.to_owned())
-                .or_insert_with(|| ReadCache::new(capacity))
+                .get_or_insert_mut(id.to_owned(), || ReadCache::new(capacity))
                 .remember(revision, outline);
         }
     }
@@ -190,7 +198,7 @@ impl Hub {
     pub fn with_reads<T>(&self, id: &str, f: impl FnOnce(&ReadCache) -> T) -> T {
         let empty = ReadCache::new(self.inner.read_capacity);
         match self.inner.reads.lock() {
-            Ok(reads) => f(reads.get(id).unwrap_or(&empty)),
+            Ok(reads) => f(reads.peek(id).unwrap_or(&empty)),
             Err(_) => f(&empty),
         }
     }
