@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::fmt;
 
 use crate::block::BlockIdentity;
-use crate::card::{limits, Anchor, CardSpec, CardState, DecisionCard, Key, Passage};
+use crate::card::{limits, Anchor, CardSpec, CardState, Choice, DecisionCard, Key, Passage};
 use crate::outline::Outline;
 use crate::reads::ReadCache;
 use crate::refusal::{Cause, Refusal};
@@ -107,6 +107,37 @@ pub struct NewCard {
     pub spec: CardSpec,
     /// Where it stands, one anchor per passage.
     pub anchors: Vec<Anchor>,
+}
+
+impl NewCard {
+    /// The card to store, under `id`: open, with the Planner's choices as
+    /// `c1`, `c2`, … in order.
+    pub fn into_card(self, id: String) -> DecisionCard {
+        let choices = self
+            .spec
+            .choices
+            .into_iter()
+            .enumerate()
+            .map(|(i, label)| Choice {
+                id: format!("c{}", i + 1),
+                label,
+                added_by: None,
+            })
+            .collect();
+        DecisionCard {
+            id,
+            key: self.spec.key,
+            question: self.spec.question,
+            description: self.spec.description,
+            response: self.spec.response,
+            choices,
+            criteria: Vec::new(),
+            anchors: self.anchors,
+            state: CardState::Open,
+            answer: None,
+            answered_by: None,
+        }
+    }
 }
 
 /// What became of one card of the batch.

@@ -7,8 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use margin_decisions::{
-    open_decisions, wire, Access, BatchError, CardState, Choice, DecisionCard, Key, NewCard,
-    Outcome, Strictness,
+    open_decisions, wire, Access, BatchError, DecisionCard, Key, Outcome, Strictness,
 };
 use margin_protocol::decisions::{
     EditPlanInput, EditPlanOutput, OpenDecisionInput, OpenDecisionsInput, OpenDecisionsOutput,
@@ -232,7 +231,9 @@ impl Tools {
                 let created: Vec<DecisionCard> = captures
                     .iter()
                     .filter_map(|c| match &c.outcome {
-                        Outcome::Created(new) => Some(new_card(new)),
+                        Outcome::Created(new) => {
+                            Some(new.clone().into_card(Uuid::new_v4().to_string()))
+                        }
                         Outcome::AlreadyInDocument { .. } => None,
                     })
                     .collect();
@@ -297,33 +298,6 @@ impl Granted for Access {
                 false,
             )),
         }
-    }
-}
-
-/// A stored card for what the engine decided to create.
-fn new_card(new: &NewCard) -> DecisionCard {
-    DecisionCard {
-        id: Uuid::new_v4().to_string(),
-        key: new.spec.key.clone(),
-        question: new.spec.question.clone(),
-        description: new.spec.description.clone(),
-        response: new.spec.response,
-        choices: new
-            .spec
-            .choices
-            .iter()
-            .enumerate()
-            .map(|(i, label)| Choice {
-                id: format!("c{}", i + 1),
-                label: label.clone(),
-                added_by: None,
-            })
-            .collect(),
-        criteria: Vec::new(),
-        anchors: new.anchors.clone(),
-        state: CardState::Open,
-        answer: None,
-        answered_by: None,
     }
 }
 

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use margin_decisions::DocumentState;
 use margin_decisions::{
-    open_decisions, Access, BatchError, Capture, CardSpec, CardState, Choice, DecisionCard, Digest,
-    Key, Outcome, Outline, Passage, ReadCache, ResponseKind, Strictness, FRAGMENT_NAME,
+    open_decisions, Access, BatchError, Capture, CardSpec, DecisionCard, Digest, Key, Outcome,
+    Outline, Passage, ReadCache, ResponseKind, Strictness, FRAGMENT_NAME,
 };
 use yrs::types::xml::{XmlElementPrelim, XmlTextPrelim};
 use yrs::{Doc, Text, Transact, XmlFragment, XmlOut};
@@ -140,32 +140,8 @@ impl Fixture {
             if let Outcome::Created(new) = &capture.outcome {
                 let id = format!("card-{}", self.next_id);
                 self.next_id += 1;
-                self.cards.insert(
-                    new.spec.key.clone(),
-                    DecisionCard {
-                        id,
-                        key: new.spec.key.clone(),
-                        question: new.spec.question.clone(),
-                        description: new.spec.description.clone(),
-                        response: new.spec.response,
-                        choices: new
-                            .spec
-                            .choices
-                            .iter()
-                            .enumerate()
-                            .map(|(i, label)| Choice {
-                                id: format!("c{}", i + 1),
-                                label: label.clone(),
-                                added_by: None,
-                            })
-                            .collect(),
-                        criteria: vec![],
-                        anchors: new.anchors.clone(),
-                        state: CardState::Open,
-                        answer: None,
-                        answered_by: None,
-                    },
-                );
+                self.cards
+                    .insert(new.spec.key.clone(), new.clone().into_card(id));
             }
         }
         Ok(captures)
