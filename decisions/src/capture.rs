@@ -437,9 +437,9 @@ fn replay(view: &View<'_>, spec: &CardSpec, card: &DecisionCard) -> Result<Captu
         .map(String::as_str)
         .eq(card.planner_choices())
     {
-        Some("choices")
+        Some("choice list")
     } else if spec.passages.len() != card.anchors.len() {
-        Some("passages")
+        Some("passage")
     } else {
         None
     };
@@ -496,10 +496,5 @@ fn replay_passage(
     if view.stale {
         view.check_still_carried(key, passage, identity)?;
     }
-    Err(refuse(
-        key,
-        Cause::DifferentDecision {
-            differs: "passages",
-        },
-    ))
+    Err(refuse(key, Cause::DifferentDecision { differs: "passage" }))
 }

@@ -103,9 +103,10 @@ impl ResponseKind {
     }
 }
 
-/// A card's life (SPEC D): `open` → `answered` ⇄ `reopened`, and `discarded`
-/// or `cancelled` from any of those. Only `open`, `answered` and `reopened`
-/// still hold the question (SPEC D4).
+/// A card's life (SPEC D): `open` → `answered`; `answered` or `discarded` →
+/// `reopened` → `answered`; `discarded` from `open`, `answered` or
+/// `reopened`; `cancelled` (by the system) ends it. Only `open`, `answered`
+/// and `reopened` still hold the question (SPEC D4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CardState {
     /// Waiting for an answer.

@@ -127,14 +127,28 @@ pub fn apply_edits(
             None => None,
             Some(passage) => Some(resolve(outline, i, &passage)?),
         };
-        if let (Some(target), Edit::Replace { .. } | Edit::Delete { .. }) = (target, edit) {
-            let touched_before = edits[..i].iter().zip(&targets).any(|(e, t)| {
-                matches!(e, Edit::Replace { .. } | Edit::Delete { .. }) && *t == Some(target)
-            });
-            if touched_before {
+        if let Some(target) = target {
+            let earlier = |wanted: fn(&Edit) -> bool| {
+                edits[..i]
+                    .iter()
+                    .zip(&targets)
+                    .any(|(e, t)| wanted(e) && *t == Some(target))
+            };
+            let message = match edit {
+                Edit::Replace { .. } | Edit::Delete { .. }
+                    if earlier(|e| matches!(e, Edit::Replace { .. } | Edit::Delete { .. })) =>
+                {
+                    Some("the block is already replaced or deleted by an earlier edit")
+                }
+                Edit::Insert { .. } if earlier(|e| matches!(e, Edit::Delete { .. })) => {
+                    Some("the block to insert after is deleted by an earlier edit")
+                }
+                _ => None,
+            };
+            if let Some(message) = message {
                 return Err(EditError::Invalid {
                     edit: i,
-                    message: "the block is already replaced or deleted by an earlier edit".into(),
+                    message: message.into(),
                 });
             }
         }

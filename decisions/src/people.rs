@@ -46,10 +46,7 @@ pub fn act(card: &mut DecisionCard, account: &str, action: Action) -> Result<(),
             ) {
                 return Err(refuse(
                     "invalid_transition",
-                    format!(
-                        "a {} card cannot be answered; reopen it first",
-                        state.as_str()
-                    ),
+                    format!("the card is {}; reopen it before answering", state.as_str()),
                 ));
             }
             check_answer(card, &answer)?;
@@ -70,7 +67,10 @@ pub fn act(card: &mut DecisionCard, account: &str, action: Action) -> Result<(),
             if !matches!(state, CardState::Answered | CardState::Discarded) {
                 return Err(refuse(
                     "invalid_transition",
-                    format!("a {} card cannot be reopened", state.as_str()),
+                    format!(
+                        "the card is {}; only answered or discarded cards can be reopened",
+                        state.as_str()
+                    ),
                 ));
             }
             // The answer stays on record until a new one replaces it.

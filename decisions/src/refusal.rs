@@ -41,7 +41,8 @@ pub enum Cause {
     },
     /// The key already holds a different decision; what differs.
     DifferentDecision {
-        /// `question`, `description`, `response kind`, `choices` or `passages`.
+        /// `question`, `description`, `response kind`, `choice list` or
+        /// `passage`.
         differs: &'static str,
     },
     /// `open_decision` and `ask` need the current revision (SPEC D9).
@@ -108,9 +109,7 @@ impl Cause {
                 format!("an identical paragraph now stands beside the one read at index {index}")
             }
             Cause::DifferentDecision { differs } => {
-                format!(
-                    "it already holds a different decision (the {differs} differ); use a new key"
-                )
+                format!("it already holds a different decision (another {differs}); use a new key")
             }
             Cause::StaleRevision { revision, current } => {
                 format!("revision {revision} is not the current revision {current}")

@@ -94,9 +94,11 @@ pub fn blocks(outline: &Outline) -> Vec<BlockEntry> {
         .collect()
 }
 
-/// A batch's result on the wire; `ids` gives the id of each created card.
+/// A batch's result on the wire, with the document's `revision` after it;
+/// `id_of_created` gives the id of each created card.
 pub fn captures(
     captures: &[Capture],
+    revision: i64,
     id_of_created: impl Fn(&Key) -> String,
 ) -> OpenDecisionsOutput {
     let summary = CaptureSummary::of(captures);
@@ -123,6 +125,7 @@ pub fn captures(
             .collect(),
         captured: summary.captured(),
         summary: summary.to_string(),
+        revision,
     }
 }
 

@@ -198,8 +198,11 @@ fn repeated_key_with_another_decision_refuses_different_decision_naming_the_key(
             "response kind",
             Box::new(|c, _| c.response = ResponseKind::MultipleChoice),
         ),
-        ("choices", Box::new(|c, _| c.choices.push("Maybe".into()))),
-        ("passages", Box::new(|c, f| c.passages = vec![f.passage(2)])),
+        (
+            "choice list",
+            Box::new(|c, _| c.choices.push("Maybe".into())),
+        ),
+        ("passage", Box::new(|c, f| c.passages = vec![f.passage(2)])),
     ];
     for (differs, change) in variants {
         let mut f = Fixture::with(&PLAN);

@@ -162,6 +162,17 @@ fn bad_edits_are_refused_with_the_rule() {
             ],
             "already replaced or deleted",
         ),
+        (
+            vec![
+                Edit::Delete { at: one },
+                Edit::Insert {
+                    after: Some(one),
+                    kind: BlockKind::Paragraph,
+                    text: "x".into(),
+                },
+            ],
+            "insert after is deleted",
+        ),
     ];
     for (edits, expected) in cases {
         let error = edit(&doc, &edits).unwrap_err();

@@ -106,6 +106,10 @@ pub struct OpenDecisionsOutput {
     /// A sentence for the turn's summary, e.g. "added 1 decision; 1 decision
     /// already in the document".
     pub summary: String,
+    /// The document's revision after the batch (new cards are mirrored into
+    /// the document, which makes a revision). Its outline is remembered as
+    /// read: write the next batch or edit from it.
+    pub revision: i64,
 }
 
 /// A refused tool call: nothing changed.
@@ -328,8 +332,9 @@ mod tests {
                 }],
                 captured: 1,
                 summary: "1 decision already in the document".into(),
+                revision: 9,
             },
-            r#"{"captures":[{"key":"k","card_id":"c","status":"already_in_document","captured":true}],"captured":1,"summary":"1 decision already in the document"}"#,
+            r#"{"captures":[{"key":"k","card_id":"c","status":"already_in_document","captured":true}],"captured":1,"summary":"1 decision already in the document","revision":9}"#,
         );
         round_trip(
             DecisionCardView {

@@ -243,6 +243,9 @@ impl Tools {
                     Err(StorageError::Conflict(_)) => continue,
                     Err(other) => return Err(other.into()),
                 }
+                // Mirroring the cards makes a revision; its outline is
+                // remembered as read, so the Planner can go on from it.
+                let mut revision_now = current;
                 if !created.is_empty() {
                     let projection = created
                         .iter()
@@ -251,13 +254,20 @@ impl Tools {
                     // The cards are committed: a failed mirror must not make
                     // the Planner think they were not. The next change to a
                     // card mirrors it again.
-                    if let Err(error) = self.hub.project(document, projection).await {
-                        tracing::warn!(%error, "decisions created but their live mirror failed");
+                    match self.hub.project(document, projection).await {
+                        Ok((revision, outline)) => {
+                            self.hub
+                                .remember_read(document, revision, Arc::new(outline));
+                            revision_now = revision;
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, "decisions created but their live mirror failed")
+                        }
                     }
                 }
                 let ids: HashMap<&Key, &str> =
                     created.iter().map(|c| (&c.key, c.id.as_str())).collect();
-                let output = wire::captures(&captures, |key| {
+                let output = wire::captures(&captures, revision_now, |key| {
                     ids.get(key).map(|id| id.to_string()).unwrap_or_default()
                 });
                 info!(

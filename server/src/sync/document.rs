@@ -77,8 +77,9 @@ pub enum Command {
     Project {
         /// `(card id, card JSON)` pairs.
         cards: Vec<(String, String)>,
-        /// The revision after the projection, once committed.
-        reply: oneshot::Sender<i64>,
+        /// The revision the projection made and the outline at it, once
+        /// committed.
+        reply: oneshot::Sender<(i64, Outline)>,
     },
 }
 
@@ -157,7 +158,7 @@ struct Effects {
     /// revision, and the outline at it.
     edits: Vec<(EditReply, usize, Outline)>,
     /// Projection replies.
-    projections: Vec<oneshot::Sender<i64>>,
+    projections: Vec<(oneshot::Sender<(i64, Outline)>, usize, Outline)>,
 }
 
 pub struct DocumentTask {
@@ -355,7 +356,10 @@ impl DocumentTask {
                 if let Some(change) = writes::project(self.awareness.doc(), &cards) {
                     effects.deltas.push((SERVER, change));
                 }
-                effects.projections.push(reply);
+                let outline = Outline::of_doc(self.awareness.doc());
+                effects
+                    .projections
+                    .push((reply, effects.deltas.len(), outline));
             }
         }
     }
@@ -507,8 +511,8 @@ impl DocumentTask {
         for (reply, changes_before, outline) in effects.edits {
             let _ = reply.send(Ok((base + changes_before as i64, outline)));
         }
-        for reply in effects.projections {
-            let _ = reply.send(self.revision);
+        for (reply, changes_before, outline) in effects.projections {
+            let _ = reply.send((base + changes_before as i64, outline));
         }
         if !effects.outlines.is_empty() {
             let outline = Outline::of_doc(self.awareness.doc());

@@ -226,12 +226,12 @@ impl Hub {
     }
 
     /// Mirrors `(card id, card JSON)` pairs into `id` for live editors;
-    /// returns the revision once committed.
+    /// returns the revision that made and its outline, once committed.
     pub async fn project(
         &self,
         id: &str,
         cards: Vec<(String, String)>,
-    ) -> Result<i64, JoinRefused> {
+    ) -> Result<(i64, Outline), JoinRefused> {
         let (reply, answer) = oneshot::channel();
         self.send(id, Command::Project { cards, reply }).await?;
         answer

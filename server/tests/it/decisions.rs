@@ -172,6 +172,18 @@ on_both_backends! {
         assert_eq!(mirrored, cards[0]);
     }
 
+    async fn the_revision_a_batch_returns_is_remembered_as_read(db) {
+        let mut s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        let first = s.open(read.revision, vec![card("region", vec![address(&read, 1)])]).await.unwrap();
+        // Mirroring the new card made a revision; the outline is unchanged.
+        assert_eq!(first.revision, read.revision + 1);
+        s.person_inserts(0, "someone typed").await;
+        let next = s.open(first.revision, vec![card("budget", vec![address(&read, 2)])]).await.unwrap();
+        assert_eq!(next.captures[0].status, CaptureStatus::Created);
+        assert_eq!(s.cards().await.len(), 2);
+    }
+
     async fn twin_typed_ahead_refuses_the_batch_and_stores_nothing(db) {
         let mut s = Scene::new(&db, &PLAN).await;
         let read = s.read().await;
