@@ -79,9 +79,12 @@ pub enum Command {
         cards: Vec<(String, String)>,
         /// The revision the projection made and the outline at it, once
         /// committed.
-        reply: oneshot::Sender<(i64, Outline)>,
+        reply: ProjectReply,
     },
 }
+
+/// Where a projection's revision and outline go.
+pub type ProjectReply = oneshot::Sender<(i64, Outline)>;
 
 /// Where an `edit_plan` result goes.
 pub type EditReply = oneshot::Sender<Result<(i64, Outline), EditRefused>>;
@@ -158,7 +161,7 @@ struct Effects {
     /// revision, and the outline at it.
     edits: Vec<(EditReply, usize, Outline)>,
     /// Projection replies.
-    projections: Vec<(oneshot::Sender<(i64, Outline)>, usize, Outline)>,
+    projections: Vec<(ProjectReply, usize, Outline)>,
 }
 
 pub struct DocumentTask {
