@@ -106,16 +106,89 @@ pub struct Block {
 /// insert for doubled spaces) become one space, and the ends are trimmed.
 pub fn normalise(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    for word in text
-        .split(|c: char| c.is_whitespace())
-        .filter(|w| !w.is_empty())
-    {
-        if !out.is_empty() {
-            out.push(' ');
-        }
-        out.push_str(word);
-    }
+    push_normalised(text, &mut out);
     out
+}
+
+/// [`normalise`], reusing `text`'s buffer when it is already normal.
+pub(crate) fn normalise_owned(text: String) -> String {
+    if plainly_normal(text.as_bytes()) {
+        return text;
+    }
+    normalise(&text)
+}
+
+/// Whether `bytes` are certainly normal already: no leading, trailing or
+/// doubled space, no ASCII control character, and no lead byte of a
+/// non-ASCII whitespace character (U+0085 and U+00A0 start with `C2`,
+/// U+1680 with `E1`, U+2000–U+205F with `E2`, U+3000 with `E3`). A `false`
+/// only means "take the careful path". Written without early exits so the
+/// compiler can check many bytes at a time.
+fn plainly_normal(bytes: &[u8]) -> bool {
+    let (Some(&first), Some(&last)) = (bytes.first(), bytes.last()) else {
+        return true;
+    };
+    if first == b' ' || last == b' ' {
+        return false;
+    }
+    let odd = bytes.iter().fold(false, |odd, &b| {
+        odd | (b < b' ') | (b == 0xC2) | (b.wrapping_sub(0xE1) < 3)
+    });
+    let doubled = bytes
+        .iter()
+        .zip(&bytes[1..])
+        .fold(false, |doubled, (&a, &b)| {
+            doubled | ((a == b' ') & (b == b' '))
+        });
+    !odd && !doubled
+}
+
+/// Appends `text`, normalised, to `out` (empty, or ending in a word).
+///
+/// Text that is already normal (most of a plan) is copied whole. Otherwise
+/// it walks bytes rather than `split(char::is_whitespace)`: ASCII is
+/// classified by one comparison, and only non-ASCII bytes are decoded to ask
+/// `char::is_whitespace`. Same result as the definition, faster.
+pub(crate) fn push_normalised(text: &str, out: &mut String) {
+    if out.is_empty() && plainly_normal(text.as_bytes()) {
+        out.push_str(text);
+        return;
+    }
+    let bytes = text.as_bytes();
+    let mut word_start = None;
+    let mut i = 0;
+    while i < bytes.len() {
+        let byte = bytes[i];
+        let (space, len) = if byte.is_ascii() {
+            // The ASCII members of Unicode White_Space: TAB, LF, VT, FF, CR, SP.
+            (matches!(byte, b'\t'..=b'\r' | b' '), 1)
+        } else {
+            // `i` is always on a character boundary.
+            text[i..]
+                .chars()
+                .next()
+                .map_or((false, 1), |c| (c.is_whitespace(), c.len_utf8()))
+        };
+        match (space, word_start) {
+            (true, Some(start)) => {
+                push_word(out, &text[start..i]);
+                word_start = None;
+            }
+            (false, None) => word_start = Some(i),
+            _ => {}
+        }
+        i += len;
+    }
+    if let Some(start) = word_start {
+        push_word(out, &text[start..]);
+    }
+}
+
+fn push_word(out: &mut String, word: &str) {
+    if !out.is_empty() {
+        out.push(' ');
+    }
+    out.push_str(word);
 }
 
 #[cfg(test)]
@@ -129,6 +202,66 @@ mod tests {
         assert_eq!(normalise(""), "");
     }
 
+    /// The definition `normalise` must keep: words split on Unicode
+    /// whitespace, joined by one space.
+    fn normalise_by_definition(text: &str) -> String {
+        text.split(char::is_whitespace)
+            .filter(|w| !w.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    #[test]
+    fn normalise_matches_its_definition_on_unicode_whitespace_and_text() {
+        let samples = [
+            "",
+            " ",
+            "plain words already normal",
+            "\t\n\u{b}\u{c}\r lead and trail \r\n",
+            "nbsp\u{a0}\u{a0}and\u{2003}em\u{3000}ideographic\u{2028}line\u{85}nel",
+            "not space: \u{200b}zero-width \u{1c}\u{1f} file sep",
+            "héllo wörld — ünïcödé  ✓ 日本語　テキスト",
+            "a",
+            "\u{a0}",
+            "trailing multibyte é",
+            "héllo wörld, non-ASCII but no whitespace lead bytes",
+            "smart “quotes” and an em — dash, U+2026…",
+            "ends in nbsp\u{a0}",
+            "double  space in the middle",
+            " leading space",
+            "trailing space ",
+        ];
+        for sample in samples {
+            assert_eq!(
+                normalise(sample),
+                normalise_by_definition(sample),
+                "{sample:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn normalise_matches_its_definition_on_every_short_mix_of_tricky_characters() {
+        let alphabet = [
+            " ", "\t", "a", "é", "\u{a0}", "—", "\u{2003}", "\u{1c}", "\u{3000}",
+        ];
+        let mut strings = vec![String::new()];
+        for _ in 0..4 {
+            let longer: Vec<String> = strings
+                .iter()
+                .flat_map(|s| alphabet.iter().map(move |c| format!("{s}{c}")))
+                .collect();
+            strings.extend(longer);
+            strings.sort();
+            strings.dedup();
+        }
+        for sample in strings {
+            let expected = normalise_by_definition(&sample);
+            assert_eq!(normalise(&sample), expected, "{sample:?}");
+            assert_eq!(normalise_owned(sample.clone()), expected, "{sample:?}");
+        }
+    }
+
     #[test]
     fn digest_depends_on_kind_and_text() {
         assert_eq!(Digest::of("paragraph", "x"), Digest::of("paragraph", "x"));
@@ -136,6 +269,16 @@ mod tests {
         assert_ne!(Digest::of("paragraph", "x"), Digest::of("paragraph", "y"));
         // The length prefix keeps the kind/text boundary unambiguous.
         assert_ne!(Digest::of("ab", "c"), Digest::of("a", "bc"));
+    }
+
+    #[test]
+    fn digest_wire_value_is_pinned() {
+        // Digests travel to clients and are stored with cards: the bytes
+        // hashed must never change.
+        assert_eq!(
+            Digest::of("paragraph", "Ship the beta").to_hex(),
+            "e5b5d65ce9a50c297a4cf6b28c8eb93f6e0757ac08bd9fbd3ba5efcf258928c0"
+        );
     }
 
     #[test]

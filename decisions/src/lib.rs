@@ -2,7 +2,8 @@
 //!
 //! This crate owns how a plan document is seen as a list of **blocks** — the
 //! [`Outline`] of a revision, each block's normalised text, its `blake3`
-//! [`Digest`] and its [`BlockIdentity`] (SPEC S1, S4) — the reads the Planner
+//! [`Digest`] and its [`BlockIdentity`] (SPEC S1, S4), kept current as the
+//! document changes by [`LiveOutline`] — the reads the Planner
 //! made ([`ReadCache`], SPEC S5), decision cards ([`DecisionCard`]) and the
 //! `open_decisions` engine ([`open_decisions`], SPEC D1–D10).
 //!
@@ -15,6 +16,7 @@ mod block;
 mod capture;
 mod card;
 mod edit;
+mod live;
 mod outline;
 mod people;
 mod reads;
@@ -31,6 +33,7 @@ pub use card::{
     ResponseKind,
 };
 pub use edit::{apply_edits, BlockKind, Edit, EditError, MAX_EDITS, MAX_EDIT_TEXT_BYTES};
+pub use live::LiveOutline;
 pub use outline::{Outline, FRAGMENT_NAME};
 pub use people::{act, Action, ActionError};
 pub use reads::{ReadCache, DEFAULT_READS};

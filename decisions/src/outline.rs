@@ -2,13 +2,14 @@
 
 use std::collections::HashMap;
 
-use yrs::branch::Branch;
+use yrs::branch::{Branch, BranchPtr};
 use yrs::types::xml::{XmlElementRef, XmlOut};
 use yrs::{
-    BranchID, Doc, GetString, ReadTxn, TextRef, Transact, XmlFragment, XmlFragmentRef, XmlTextRef,
+    BranchID, Doc, GetString, Nested, ReadTxn, TextRef, Transact, XmlFragment, XmlFragmentRef,
+    XmlTextRef,
 };
 
-use crate::block::{normalise, Block, BlockIdentity, Digest};
+use crate::block::{normalise_owned, push_normalised, Block, BlockIdentity, Digest};
 
 /// The name of the `XmlFragment` that holds a document's text, the one a
 /// Tiptap / y-prosemirror editor binds to (SPEC S1).
@@ -39,18 +40,9 @@ impl Outline {
     /// Outline of `fragment` as seen by `txn`.
     pub fn read<T: ReadTxn>(txn: &T, fragment: &XmlFragmentRef) -> Self {
         let mut blocks = Vec::with_capacity(fragment.len(txn) as usize);
+        let mut scratch = String::new();
         for node in fragment.children(txn) {
-            let index = blocks.len();
-            let block = match node {
-                XmlOut::Element(element) => element_block(txn, index, &element),
-                // Bare text at the top level is not something ProseMirror
-                // produces, but another client could write it; it is still a
-                // block people can see, so it gets an entry of kind "text".
-                XmlOut::Text(text) => identity_of(text.as_ref())
-                    .map(|identity| block(index, "text", &plain_text(txn, &text), identity)),
-                XmlOut::Fragment(_) => continue,
-            };
-            if let Some(block) = block {
+            if let Some(block) = node_block(txn, blocks.len(), &node, &mut scratch) {
                 blocks.push(block);
             }
         }
@@ -103,17 +95,158 @@ impl Outline {
     pub fn count_digest(&self, digest: &Digest) -> usize {
         self.digest_counts.get(digest).copied().unwrap_or(0)
     }
+
+    /// Brings the order of blocks in line with the children of `fragment`
+    /// after blocks were added or removed, reading only the blocks it did not
+    /// hold. Blocks it keeps are not re-read, so a block whose words also
+    /// changed must be re-read afterwards ([`Outline::reread`]).
+    pub(crate) fn resync<T: ReadTxn>(&mut self, txn: &T, fragment: &XmlFragmentRef) {
+        let children: Vec<(BlockIdentity, XmlOut)> = fragment
+            .children(txn)
+            .filter(|node| !matches!(node, XmlOut::Fragment(_)))
+            .filter_map(|node| Some((identity_of(node.as_ref())?, node)))
+            .collect();
+        let old_len = self.blocks.len();
+        let shortest = old_len.min(children.len());
+        let same = |block: &Block, child: &(BlockIdentity, XmlOut)| block.identity == child.0;
+        let prefix = self
+            .blocks
+            .iter()
+            .zip(&children)
+            .take_while(|(b, c)| same(b, c))
+            .count();
+        let suffix = self.blocks[prefix..]
+            .iter()
+            .rev()
+            .zip(children[prefix..].iter().rev())
+            .take(shortest - prefix)
+            .take_while(|(b, c)| same(b, c))
+            .count();
+        // The blocks between the common ends are taken out, and those still
+        // in the document put back where they now stand.
+        let (old_end, new_end) = (old_len - suffix, children.len() - suffix);
+        let mut kept: HashMap<BlockIdentity, Block> = HashMap::new();
+        for block in self.blocks.drain(prefix..old_end) {
+            self.by_identity.remove(&block.identity);
+            forget_digest(&mut self.digest_counts, &block.digest);
+            kept.insert(block.identity, block);
+        }
+        let mut scratch = String::new();
+        let middle: Vec<Block> = children[prefix..new_end]
+            .iter()
+            .filter_map(|(identity, node)| match kept.remove(identity) {
+                Some(block) => Some(block),
+                None => node_block(txn, 0, node, &mut scratch),
+            })
+            .collect();
+        let inserted = middle.len();
+        self.blocks.splice(prefix..prefix, middle);
+        // The common tail moved by the same amount: one pass over the map's
+        // values, which is much cheaper than re-hashing each identity.
+        if inserted != old_end - prefix {
+            let moved_by = |at: usize| at + prefix + inserted - old_end;
+            for at in self.by_identity.values_mut() {
+                if *at >= old_end {
+                    *at = moved_by(*at);
+                }
+            }
+            for (index, block) in self.blocks.iter_mut().enumerate().skip(prefix + inserted) {
+                block.index = index;
+            }
+        }
+        for index in prefix..prefix + inserted {
+            let block = &mut self.blocks[index];
+            block.index = index;
+            self.by_identity.insert(block.identity, index);
+            *self.digest_counts.entry(block.digest).or_default() += 1;
+        }
+    }
+
+    /// Reads again the block whose identity is `identity`, if the outline
+    /// holds it. Returns `false` when the outline holds it but the document
+    /// no longer has it as a block (the order is then out of date).
+    pub(crate) fn reread<T: ReadTxn>(&mut self, txn: &T, identity: BlockIdentity) -> bool {
+        let Some(&index) = self.by_identity.get(&identity) else {
+            return true;
+        };
+        let id = yrs::ID::new(yrs::block::ClientID::new(identity.client), identity.clock);
+        let Some(node) = Nested::<XmlElementRef>::new(id).get(txn).and_then(|node| {
+            XmlOut::try_from(BranchPtr::from(AsRef::<Branch>::as_ref(&node))).ok()
+        }) else {
+            return false;
+        };
+        let Some(block) = node_block(txn, index, &node, &mut String::new()) else {
+            return false;
+        };
+        let old = std::mem::replace(&mut self.blocks[index], block);
+        if old.digest != self.blocks[index].digest {
+            forget_digest(&mut self.digest_counts, &old.digest);
+            *self
+                .digest_counts
+                .entry(self.blocks[index].digest)
+                .or_default() += 1;
+        }
+        true
+    }
 }
 
-fn element_block<T: ReadTxn>(txn: &T, index: usize, element: &XmlElementRef) -> Option<Block> {
-    let identity = identity_of(element.as_ref())?;
-    let mut raw = String::new();
-    collect_text(txn, element, &mut raw);
-    Some(block(index, element.tag(), &raw, identity))
+/// One block fewer carries `digest`; a digest nobody carries is dropped, so
+/// outlines of the same document compare equal however they were reached.
+fn forget_digest(counts: &mut HashMap<Digest, usize>, digest: &Digest) {
+    if let Some(count) = counts.get_mut(digest) {
+        *count -= 1;
+        if *count == 0 {
+            counts.remove(digest);
+        }
+    }
+}
+
+/// The block a top-level node of the fragment stands for, if it is one.
+/// `scratch` is a buffer reused from block to block for the raw text.
+pub(crate) fn node_block<T: ReadTxn>(
+    txn: &T,
+    index: usize,
+    node: &XmlOut,
+    scratch: &mut String,
+) -> Option<Block> {
+    let (kind, identity, text) = match node {
+        XmlOut::Element(element) => {
+            let identity = identity_of(element.as_ref())?;
+            let mut children = element.children(txn);
+            let text = match (children.next(), children.next()) {
+                // The common shape, a paragraph or heading holding one text:
+                // its string is the block's text once normalised.
+                (Some(XmlOut::Text(only)), None) => normalise_owned(plain_text(txn, &only)),
+                _ => {
+                    scratch.clear();
+                    collect_text(txn, element, scratch);
+                    let mut text = String::with_capacity(scratch.len());
+                    push_normalised(scratch, &mut text);
+                    text
+                }
+            };
+            (&**element.tag(), identity, text)
+        }
+        // Bare text at the top level is not something ProseMirror produces,
+        // but another client could write it; it is still a block people can
+        // see, so it gets an entry of kind "text".
+        XmlOut::Text(text) => {
+            let identity = identity_of(text.as_ref())?;
+            ("text", identity, normalise_owned(plain_text(txn, text)))
+        }
+        XmlOut::Fragment(_) => return None,
+    };
+    Some(Block {
+        index,
+        digest: Digest::of(kind, &text),
+        kind: kind.to_owned(),
+        text,
+        identity,
+    })
 }
 
 /// The item id of a nested branch; root branches have none.
-fn identity_of(branch: &Branch) -> Option<BlockIdentity> {
+pub(crate) fn identity_of(branch: &Branch) -> Option<BlockIdentity> {
     match branch.id() {
         BranchID::Nested(id) => Some(BlockIdentity::from(id)),
         BranchID::Root(_) => None,
@@ -124,17 +257,6 @@ fn identity_of(branch: &Branch) -> Option<BlockIdentity> {
 fn plain_text<T: ReadTxn>(txn: &T, text: &XmlTextRef) -> String {
     let text: &TextRef = text.as_ref();
     text.get_string(txn)
-}
-
-fn block(index: usize, kind: &str, raw_text: &str, identity: BlockIdentity) -> Block {
-    let text = normalise(raw_text);
-    Block {
-        index,
-        digest: Digest::of(kind, &text),
-        kind: kind.to_owned(),
-        text,
-        identity,
-    }
 }
 
 /// Appends the plain text under `element`. Nested elements (list items,
