@@ -4,7 +4,6 @@
 //! acting account and wire input and returns wire output or a refusal.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use margin_decisions::{
     open_decisions, wire, Access, BatchError, DecisionCard, Key, Outcome, Strictness,
@@ -85,8 +84,7 @@ impl Tools {
         self.access(account, document).await?.granted()?;
         let (revision, outline) = self.hub.outline(document, None).await?;
         let blocks = wire::blocks(&outline);
-        self.hub
-            .remember_read(document, revision, Arc::new(outline));
+        self.hub.remember_read(document, revision, outline);
         Ok(ReadDocumentOutput {
             revision,
             outline: blocks,
@@ -133,8 +131,7 @@ impl Tools {
             Err(EditRefused::Unavailable(e)) => return Err(ToolError::Internal(e)),
         };
         let blocks = wire::blocks(&outline);
-        self.hub
-            .remember_read(document, revision, Arc::new(outline));
+        self.hub.remember_read(document, revision, outline);
         info!(document, revision, "edit_plan published");
         Ok(EditPlanOutput {
             revision,
@@ -256,8 +253,7 @@ impl Tools {
                     // card mirrors it again.
                     match self.hub.project(document, projection).await {
                         Ok((revision, outline)) => {
-                            self.hub
-                                .remember_read(document, revision, Arc::new(outline));
+                            self.hub.remember_read(document, revision, outline);
                             revision_now = revision;
                         }
                         Err(error) => {

@@ -9,10 +9,11 @@
 //! what was committed, and their sync step 2 restores what they still hold.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use margin_decisions::{Edit, EditError, Outline};
+use margin_decisions::{Edit, EditError, LiveOutline, Outline};
 use margin_protocol::sync::{close, MAX_AWARENESS_BYTES, MAX_UPDATE_BYTES};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -62,7 +63,7 @@ pub enum Command {
     /// The current outline and the revision it is of.
     Outline {
         /// Where to send it.
-        reply: oneshot::Sender<(i64, Outline)>,
+        reply: oneshot::Sender<(i64, Arc<Outline>)>,
     },
     /// The Planner's `edit_plan`, strict at the current revision.
     Edit {
@@ -84,10 +85,10 @@ pub enum Command {
 }
 
 /// Where a projection's revision and outline go.
-pub type ProjectReply = oneshot::Sender<(i64, Outline)>;
+pub type ProjectReply = oneshot::Sender<(i64, Arc<Outline>)>;
 
 /// Where an `edit_plan` result goes.
-pub type EditReply = oneshot::Sender<Result<(i64, Outline), EditRefused>>;
+pub type EditReply = oneshot::Sender<Result<(i64, Arc<Outline>), EditRefused>>;
 
 /// Why an `edit_plan` changed nothing.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -156,18 +157,20 @@ struct Effects {
     /// Each change with the connection it came from.
     deltas: Vec<(ConnId, Vec<u8>)>,
     sends: Vec<(Target, Bytes)>,
-    outlines: Vec<oneshot::Sender<(i64, Outline)>>,
+    outlines: Vec<oneshot::Sender<(i64, Arc<Outline>)>>,
     /// Edit replies: how many of the batch's changes precede the reply's
     /// revision, and the outline at it.
-    edits: Vec<(EditReply, usize, Outline)>,
+    edits: Vec<(EditReply, usize, Arc<Outline>)>,
     /// Projection replies.
-    projections: Vec<(ProjectReply, usize, Outline)>,
+    projections: Vec<(ProjectReply, usize, Arc<Outline>)>,
 }
 
 pub struct DocumentTask {
     id: String,
     store: Store,
     awareness: Awareness,
+    /// The outline, kept current by re-reading only the blocks that change.
+    live: LiveOutline,
     revision: i64,
     members: HashMap<ConnId, Member>,
     compaction: Compaction,
@@ -237,9 +240,11 @@ impl DocumentTask {
             .await
             .map_err(|e| e.to_string())?;
         let doc = rebuild(&state).map_err(|e| e.to_string())?;
+        let live = LiveOutline::new(&doc);
         Ok(DocumentTask {
             id,
             store,
+            live,
             awareness: Awareness::new(doc),
             revision: state.revision,
             members: HashMap::new(),
@@ -343,12 +348,16 @@ impl DocumentTask {
                     let _ = reply.send(Err(EditRefused::Stale { revision, current }));
                     return;
                 }
-                match writes::edit(self.awareness.doc(), &edits) {
-                    Ok((change, outline)) => {
+                let before = self.live.refresh();
+                match writes::edit(self.awareness.doc(), before, &edits) {
+                    Ok(change) => {
                         if let Some(change) = change {
                             effects.deltas.push((SERVER, change));
                         }
-                        effects.edits.push((reply, effects.deltas.len(), outline));
+                        self.live.refresh();
+                        effects
+                            .edits
+                            .push((reply, effects.deltas.len(), self.live.snapshot()));
                     }
                     Err(refused) => {
                         let _ = reply.send(Err(refused.into()));
@@ -359,10 +368,10 @@ impl DocumentTask {
                 if let Some(change) = writes::project(self.awareness.doc(), &cards) {
                     effects.deltas.push((SERVER, change));
                 }
-                let outline = Outline::of_doc(self.awareness.doc());
+                self.live.refresh();
                 effects
                     .projections
-                    .push((reply, effects.deltas.len(), outline));
+                    .push((reply, effects.deltas.len(), self.live.snapshot()));
             }
         }
     }
@@ -518,7 +527,8 @@ impl DocumentTask {
             let _ = reply.send((base + changes_before as i64, outline));
         }
         if !effects.outlines.is_empty() {
-            let outline = Outline::of_doc(self.awareness.doc());
+            self.live.refresh();
+            let outline = self.live.snapshot();
             for reply in effects.outlines {
                 let _ = reply.send((self.revision, outline.clone()));
             }

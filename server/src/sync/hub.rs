@@ -169,7 +169,7 @@ impl Hub {
         &self,
         id: &str,
         revision: Option<i64>,
-    ) -> Result<(i64, Outline), OutlineError> {
+    ) -> Result<(i64, Arc<Outline>), OutlineError> {
         let loaded = self.loaded(id);
         if let (Some(mailbox), None) = (loaded, revision) {
             let (reply, answer) = oneshot::channel();
@@ -181,7 +181,7 @@ impl Hub {
         }
         let state = self.inner.store.load_state(id, revision).await?;
         let doc = rebuild(&state)?;
-        Ok((state.revision, Outline::of_doc(&doc)))
+        Ok((state.revision, Arc::new(Outline::of_doc(&doc))))
     }
 
     /// Remembers that the Planner read `outline` at `revision` of `id`.
@@ -210,7 +210,7 @@ impl Hub {
         id: &str,
         revision: i64,
         edits: Vec<Edit>,
-    ) -> Result<(i64, Outline), EditRefused> {
+    ) -> Result<(i64, Arc<Outline>), EditRefused> {
         let (reply, answer) = oneshot::channel();
         let command = Command::Edit {
             revision,
@@ -231,7 +231,7 @@ impl Hub {
         &self,
         id: &str,
         cards: Vec<(String, String)>,
-    ) -> Result<(i64, Outline), JoinRefused> {
+    ) -> Result<(i64, Arc<Outline>), JoinRefused> {
         let (reply, answer) = oneshot::channel();
         self.send(id, Command::Project { cards, reply }).await?;
         answer

@@ -10,16 +10,13 @@ use yrs::{Doc, Map, ReadTxn, Transact, TransactionMut};
 /// projection rewritten whenever a card changes.
 pub const DECISIONS_MAP: &str = "decisions";
 
-/// Applies `edits` to `doc`; returns the change and the outline after it.
-pub fn edit(doc: &Doc, edits: &[Edit]) -> Result<(Option<Vec<u8>>, Outline), EditError> {
-    let before = Outline::of_doc(doc);
+/// Applies `edits`, addressed in `outline` (the document as it stands), to
+/// `doc`; returns the change they made.
+pub fn edit(doc: &Doc, outline: &Outline, edits: &[Edit]) -> Result<Option<Vec<u8>>, EditError> {
     let fragment = doc.get_or_insert_xml_fragment(FRAGMENT_NAME);
-    let change = {
-        let mut txn = doc.transact_mut();
-        apply_edits(&mut txn, &fragment, &before, edits)?;
-        change_of(&txn)
-    };
-    Ok((change, Outline::of_doc(doc)))
+    let mut txn = doc.transact_mut();
+    apply_edits(&mut txn, &fragment, outline, edits)?;
+    Ok(change_of(&txn))
 }
 
 /// Writes each `(card id, card JSON)` into the decisions map.
