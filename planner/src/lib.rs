@@ -1,7 +1,16 @@
 //! Margin's Planner sessions: lifecycle, turns, host requests, runs and plans
 //! (SPEC P, T, L, U, R), as sans-IO state machines fed events and a clock.
 //!
-//! This crate performs no I/O. It is part of the workspace layout from the
-//! start so that `server` wiring has a fixed home for it; the session manager
-//! itself arrives with the Planner-sessions work.
+//! This crate performs no I/O and reads no clock: every input carries the
+//! caller's `now` ([`Millis`]) and every output is a value the caller carries
+//! out. The server drives one [`Session`] per Planner session.
 #![warn(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+mod ids;
+mod session;
+
+pub use ids::{Millis, RequestId, RunId, TurnId};
+pub use session::{
+    Effect, ReleaseReason, ReleaseTrigger, ReplyOutcome, RunStatus, Session, DEFAULT_IDLE,
+};

@@ -1,0 +1,63 @@
+//! Names and time as the session machines see them.
+
+use std::fmt;
+
+/// Milliseconds on the caller's monotonic clock. The machines never read a
+/// clock; tests drive them with a virtual one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Millis(pub u64);
+
+impl Millis {
+    /// `minutes` minutes.
+    pub const fn minutes(minutes: u64) -> Millis {
+        Millis(minutes * 60_000)
+    }
+
+    /// The time `later` after this one.
+    pub fn plus(self, later: Millis) -> Millis {
+        Millis(self.0.saturating_add(later.0))
+    }
+
+    /// How long after `earlier` this is (0 if before).
+    pub fn since(self, earlier: Millis) -> Millis {
+        Millis(self.0.saturating_sub(earlier.0))
+    }
+
+    /// Whole minutes, rounded down.
+    pub fn whole_minutes(self) -> u64 {
+        self.0 / 60_000
+    }
+}
+
+macro_rules! name {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(pub String);
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(name: &str) -> Self {
+                $name(name.to_owned())
+            }
+        }
+    };
+}
+
+name!(
+    /// One turn of a session: a reply to the messages that started it.
+    TurnId
+);
+name!(
+    /// A workflow run the Planner reports.
+    RunId
+);
+name!(
+    /// A host request: a question the Planner asked that waits on a member.
+    RequestId
+);

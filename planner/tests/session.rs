@@ -1,0 +1,241 @@
+//! Session lifecycle on a virtual clock (SPEC P1–P4).
+
+use margin_planner::{
+    Effect, Millis, ReleaseReason, ReleaseTrigger, ReplyOutcome, RequestId, RunId, RunStatus,
+    Session, TurnId, DEFAULT_IDLE,
+};
+use pretty_assertions::assert_eq;
+
+/// A session on a virtual clock that calls back whenever the session asks.
+struct Sim {
+    session: Session,
+    now: Millis,
+    effects: Vec<Effect>,
+}
+
+impl Sim {
+    fn new() -> Self {
+        Sim {
+            session: Session::new(Millis(0), DEFAULT_IDLE),
+            now: Millis(0),
+            effects: Vec::new(),
+        }
+    }
+
+    /// Lets `minutes` pass, honouring every timeout the session sets.
+    fn wait(&mut self, minutes: u64) {
+        let until = self.now.plus(Millis::minutes(minutes));
+        while let Some(due) = self.session.poll_timeout() {
+            if due > until {
+                break;
+            }
+            self.now = due.max(self.now);
+            let effects = self.session.handle_timeout(self.now);
+            self.effects.extend(effects);
+            if self.session.released().is_some() {
+                break;
+            }
+        }
+        self.now = until;
+    }
+
+    fn turn(&mut self, turn: &str) {
+        let effects = self
+            .session
+            .handle_turn_started(TurnId::from(turn), self.now);
+        self.effects.extend(effects);
+    }
+
+    fn reply(&mut self, turn: &str, outcome: ReplyOutcome) {
+        let effects = self
+            .session
+            .handle_reply_finished(TurnId::from(turn), outcome, self.now);
+        self.effects.extend(effects);
+    }
+
+    fn run(&mut self, run: &str, status: RunStatus) {
+        let effects = self.session.handle_run(RunId::from(run), status, self.now);
+        self.effects.extend(effects);
+    }
+
+    fn ask(&mut self, request: &str) {
+        let effects = self
+            .session
+            .handle_request_opened(RequestId::from(request), self.now);
+        self.effects.extend(effects);
+    }
+
+    fn answered(&mut self, request: &str) {
+        let effects = self
+            .session
+            .handle_request_settled(&RequestId::from(request), self.now);
+        self.effects.extend(effects);
+    }
+
+    fn release(&mut self, trigger: ReleaseTrigger) {
+        let effects = self.session.handle_release(trigger, self.now);
+        self.effects.extend(effects);
+    }
+
+    fn released(&self) -> Option<ReleaseReason> {
+        self.session.released()
+    }
+}
+
+#[test]
+fn a_refused_reply_keeps_a_session_with_a_live_run() {
+    let mut sim = Sim::new();
+    sim.turn("t1");
+    sim.run("plan-review", RunStatus::Running);
+    sim.wait(31);
+    sim.reply("t1", ReplyOutcome::Refused);
+    sim.wait(24 * 60);
+    assert_eq!(sim.released(), None);
+    assert_eq!(
+        sim.effects,
+        vec![Effect::AnnounceWithheld(TurnId::from("t1"))]
+    );
+}
+
+#[test]
+fn a_refused_reply_keeps_a_session_with_only_an_open_question() {
+    let mut sim = Sim::new();
+    sim.turn("t1");
+    sim.ask("q1");
+    sim.reply("t1", ReplyOutcome::Unverifiable);
+    sim.wait(3 * 24 * 60);
+    assert_eq!(sim.released(), None);
+    assert!(sim.session.in_use());
+}
+
+#[test]
+fn a_normal_turn_with_an_open_question_keeps_it_until_the_question_settles() {
+    let mut sim = Sim::new();
+    sim.turn("t1");
+    sim.ask("q1");
+    sim.reply("t1", ReplyOutcome::Accepted);
+    sim.wait(90);
+    assert_eq!(sim.released(), None);
+    sim.answered("q1");
+    sim.wait(29);
+    assert_eq!(sim.released(), None);
+    sim.wait(1);
+    assert_eq!(sim.released(), Some(ReleaseReason::Idle));
+}
+
+#[test]
+fn stop_revocation_and_document_close_release_it_and_withdraw_its_questions() {
+    for trigger in [
+        ReleaseTrigger::Stop,
+        ReleaseTrigger::MachineRevoked,
+        ReleaseTrigger::DocumentClosed,
+    ] {
+        let mut sim = Sim::new();
+        sim.turn("t1");
+        sim.ask("q1");
+        sim.reply("t1", ReplyOutcome::Accepted);
+        sim.wait(5);
+        sim.release(trigger);
+        assert_eq!(sim.released(), Some(ReleaseReason::Trigger(trigger)));
+        assert_eq!(
+            sim.effects[1..],
+            [
+                Effect::WithdrawRequest(RequestId::from("q1")),
+                Effect::Released(ReleaseReason::Trigger(trigger))
+            ]
+        );
+    }
+}
+
+#[test]
+fn a_reply_longer_than_the_idle_period_is_not_cut_off_and_idle_counts_from_its_end() {
+    let mut sim = Sim::new();
+    sim.turn("t1");
+    sim.wait(45);
+    assert_eq!(sim.released(), None);
+    sim.reply("t1", ReplyOutcome::Accepted);
+    sim.wait(29);
+    assert_eq!(sim.released(), None);
+    sim.wait(1);
+    assert_eq!(sim.released(), Some(ReleaseReason::Idle));
+}
+
+#[test]
+fn an_idle_session_with_nobody_viewing_is_released_after_30_minutes_and_not_before() {
+    let mut sim = Sim::new();
+    sim.turn("t1");
+    sim.reply("t1", ReplyOutcome::Accepted);
+    let ended = sim.now;
+    sim.wait(29);
+    assert_eq!(sim.released(), None);
+    assert_eq!(
+        sim.session.poll_timeout(),
+        Some(ended.plus(Millis::minutes(30)))
+    );
+    sim.wait(1);
+    assert_eq!(sim.released(), Some(ReleaseReason::Idle));
+    assert_eq!(
+        sim.effects.last(),
+        Some(&Effect::Released(ReleaseReason::Idle))
+    );
+}
+
+#[test]
+fn someone_viewing_the_document_keeps_an_idle_session_and_idle_counts_from_their_leaving() {
+    let mut sim = Sim::new();
+    let effects = sim.session.handle_viewers(2, sim.now);
+    assert!(effects.is_empty());
+    sim.wait(120);
+    assert_eq!(sim.released(), None);
+    sim.session.handle_viewers(0, sim.now);
+    sim.wait(29);
+    assert_eq!(sim.released(), None);
+    sim.wait(1);
+    assert_eq!(sim.released(), Some(ReleaseReason::Idle));
+}
+
+#[test]
+fn stopped_after_n_minutes_appears_only_for_a_real_stop_with_its_true_age() {
+    let mut sim = Sim::new();
+    sim.turn("t1");
+    sim.reply("t1", ReplyOutcome::Refused);
+    sim.wait(10);
+    sim.run("plan-review", RunStatus::Running);
+    sim.wait(31);
+    // The refused reply stopped nothing.
+    assert!(!sim
+        .effects
+        .iter()
+        .any(|e| matches!(e, Effect::RunStopped { .. })));
+    sim.wait(6);
+    sim.release(ReleaseTrigger::Stop);
+    let stopped: Vec<_> = sim
+        .effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::RunStopped { run, after } => Some((run.0.as_str(), after.whole_minutes())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stopped, vec![("plan-review", 37)]);
+}
+
+#[test]
+fn a_paused_run_keeps_the_session_and_an_ended_run_is_not_revived() {
+    let mut sim = Sim::new();
+    sim.run("r1", RunStatus::Running);
+    sim.run("r1", RunStatus::Paused);
+    sim.wait(600);
+    assert_eq!(sim.released(), None);
+    sim.run("r1", RunStatus::Completed);
+    // A late report of the finished run does not bring it back.
+    sim.run("r1", RunStatus::Running);
+    assert!(!sim.session.in_use());
+    sim.wait(30);
+    assert_eq!(sim.released(), Some(ReleaseReason::Idle));
+    // A released session ignores everything and stops nothing twice.
+    let before = sim.effects.len();
+    sim.run("r2", RunStatus::Running);
+    sim.release(ReleaseTrigger::Stop);
+    assert_eq!(sim.effects.len(), before);
+}
