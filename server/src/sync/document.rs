@@ -553,7 +553,10 @@ impl DocumentTask {
                 many => match yrs::merge_updates_v1(many.iter().copied()) {
                     Ok(update) => Some(messages::update(update)),
                     // Unmergeable (it should not happen): send them one by one.
-                    Err(_) => None,
+                    Err(error) => {
+                        warn!(%error, "could not merge a batch's changes; sending them one by one");
+                        None
+                    }
                 },
             }
         };
