@@ -8,9 +8,12 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod ids;
+pub mod reply;
 mod session;
+mod steering;
 
 pub use ids::{Millis, RequestId, RunId, TurnId};
 pub use session::{
     Effect, ReleaseReason, ReleaseTrigger, ReplyOutcome, RunStatus, Session, DEFAULT_IDLE,
 };
+pub use steering::Steering;
