@@ -7,11 +7,13 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod attempt;
 mod ids;
 pub mod reply;
 mod session;
 mod steering;
 
+pub use attempt::{AttemptError, AttemptId, AttemptState, Attempts, Ending};
 pub use ids::{Millis, RequestId, RunId, TurnId};
 pub use session::{
     Effect, ReleaseReason, ReleaseTrigger, ReplyOutcome, RunStatus, Session, DEFAULT_IDLE,
