@@ -16,12 +16,13 @@
 //! assert_eq!(input.cards[0].passages[0].index, 3);
 //! ```
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::documents::BlockEntry;
 
 /// A block address: its index and digest in the outline of a revision.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PassageAddress {
     /// Index in that revision's outline.
@@ -31,7 +32,7 @@ pub struct PassageAddress {
 }
 
 /// One card as the Planner writes it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CardInput {
     /// Stable key chosen by the Planner; a repeated key replays only the
@@ -52,7 +53,7 @@ pub struct CardInput {
 }
 
 /// `open_decisions` input: a batch written at `revision`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OpenDecisionsInput {
     /// The revision the Planner read.
@@ -62,7 +63,7 @@ pub struct OpenDecisionsInput {
 }
 
 /// `open_decision` and `ask` input: one card at the current revision.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OpenDecisionInput {
     /// Must be the document's current revision.
@@ -72,7 +73,7 @@ pub struct OpenDecisionInput {
 }
 
 /// What happened to one card of a batch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum CaptureStatus {
     /// A new card was added.
@@ -84,7 +85,7 @@ pub enum CaptureStatus {
 }
 
 /// One card's result.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct CaptureView {
     /// The card's key.
     pub key: String,
@@ -97,7 +98,7 @@ pub struct CaptureView {
 }
 
 /// `open_decisions` / `open_decision` / `ask` result.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct OpenDecisionsOutput {
     /// Per card, in batch order.
     pub captures: Vec<CaptureView>,
@@ -113,7 +114,7 @@ pub struct OpenDecisionsOutput {
 }
 
 /// A refused tool call: nothing changed.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolRefusal {
     /// Stable code: `read_evicted`, `address_mismatch`, `repeated_when_read`,
     /// `block_rewritten`, `block_removed_or_moved`, `twin_now`,
@@ -126,7 +127,7 @@ pub struct ToolRefusal {
 }
 
 /// `read_document` result.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ReadDocumentOutput {
     /// The revision read; write batches against it.
     pub revision: i64,
@@ -135,7 +136,7 @@ pub struct ReadDocumentOutput {
 }
 
 /// One change to the document's blocks.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum EditInput {
     /// A new block after `after` (at the start when absent).
@@ -166,7 +167,7 @@ pub enum EditInput {
 }
 
 /// `edit_plan` input: edits addressed at the current revision.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EditPlanInput {
     /// Must be the current revision.
@@ -176,7 +177,7 @@ pub struct EditPlanInput {
 }
 
 /// `edit_plan` result.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct EditPlanOutput {
     /// The revision the edit made; its outline is remembered as read, so a
     /// batch written from it survives later edits by others.
@@ -186,7 +187,7 @@ pub struct EditPlanOutput {
 }
 
 /// A choice on a card.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ChoiceView {
     /// Stable id (`c1`… the Planner's, `p1`… people's).
     pub id: String,
@@ -198,7 +199,7 @@ pub struct ChoiceView {
 }
 
 /// An answer.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum AnswerBody {
     /// Choice ids (one for single choice).
@@ -210,7 +211,7 @@ pub enum AnswerBody {
 }
 
 /// A card as people and editors see it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct DecisionCardView {
     /// Id.
     pub id: String,
@@ -240,14 +241,14 @@ pub struct DecisionCardView {
 }
 
 /// `GET /documents/{id}/decisions`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct DecisionList {
     /// Cards, oldest first.
     pub decisions: Vec<DecisionCardView>,
 }
 
 /// `POST …/decisions/{card}/options` body.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddOption {
     /// The new choice's label.
@@ -255,7 +256,7 @@ pub struct AddOption {
 }
 
 /// `POST …/decisions/{card}/criteria` body.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddCriterion {
     /// The criterion.

@@ -11,20 +11,21 @@
 //! );
 //! ```
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Longest document title accepted, in UTF-8 bytes.
 pub const MAX_TITLE_BYTES: usize = 200;
 
 /// `GET /me` response: who the token belongs to.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct Me {
     /// The account's name.
     pub account: String,
 }
 
 /// `POST /documents` body.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateDocument {
     /// Non-blank, at most [`MAX_TITLE_BYTES`], no control characters.
@@ -32,7 +33,7 @@ pub struct CreateDocument {
 }
 
 /// A member's role on one document.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     /// Created the document; may edit and add members.
@@ -71,7 +72,7 @@ impl Role {
 
 /// A document as its caller sees it (`POST /documents` → 201,
 /// `GET /documents/{id}`, entries of `GET /documents`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct DocumentInfo {
     /// Opaque document id.
     pub id: String,
@@ -84,14 +85,14 @@ pub struct DocumentInfo {
 }
 
 /// `GET /documents` response.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct DocumentList {
     /// The caller's documents, newest first.
     pub documents: Vec<DocumentInfo>,
 }
 
 /// `POST /documents/{id}/members` body. Only the owner may add members.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddMember {
     /// The account's name.
@@ -101,7 +102,7 @@ pub struct AddMember {
 }
 
 /// `POST /documents/{id}/members` response.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct MemberInfo {
     /// The account's name.
     pub account: String,
@@ -110,7 +111,7 @@ pub struct MemberInfo {
 }
 
 /// One block of an outline (SPEC S4).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct BlockEntry {
     /// Position, from 0.
     pub index: usize,
@@ -125,7 +126,7 @@ pub struct BlockEntry {
 }
 
 /// `GET /documents/{id}/outline[?revision=N]` response.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct OutlineView {
     /// The document id.
     pub document: String,

@@ -9,17 +9,18 @@
 //! );
 //! ```
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// `{"error":{"code","message"}}`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ErrorBody {
     /// The error.
     pub error: ErrorDetail,
 }
 
 /// A stable machine-readable code and a human message.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ErrorDetail {
     /// Stable, snake_case; clients branch on this.
     pub code: String,

@@ -1,0 +1,62 @@
+//! The committed JSON Schemas in `docs/protocol/` match the wire types.
+//! After changing a wire type, regenerate them with:
+//!
+//!     UPDATE_SCHEMAS=1 cargo test -p margin-protocol --test schemas
+
+use std::path::PathBuf;
+
+use margin_protocol::decisions::{
+    AddCriterion, AddOption, AnswerBody, DecisionCardView, DecisionList, EditPlanInput,
+    EditPlanOutput, OpenDecisionInput, OpenDecisionsInput, OpenDecisionsOutput, ReadDocumentOutput,
+    ToolRefusal,
+};
+use margin_protocol::{
+    AddMember, CreateDocument, DocumentInfo, DocumentList, ErrorBody, Me, MemberInfo, OutlineView,
+};
+use schemars::{schema_for, Schema};
+
+fn schemas() -> Vec<(&'static str, Schema)> {
+    vec![
+        ("ErrorBody", schema_for!(ErrorBody)),
+        ("Me", schema_for!(Me)),
+        ("CreateDocument", schema_for!(CreateDocument)),
+        ("DocumentInfo", schema_for!(DocumentInfo)),
+        ("DocumentList", schema_for!(DocumentList)),
+        ("AddMember", schema_for!(AddMember)),
+        ("MemberInfo", schema_for!(MemberInfo)),
+        ("OutlineView", schema_for!(OutlineView)),
+        ("ReadDocumentOutput", schema_for!(ReadDocumentOutput)),
+        ("EditPlanInput", schema_for!(EditPlanInput)),
+        ("EditPlanOutput", schema_for!(EditPlanOutput)),
+        ("OpenDecisionsInput", schema_for!(OpenDecisionsInput)),
+        ("OpenDecisionInput", schema_for!(OpenDecisionInput)),
+        ("OpenDecisionsOutput", schema_for!(OpenDecisionsOutput)),
+        ("ToolRefusal", schema_for!(ToolRefusal)),
+        ("DecisionCardView", schema_for!(DecisionCardView)),
+        ("DecisionList", schema_for!(DecisionList)),
+        ("AnswerBody", schema_for!(AnswerBody)),
+        ("AddOption", schema_for!(AddOption)),
+        ("AddCriterion", schema_for!(AddCriterion)),
+    ]
+}
+
+#[test]
+fn committed_schemas_match_the_wire_types() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/protocol");
+    let update = std::env::var_os("UPDATE_SCHEMAS").is_some();
+    let mut stale = Vec::new();
+    for (name, schema) in schemas() {
+        let path = dir.join(format!("{name}.schema.json"));
+        let generated = serde_json::to_string_pretty(&schema).unwrap() + "\n";
+        if update {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, &generated).unwrap();
+        } else if std::fs::read_to_string(&path).ok().as_deref() != Some(generated.as_str()) {
+            stale.push(name);
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "docs/protocol/ is out of date for {stale:?}; regenerate with:\n    UPDATE_SCHEMAS=1 cargo test -p margin-protocol --test schemas"
+    );
+}
