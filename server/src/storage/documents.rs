@@ -119,43 +119,25 @@ impl Store {
                 "a document has exactly one owner; add members as editor or viewer".into(),
             ));
         }
-        let mut tx = self.pool.begin().await?;
-        let current =
-            sqlx::query("SELECT role FROM members WHERE document_id = $1 AND account_id = $2")
-                .bind(id)
-                .bind(&member.id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        match current {
-            Some(row) => {
-                let current: String = row.try_get("role")?;
-                if current == Role::Owner.as_str() {
-                    return Err(StorageError::Conflict(format!(
-                        "{} owns this document; the owner's role cannot change",
-                        member.name
-                    )));
-                }
-                sqlx::query(
-                    "UPDATE members SET role = $1 WHERE document_id = $2 AND account_id = $3",
-                )
-                .bind(role.as_str())
-                .bind(id)
-                .bind(&member.id)
-                .execute(&mut *tx)
-                .await?;
-            }
-            None => {
-                sqlx::query(
-                    "INSERT INTO members (document_id, account_id, role) VALUES ($1, $2, $3)",
-                )
-                .bind(id)
-                .bind(&member.id)
-                .bind(role.as_str())
-                .execute(&mut *tx)
-                .await?;
-            }
+        // One statement, so SQLite takes the write lock at once: a read
+        // followed by a write in one transaction can fail with "database is
+        // locked" when another writer slips between them.
+        let done = sqlx::query(
+            "INSERT INTO members (document_id, account_id, role) VALUES ($1, $2, $3) \
+             ON CONFLICT (document_id, account_id) DO UPDATE SET role = excluded.role \
+             WHERE members.role <> 'owner'",
+        )
+        .bind(id)
+        .bind(&member.id)
+        .bind(role.as_str())
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StorageError::Conflict(format!(
+                "{} owns this document; the owner's role cannot change",
+                member.name
+            )));
         }
-        tx.commit().await?;
         Ok(())
     }
 }

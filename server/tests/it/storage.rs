@@ -94,3 +94,26 @@ on_both_backends! {
         assert_eq!(reopened.documents_of(&ada).await.unwrap().len(), 1);
     }
 }
+
+on_both_backends! {
+    async fn member_changes_during_document_writes_never_fail(db) {
+        let store = db.open().await;
+        let ada = store.create_account("ada").await.unwrap();
+        let bo = store.create_account("bo").await.unwrap();
+        let doc = store.create_document(&ada, "Plan").await.unwrap();
+        let writer = {
+            let (store, id) = (store.clone(), doc.id.clone());
+            tokio::spawn(async move {
+                for revision in 0..200 {
+                    store.append_updates(&id, revision, &[vec![1]]).await.unwrap();
+                }
+            })
+        };
+        for i in 0..200 {
+            let role = if i % 2 == 0 { Role::Editor } else { Role::Viewer };
+            store.set_member(&doc.id, &bo, role).await.unwrap();
+        }
+        writer.await.unwrap();
+        assert_eq!(store.document_for(&bo, &doc.id).await.unwrap().role, Role::Viewer);
+    }
+}
