@@ -4,62 +4,12 @@ import assert from 'node:assert/strict';
 import { mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { after, before } from 'node:test';
-import { chromium } from 'playwright-core';
 import { serverTest, waitFor, sleep } from '../lib/server.mjs';
+import { useBrowser, openPage, text, TIMEOUT } from '../lib/browser.mjs';
 
 const artifacts = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'artifacts');
-const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
-const TIMEOUT = 10000;
 
-let browser;
-
-before(async () => {
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    timeout: 30000,
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  });
-});
-
-after(async () => {
-  await browser?.close();
-});
-
-/** A fresh browser context (own localStorage) and page; page errors are collected. */
-async function openPage(onCleanup, { token, baseUrl } = {}) {
-  const context = await browser.newContext({ viewport: { width: 900, height: 640 } });
-  onCleanup(() => context.close());
-  context.setDefaultTimeout(TIMEOUT);
-  if (token) {
-    await context.addInitScript(
-      ({ t, origin }) => {
-        if (location.origin === origin && !sessionStorage.getItem('margin.test.seeded')) {
-          localStorage.setItem('margin.token', t);
-          sessionStorage.setItem('margin.test.seeded', '1');
-        }
-      },
-      { t: token, origin: baseUrl },
-    );
-  }
-  const page = await context.newPage();
-  page.pageErrors = [];
-  page.on('pageerror', (e) => page.pageErrors.push(e.message));
-  return page;
-}
-
-async function text(page, selector) {
-  return (await page.locator(selector).textContent())?.trim();
-}
+useBrowser();
 
 serverTest('the token form signs in, rejects a bad token and signs out', {}, async ({ server, onCleanup }) => {
   const page = await openPage(onCleanup);

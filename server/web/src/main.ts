@@ -1,5 +1,6 @@
 // Margin's browser editor: sign in with a token, list documents, and edit one
-// document with Tiptap bound to the server's Yjs document over y-websocket.
+// document with Tiptap bound to the server's Yjs document over y-websocket,
+// with its decision cards beside their paragraphs (decisions.ts).
 //
 // Every string that comes from the server or another user is rendered with
 // textContent (never innerHTML).
@@ -10,6 +11,8 @@ import Collaboration from '@tiptap/extension-collaboration';
 import CollaborationCursor from '@tiptap/extension-collaboration-cursor';
 import * as Y from 'yjs';
 import { WebsocketProvider } from 'y-websocket';
+import { ApiError, api, describe } from './api';
+import { DecisionCards } from './decisions';
 
 const TOKEN_KEY = 'margin.token';
 
@@ -18,16 +21,6 @@ interface DocumentSummary {
   title: string;
   revision: number;
   role: string;
-}
-
-class ApiError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-  ) {
-    super(message);
-  }
 }
 
 function $(id: string): HTMLElement {
@@ -51,35 +44,6 @@ function getToken(): string | null {
 function setToken(token: string | null): void {
   if (token === null) localStorage.removeItem(TOKEN_KEY);
   else localStorage.setItem(TOKEN_KEY, token);
-}
-
-async function api<T>(method: string, path: string, token: string, body?: unknown): Promise<T> {
-  const headers: Record<string, string> = { Authorization: `Bearer ${token}` };
-  if (body !== undefined) headers['Content-Type'] = 'application/json';
-  let res: Response;
-  try {
-    res = await fetch(path, {
-      method,
-      headers,
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-  } catch (e) {
-    throw new ApiError(0, 'network', `Could not reach the server (${String(e)}).`);
-  }
-  const text = await res.text();
-  let data: unknown = null;
-  try {
-    data = text ? JSON.parse(text) : null;
-  } catch {
-    data = null;
-  }
-  if (!res.ok) {
-    const err = (data as { error?: { code?: unknown; message?: unknown } } | null)?.error;
-    const code = typeof err?.code === 'string' ? err.code : `http_${res.status}`;
-    const message = typeof err?.message === 'string' ? err.message : `${res.status} ${res.statusText}`;
-    throw new ApiError(res.status, code, message);
-  }
-  return data as T;
 }
 
 /** A stable, readable colour for an account name. */
@@ -107,7 +71,7 @@ function hslToHex(h: number, s: number, l: number): string {
 // ---------------------------------------------------------------- state
 
 let account: string | null = null;
-let session: { editor: Editor; provider: WebsocketProvider; ydoc: Y.Doc } | null = null;
+let session: { editor: Editor; provider: WebsocketProvider; ydoc: Y.Doc; cards: DecisionCards } | null = null;
 let renderSeq = 0;
 
 function setStatus(status: 'connecting' | 'connected' | 'disconnected' | null, detail?: string): void {
@@ -131,8 +95,9 @@ function showError(message: string | null): void {
 
 function closeSession(): void {
   if (!session) return;
-  const { editor, provider, ydoc } = session;
+  const { editor, provider, ydoc, cards } = session;
   session = null;
+  cards.destroy();
   provider.destroy();
   editor.destroy();
   ydoc.destroy();
@@ -144,6 +109,7 @@ function showOnly(section: 'signin' | 'home' | 'document' | null): void {
   show('signin', section === 'signin');
   show('home', section === 'home');
   show('document', section === 'document');
+  document.body.dataset.view = section ?? 'none';
 }
 
 function showSignedIn(name: string | null): void {
@@ -173,11 +139,6 @@ function handleAuthFailure(e: unknown): boolean {
     return true;
   }
   return false;
-}
-
-function describe(e: unknown): string {
-  if (e instanceof ApiError) return e.status ? `${e.message} (${e.status})` : e.message;
-  return String(e);
 }
 
 // ---------------------------------------------------------------- views
@@ -283,7 +244,18 @@ async function renderDocument(token: string, id: string, seq: number): Promise<v
       }),
     ],
   });
-  session = { editor, provider, ydoc };
+  const cards = new DecisionCards({
+    editor,
+    ydoc,
+    docId: doc.id,
+    token,
+    readOnly,
+    margin: $('decision-margin'),
+    unanchoredSection: $('unanchored'),
+    unanchoredList: $('unanchored-list'),
+    onAuthFailure: handleAuthFailure,
+  });
+  session = { editor, provider, ydoc, cards };
 }
 
 async function route(): Promise<void> {
