@@ -1,6 +1,7 @@
 //! A sync connection as the document task sees it: where to send its frames
 //! and how to close it with a code and reason.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
@@ -41,6 +42,75 @@ impl Closer {
     }
 }
 
+/// Frames waiting to be written to one connection, bounded in count and in
+/// bytes: a client that cannot keep up is closed so it resyncs, and never
+/// makes the server hold an unbounded backlog for it.
+#[derive(Debug)]
+pub struct Outbox {
+    tx: mpsc::Sender<Bytes>,
+    queued: Arc<AtomicUsize>,
+    max_bytes: usize,
+}
+
+/// The writer's end of an [`Outbox`].
+#[derive(Debug)]
+pub struct OutboxReader {
+    rx: mpsc::Receiver<Bytes>,
+    queued: Arc<AtomicUsize>,
+}
+
+/// Why a frame was not queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The outbox is full (frames or bytes): the client is too slow.
+    Full,
+    /// The writer is gone.
+    Closed,
+}
+
+/// An outbox of at most `frames` frames and about `max_bytes` bytes (a
+/// single frame larger than that is still accepted into an empty outbox).
+pub fn outbox(frames: usize, max_bytes: usize) -> (Outbox, OutboxReader) {
+    let (tx, rx) = mpsc::channel(frames.max(1));
+    let queued = Arc::new(AtomicUsize::new(0));
+    (
+        Outbox {
+            tx,
+            queued: queued.clone(),
+            max_bytes,
+        },
+        OutboxReader { rx, queued },
+    )
+}
+
+impl Outbox {
+    /// Queues `frame` without waiting.
+    pub fn try_push(&self, frame: Bytes) -> Result<(), Refused> {
+        let size = frame.len();
+        let before = self.queued.fetch_add(size, Ordering::AcqRel);
+        if before > 0 && before + size > self.max_bytes {
+            self.queued.fetch_sub(size, Ordering::AcqRel);
+            return Err(Refused::Full);
+        }
+        self.tx.try_send(frame).map_err(|error| {
+            self.queued.fetch_sub(size, Ordering::AcqRel);
+            match error {
+                mpsc::error::TrySendError::Full(_) => Refused::Full,
+                mpsc::error::TrySendError::Closed(_) => Refused::Closed,
+            }
+        })
+    }
+}
+
+impl OutboxReader {
+    /// The next frame to write.
+    pub async fn recv(&mut self) -> Option<Bytes> {
+        let frame = self.rx.recv().await?;
+        self.queued.fetch_sub(frame.len(), Ordering::AcqRel);
+        Some(frame)
+    }
+}
+
 /// The document task's end of a connection.
 #[derive(Debug)]
 pub struct Conn {
@@ -50,7 +120,7 @@ pub struct Conn {
     pub role: Role,
     /// Frames to send. Bounded: a client that cannot keep up is closed so it
     /// resynchronises, rather than having frames silently dropped.
-    pub outbox: mpsc::Sender<Bytes>,
+    pub outbox: Outbox,
     /// Closes the connection.
     pub closer: Closer,
 }

@@ -24,7 +24,7 @@ use yrs::sync::{Awareness, Message, SyncMessage};
 use yrs::updates::decoder::Decode;
 use yrs::{ClientID, ReadTxn, StateVector, Transact, Update};
 
-use super::conn::{Conn, ConnId};
+use super::conn::{Conn, ConnId, Refused};
 use super::frame;
 use super::hub::Hub;
 use super::load::rebuild;
@@ -666,11 +666,11 @@ impl DocumentTask {
 }
 
 fn deliver(member: &Member, frame: Bytes, slow: &mut Vec<ConnId>) {
-    match member.conn.outbox.try_send(frame) {
+    match member.conn.outbox.try_push(frame) {
         Ok(()) => {}
-        Err(mpsc::error::TrySendError::Full(_)) => slow.push(member.conn.id),
+        Err(Refused::Full) => slow.push(member.conn.id),
         // The writer is gone; its Leave is on the way.
-        Err(mpsc::error::TrySendError::Closed(_)) => {}
+        Err(Refused::Closed) => {}
     }
 }
 

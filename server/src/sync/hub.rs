@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::conn::{Closer, Conn, ConnId};
+use super::conn::{self, Closer, Conn, ConnId, OutboxReader};
 use super::document::{self, Command, Compaction, EditRefused, JoinRefused};
 use super::load::{rebuild, LoadError};
 use crate::storage::{StorageError, Store};
@@ -23,10 +23,6 @@ use crate::storage::{StorageError, Store};
 /// Commands waiting for a document task; a full mailbox slows the
 /// connections that feed it (TCP backpressure), it never drops a frame.
 const MAILBOX: usize = 1024;
-
-/// Frames waiting to be written to one connection before it counts as too
-/// slow and is closed to resync.
-pub const OUTBOX: usize = 512;
 
 /// How many documents' reads are remembered; the least recently read
 /// document's reads go first (its next batch gets `read_evicted`).
@@ -45,6 +41,10 @@ pub struct HubSettings {
     pub compaction: Compaction,
     /// How many Planner reads each document remembers (SPEC S5).
     pub read_capacity: NonZeroUsize,
+    /// Frames waiting for one connection before it counts as too slow.
+    pub outbox_frames: usize,
+    /// Bytes waiting for one connection before it counts as too slow.
+    pub outbox_bytes: usize,
 }
 
 impl Default for HubSettings {
@@ -52,6 +52,9 @@ impl Default for HubSettings {
         HubSettings {
             compaction: Compaction::default(),
             read_capacity: NonZeroUsize::new(DEFAULT_READS).unwrap_or(NonZeroUsize::MIN),
+            outbox_frames: 512,
+            // Four of the largest updates.
+            outbox_bytes: 4 * margin_protocol::sync::MAX_UPDATE_BYTES,
         }
     }
 }
@@ -73,6 +76,8 @@ struct Inner {
     tracker: TaskTracker,
     shutdown: CancellationToken,
     compaction: Compaction,
+    outbox_frames: usize,
+    outbox_bytes: usize,
     next_conn: AtomicU64,
 }
 
@@ -83,7 +88,7 @@ pub struct Joined {
     /// Where to send its frames.
     pub mailbox: mpsc::Sender<Command>,
     /// Frames to write to it.
-    pub outbox: mpsc::Receiver<axum::body::Bytes>,
+    pub outbox: OutboxReader,
     /// How the task closes it.
     pub closer: Closer,
 }
@@ -116,6 +121,8 @@ impl Hub {
                 tracker,
                 shutdown,
                 compaction: settings.compaction,
+                outbox_frames: settings.outbox_frames,
+                outbox_bytes: settings.outbox_bytes,
                 next_conn: AtomicU64::new(1),
             }),
         }
@@ -134,7 +141,8 @@ impl Hub {
     pub async fn join(&self, id: &str, role: Role) -> Result<Joined, JoinRefused> {
         for _ in 0..JOIN_ATTEMPTS {
             let mailbox = self.task_for(id)?;
-            let (outbox_tx, outbox) = mpsc::channel(OUTBOX);
+            let (outbox_tx, outbox) =
+                conn::outbox(self.inner.outbox_frames, self.inner.outbox_bytes);
             let closer = Closer::default();
             let conn_id = self.inner.next_conn.fetch_add(1, Ordering::Relaxed);
             let conn = Conn {

@@ -251,3 +251,26 @@ on_both_backends! {
         assert_eq!((state.revision, state.updates), (1, vec![vec![0xde, 0xad, 0xbe, 0xef]]));
     }
 }
+
+on_both_backends! {
+    async fn client_with_too_many_bytes_waiting_is_closed_to_resync(db) {
+        let settings = margin_server::sync::HubSettings { outbox_bytes: 256 * 1024, ..Default::default() };
+        let server = crate::harness::InProcess::start_with(&db, settings).await;
+        let (_, token) = server.account("ada").await;
+        let doc = server.create_document(&token, "Plan").await;
+        let mut slow = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        let mut writer = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        let mut peer = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        // 200 frames, far below the 512-frame bound, but 12.5 MiB: more
+        // bytes than the slow client's socket buffers and its outbox budget.
+        let line = "b".repeat(64 * 1024);
+        for sent in 1..=200 {
+            writer.append_paragraph(&line).await;
+            assert!(peer.until(|c| c.block_count() >= sent).await);
+        }
+        let (code, reason) = slow.wait_closed().await;
+        assert_eq!(code, close::TOO_SLOW, "{reason}");
+        let again = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        assert_eq!(again.block_count(), 200);
+    }
+}

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 
 use margin_server::serve::{start, Running, ServeOptions};
 use margin_server::storage::{Account, Store};
+use margin_server::sync::HubSettings;
 use margin_server::tools::Tools;
 
 use super::{Api, TestDb};
@@ -17,8 +18,12 @@ pub struct InProcess {
 
 impl InProcess {
     pub async fn start(db: &TestDb) -> InProcess {
+        Self::start_with(db, HubSettings::default()).await
+    }
+
+    pub async fn start_with(db: &TestDb, settings: HubSettings) -> InProcess {
         let url = db.url();
-        let running = Self::run(&url).await;
+        let running = Self::run(&url, settings).await;
         let api = Api::new(running.addr);
         InProcess {
             running: Some(running),
@@ -27,10 +32,12 @@ impl InProcess {
         }
     }
 
-    async fn run(url: &str) -> Running {
+    async fn run(url: &str, settings: HubSettings) -> Running {
         let store = Store::open(url).await.unwrap();
         let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        start(store, ServeOptions::new(listen)).await.unwrap()
+        let mut options = ServeOptions::new(listen);
+        options.hub = settings;
+        start(store, options).await.unwrap()
     }
 
     fn running(&self) -> &Running {
@@ -59,7 +66,7 @@ impl InProcess {
         if let Some(running) = self.running.take() {
             running.stop().await.unwrap();
         }
-        let running = Self::run(&self.url).await;
+        let running = Self::run(&self.url, HubSettings::default()).await;
         self.api = Api::new(running.addr);
         self.running = Some(running);
     }
