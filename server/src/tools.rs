@@ -16,7 +16,7 @@ use tracing::{info, Instrument};
 use uuid::Uuid;
 
 use crate::storage::{Account, StorageError};
-use crate::sync::document::EditRefused;
+use crate::sync::command::EditRefused;
 use crate::sync::hub::OutlineError;
 use crate::sync::Hub;
 

@@ -10,13 +10,11 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Bytes;
-use margin_decisions::{Edit, EditError, LiveOutline, Outline};
+use margin_decisions::{LiveOutline, Outline};
 use margin_protocol::sync::{close, MAX_AWARENESS_BYTES, MAX_UPDATE_BYTES};
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
@@ -24,6 +22,8 @@ use yrs::sync::{Awareness, Message, SyncMessage};
 use yrs::updates::decoder::Decode;
 use yrs::{ClientID, ReadTxn, StateVector, Transact, Update};
 
+use super::command::{Command, EditRefused, EditReply, JoinRefused, ProjectReply};
+use super::compaction::{Compaction, Compactor};
 use super::conn::{Conn, ConnId, Refused};
 use super::frame;
 use super::hub::Hub;
@@ -37,107 +37,6 @@ const SERVER: ConnId = 0;
 
 /// Most commands handled in one batch (one storage transaction).
 const MAX_BATCH: usize = 256;
-
-/// What a document task is asked to do.
-#[derive(Debug)]
-pub enum Command {
-    /// A connection joins; the reply says whether it is in.
-    Join {
-        /// The connection.
-        conn: Conn,
-        /// Ok, or why not.
-        reply: oneshot::Sender<Result<(), JoinRefused>>,
-    },
-    /// A binary frame from a connection.
-    Frame {
-        /// Whose.
-        conn: ConnId,
-        /// The y-websocket message(s).
-        data: Bytes,
-    },
-    /// A connection ended.
-    Leave {
-        /// Whose.
-        conn: ConnId,
-    },
-    /// The current outline and the revision it is of.
-    Outline {
-        /// Where to send it.
-        reply: oneshot::Sender<(i64, Arc<Outline>)>,
-    },
-    /// The Planner's `edit_plan`, strict at the current revision.
-    Edit {
-        /// The revision the edits are addressed at.
-        revision: i64,
-        /// The edits.
-        edits: Vec<Edit>,
-        /// The revision the edit made and its outline, once committed.
-        reply: EditReply,
-    },
-    /// Mirrors decision cards into the document for live editors.
-    Project {
-        /// `(card id, card JSON)` pairs.
-        cards: Vec<(String, String)>,
-        /// The revision the projection made and the outline at it, once
-        /// committed.
-        reply: ProjectReply,
-    },
-}
-
-/// Where a projection's revision and outline go.
-pub type ProjectReply = oneshot::Sender<(i64, Arc<Outline>)>;
-
-/// Where an `edit_plan` result goes.
-pub type EditReply = oneshot::Sender<Result<(i64, Arc<Outline>), EditRefused>>;
-
-/// Why an `edit_plan` changed nothing.
-#[derive(Clone, Debug, thiserror::Error)]
-pub enum EditRefused {
-    /// The edits were addressed at an older revision (SPEC D9's rule for
-    /// writes: edits are strict).
-    #[error("document changed, read it again: revision {revision} is not the current revision {current}; nothing was changed")]
-    Stale {
-        /// The revision given.
-        revision: i64,
-        /// The document's revision.
-        current: i64,
-    },
-    /// An address or edit is wrong.
-    #[error(transparent)]
-    Edit(#[from] EditError),
-    /// The document could not be loaded or its task stopped.
-    #[error("the document is unavailable: {0}")]
-    Unavailable(String),
-}
-
-/// Why a join did not happen.
-#[derive(Clone, Debug, thiserror::Error)]
-pub enum JoinRefused {
-    /// The task is unloading; join again and a fresh task will load it.
-    #[error("document is unloading")]
-    Unloading,
-    /// The document could not be loaded; nothing was created in its place.
-    #[error("document could not be loaded: {0}")]
-    LoadFailed(String),
-}
-
-/// Compaction settings.
-#[derive(Clone, Copy, Debug)]
-pub struct Compaction {
-    /// Quiet time after the last change before compacting.
-    pub debounce: Duration,
-    /// Compact at once when this many changes are waiting.
-    pub max_pending: u64,
-}
-
-impl Default for Compaction {
-    fn default() -> Self {
-        Compaction {
-            debounce: Duration::from_secs(2),
-            max_pending: 512,
-        }
-    }
-}
 
 struct Member {
     conn: Conn,
@@ -173,11 +72,7 @@ pub struct DocumentTask {
     live: LiveOutline,
     revision: i64,
     members: HashMap<ConnId, Member>,
-    compaction: Compaction,
-    /// Changes committed since the last snapshot.
-    pending: u64,
-    last_change: Instant,
-    compacting: Option<(u64, JoinHandle<Result<(), StorageError>>)>,
+    compactor: Compactor,
 }
 
 /// Loads document `id` and runs its task until nobody is connected, storage
@@ -248,26 +143,20 @@ impl DocumentTask {
             awareness: Awareness::new(doc),
             revision: state.revision,
             members: HashMap::new(),
-            compaction,
-            pending: state.updates.len() as u64,
-            last_change: Instant::now(),
-            compacting: None,
+            compactor: Compactor::new(compaction, state.updates.len() as u64),
         })
     }
 
     async fn serve(&mut self, rx: &mut mpsc::Receiver<Command>, shutdown: &CancellationToken) {
         loop {
-            let deadline = self.compaction_deadline();
+            let deadline = self.compactor.deadline();
             let first = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => {
                     self.close_all(close::GOING_AWAY, "server shutting down");
                     return;
                 }
-                done = wait_compaction(&mut self.compacting) => {
-                    self.compaction_done(done);
-                    continue;
-                }
+                _ = self.compactor.wait() => continue,
                 _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                     self.start_compaction();
                     continue;
@@ -498,8 +387,7 @@ impl DocumentTask {
                 .store
                 .append_updates(&self.id, self.revision, &changes)
                 .await?;
-            self.pending += changes.len() as u64;
-            self.last_change = Instant::now();
+            self.compactor.committed(changes.len() as u64);
             sends = self.fan_out(&effects.deltas);
         }
         sends.extend(effects.sends);
@@ -614,53 +502,26 @@ impl DocumentTask {
         self.members.clear();
     }
 
-    fn compaction_deadline(&self) -> Option<Instant> {
-        if self.pending == 0 || self.compacting.is_some() {
-            return None;
-        }
-        if self.pending >= self.compaction.max_pending {
-            return Some(Instant::now());
-        }
-        Some(self.last_change + self.compaction.debounce)
-    }
-
-    /// Encodes the state here (fast, in memory) and writes it in the
-    /// background, so editors never wait on a snapshot write.
+    /// Encodes the state here (fast, in memory); the compactor writes it in
+    /// the background, so editors never wait on a snapshot write.
     fn start_compaction(&mut self) {
         let state = self
             .awareness
             .doc()
             .transact()
             .encode_state_as_update_v1(&StateVector::default());
-        let (store, id, revision) = (self.store.clone(), self.id.clone(), self.revision);
-        let handle = tokio::spawn(async move { store.compact(&id, revision, &state).await });
-        self.compacting = Some((self.pending, handle));
-    }
-
-    fn compaction_done(&mut self, done: (u64, Result<(), String>)) {
-        match done {
-            (covered, Ok(())) => {
-                self.pending = self.pending.saturating_sub(covered);
-                debug!(revision = self.revision, "compacted");
-            }
-            // The log still holds everything; try again after the next change.
-            (_, Err(cause)) => {
-                warn!(%cause, "compaction failed");
-                self.last_change = Instant::now();
-            }
-        }
+        self.compactor
+            .start(&self.store, &self.id, self.revision, state);
     }
 
     /// Leaves storage compact on the way out.
     async fn finish(&mut self) {
-        if self.compacting.is_some() {
-            let done = wait_compaction(&mut self.compacting).await;
-            self.compaction_done(done);
+        if self.compactor.in_flight() {
+            self.compactor.wait().await;
         }
-        if self.pending > 0 {
+        if self.compactor.has_pending() {
             self.start_compaction();
-            let done = wait_compaction(&mut self.compacting).await;
-            self.compaction_done(done);
+            self.compactor.wait().await;
         }
     }
 }
@@ -671,23 +532,5 @@ fn deliver(member: &Member, frame: Bytes, slow: &mut Vec<ConnId>) {
         Err(Refused::Full) => slow.push(member.conn.id),
         // The writer is gone; its Leave is on the way.
         Err(Refused::Closed) => {}
-    }
-}
-
-/// Waits for the compaction in flight, if any; never resolves otherwise.
-async fn wait_compaction(
-    compacting: &mut Option<(u64, JoinHandle<Result<(), StorageError>>)>,
-) -> (u64, Result<(), String>) {
-    match compacting {
-        Some((covered, handle)) => {
-            let covered = *covered;
-            let result = match handle.await {
-                Ok(result) => result.map_err(|e| e.to_string()),
-                Err(e) => Err(format!("compaction task failed: {e}")),
-            };
-            *compacting = None;
-            (covered, result)
-        }
-        None => std::future::pending().await,
     }
 }

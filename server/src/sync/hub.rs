@@ -15,8 +15,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::command::{Command, EditRefused, JoinRefused};
+use super::compaction::Compaction;
 use super::conn::{self, Closer, Conn, ConnId, OutboxReader};
-use super::document::{self, Command, Compaction, EditRefused, JoinRefused};
+use super::document;
 use super::load::{rebuild, LoadError};
 use crate::storage::{StorageError, Store};
 

@@ -2,6 +2,8 @@
 //! loaded document ([`document`]), a registry that finds or starts it
 //! ([`hub`]), and the socket wiring ([`socket`]).
 
+pub mod command;
+pub mod compaction;
 pub mod conn;
 pub mod document;
 mod frame;
@@ -11,5 +13,5 @@ mod messages;
 pub mod socket;
 pub mod writes;
 
-pub use document::Compaction;
+pub use compaction::Compaction;
 pub use hub::{Hub, HubSettings};

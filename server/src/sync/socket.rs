@@ -9,7 +9,7 @@ use margin_protocol::sync::close;
 use margin_protocol::Role;
 use tracing::{debug, warn, Instrument};
 
-use super::document::Command;
+use super::command::Command;
 use super::hub::Hub;
 
 /// How long a close frame may wait behind a client that is not reading.

@@ -1,0 +1,92 @@
+//! What a document task is asked to do, and the replies it gives.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use margin_decisions::{Edit, EditError, Outline};
+use tokio::sync::oneshot;
+
+use super::conn::{Conn, ConnId};
+
+/// What a document task is asked to do.
+#[derive(Debug)]
+pub enum Command {
+    /// A connection joins; the reply says whether it is in.
+    Join {
+        /// The connection.
+        conn: Conn,
+        /// Ok, or why not.
+        reply: oneshot::Sender<Result<(), JoinRefused>>,
+    },
+    /// A binary frame from a connection.
+    Frame {
+        /// Whose.
+        conn: ConnId,
+        /// The y-websocket message(s).
+        data: Bytes,
+    },
+    /// A connection ended.
+    Leave {
+        /// Whose.
+        conn: ConnId,
+    },
+    /// The current outline and the revision it is of.
+    Outline {
+        /// Where to send it.
+        reply: oneshot::Sender<(i64, Arc<Outline>)>,
+    },
+    /// The Planner's `edit_plan`, strict at the current revision.
+    Edit {
+        /// The revision the edits are addressed at.
+        revision: i64,
+        /// The edits.
+        edits: Vec<Edit>,
+        /// The revision the edit made and its outline, once committed.
+        reply: EditReply,
+    },
+    /// Mirrors decision cards into the document for live editors.
+    Project {
+        /// `(card id, card JSON)` pairs.
+        cards: Vec<(String, String)>,
+        /// The revision the projection made and the outline at it, once
+        /// committed.
+        reply: ProjectReply,
+    },
+}
+
+/// Where a projection's revision and outline go.
+pub type ProjectReply = oneshot::Sender<(i64, Arc<Outline>)>;
+
+/// Where an `edit_plan` result goes.
+pub type EditReply = oneshot::Sender<Result<(i64, Arc<Outline>), EditRefused>>;
+
+/// Why an `edit_plan` changed nothing.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum EditRefused {
+    /// The edits were addressed at an older revision (SPEC D9's rule for
+    /// writes: edits are strict).
+    #[error("document changed, read it again: revision {revision} is not the current revision {current}; nothing was changed")]
+    Stale {
+        /// The revision given.
+        revision: i64,
+        /// The document's revision.
+        current: i64,
+    },
+    /// An address or edit is wrong.
+    #[error(transparent)]
+    Edit(#[from] EditError),
+    /// The document could not be loaded or its task stopped.
+    #[error("the document is unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Why a join did not happen.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum JoinRefused {
+    /// The task is unloading; join again and a fresh task will load it.
+    #[error("document is unloading")]
+    Unloading,
+    /// The document could not be loaded; nothing was created in its place.
+    #[error("document could not be loaded: {0}")]
+    LoadFailed(String),
+}

@@ -1,0 +1,112 @@
+//! Background compaction of a document's update log into a snapshot
+//! (SPEC S3): debounced, only when changes are waiting, and never in the way
+//! of editors — the state is encoded in memory and written by another task.
+
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use crate::storage::{StorageError, Store};
+
+/// Compaction settings.
+#[derive(Clone, Copy, Debug)]
+pub struct Compaction {
+    /// Quiet time after the last change before compacting.
+    pub debounce: Duration,
+    /// Compact at once when this many changes are waiting.
+    pub max_pending: u64,
+}
+
+impl Default for Compaction {
+    fn default() -> Self {
+        Compaction {
+            debounce: Duration::from_secs(2),
+            max_pending: 512,
+        }
+    }
+}
+
+/// One document's compaction: what waits, and the write in flight.
+#[derive(Debug)]
+pub struct Compactor {
+    settings: Compaction,
+    /// Changes committed since the last snapshot.
+    pending: u64,
+    last_change: Instant,
+    in_flight: Option<(u64, JoinHandle<Result<(), StorageError>>)>,
+}
+
+impl Compactor {
+    /// A compactor for a document loaded with `pending` log rows after its
+    /// snapshot.
+    pub fn new(settings: Compaction, pending: u64) -> Self {
+        Compactor {
+            settings,
+            pending,
+            last_change: Instant::now(),
+            in_flight: None,
+        }
+    }
+
+    /// `count` more changes were committed.
+    pub fn committed(&mut self, count: u64) {
+        self.pending += count;
+        self.last_change = Instant::now();
+    }
+
+    /// When to compact next: after the debounce, at once when many changes
+    /// wait, never while a write is in flight or nothing waits.
+    pub fn deadline(&self) -> Option<Instant> {
+        if self.pending == 0 || self.in_flight.is_some() {
+            return None;
+        }
+        if self.pending >= self.settings.max_pending {
+            return Some(Instant::now());
+        }
+        Some(self.last_change + self.settings.debounce)
+    }
+
+    /// Writes `state` (the whole document at `revision`) as the snapshot of
+    /// document `id`, in the background.
+    pub fn start(&mut self, store: &Store, id: &str, revision: i64, state: Vec<u8>) {
+        let (store, id) = (store.clone(), id.to_owned());
+        let handle = tokio::spawn(async move { store.compact(&id, revision, &state).await });
+        self.in_flight = Some((self.pending, handle));
+    }
+
+    /// Waits for the write in flight; never resolves when there is none.
+    pub async fn wait(&mut self) {
+        let Some((covered, handle)) = &mut self.in_flight else {
+            return std::future::pending().await;
+        };
+        let covered = *covered;
+        let result = match handle.await {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(e) => Err(format!("compaction task failed: {e}")),
+        };
+        self.in_flight = None;
+        match result {
+            Ok(()) => {
+                self.pending = self.pending.saturating_sub(covered);
+                debug!("compacted");
+            }
+            // The log still holds everything; try again after a while.
+            Err(cause) => {
+                warn!(%cause, "compaction failed");
+                self.last_change = Instant::now();
+            }
+        }
+    }
+
+    /// Whether a write is in flight.
+    pub fn in_flight(&self) -> bool {
+        self.in_flight.is_some()
+    }
+
+    /// Whether committed changes wait for a snapshot.
+    pub fn has_pending(&self) -> bool {
+        self.pending > 0
+    }
+}
