@@ -266,16 +266,7 @@ pub struct AddCriterion {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pretty_assertions::assert_eq;
-    use serde::de::DeserializeOwned;
-
-    fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(
-        value: T,
-        json: &str,
-    ) {
-        assert_eq!(serde_json::to_string(&value).unwrap(), json);
-        assert_eq!(serde_json::from_str::<T>(json).unwrap(), value);
-    }
+    use crate::testing::round_trip;
 
     fn passage() -> PassageAddress {
         PassageAddress {

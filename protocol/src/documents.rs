@@ -139,16 +139,8 @@ pub struct OutlineView {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::round_trip;
     use pretty_assertions::assert_eq;
-    use serde::de::DeserializeOwned;
-
-    fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(
-        value: T,
-        json: &str,
-    ) {
-        assert_eq!(serde_json::to_string(&value).unwrap(), json);
-        assert_eq!(serde_json::from_str::<T>(json).unwrap(), value);
-    }
 
     #[test]
     fn document_bodies_round_trip() {

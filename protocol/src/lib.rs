@@ -12,6 +12,9 @@ pub mod documents;
 pub mod error;
 pub mod sync;
 
+#[cfg(test)]
+mod testing;
+
 pub use documents::{
     AddMember, BlockEntry, CreateDocument, DocumentInfo, DocumentList, Me, MemberInfo, OutlineView,
     Role,
