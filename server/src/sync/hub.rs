@@ -221,18 +221,13 @@ impl Hub {
         revision: i64,
         edits: Vec<Edit>,
     ) -> Result<(i64, Arc<Outline>), EditRefused> {
-        let (reply, answer) = oneshot::channel();
-        let command = Command::Edit {
+        self.request(id, |reply| Command::Edit {
             revision,
-            edits,
+            edits: edits.clone(),
             reply,
-        };
-        self.send(id, command)
-            .await
-            .map_err(|e| EditRefused::Unavailable(e.to_string()))?;
-        answer
-            .await
-            .map_err(|_| EditRefused::Unavailable("the document task stopped".into()))?
+        })
+        .await
+        .map_err(|e| EditRefused::Unavailable(e.to_string()))?
     }
 
     /// Mirrors `(card id, card JSON)` pairs into `id` for live editors;
@@ -242,22 +237,30 @@ impl Hub {
         id: &str,
         cards: Vec<(String, String)>,
     ) -> Result<(i64, Arc<Outline>), JoinRefused> {
-        let (reply, answer) = oneshot::channel();
-        self.send(id, Command::Project { cards, reply }).await?;
-        answer
-            .await
-            .map_err(|_| JoinRefused::LoadFailed("the document task stopped".into()))
+        self.request(id, |reply| Command::Project {
+            cards: cards.clone(),
+            reply,
+        })
+        .await
     }
 
-    /// Sends `command` to `id`'s task, starting one if needed and retrying
-    /// once past a task that was unloading.
-    async fn send(&self, id: &str, command: Command) -> Result<(), JoinRefused> {
-        let mut command = command;
+    /// Asks `id`'s task something and waits for the answer, starting a task
+    /// if needed. A task that was unloading drops the question unanswered
+    /// (and nothing of it was done, or committed); it is then asked again of
+    /// a fresh task.
+    async fn request<T>(
+        &self,
+        id: &str,
+        command: impl Fn(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, JoinRefused> {
         for _ in 0..JOIN_ATTEMPTS {
             let mailbox = self.task_for(id)?;
-            match mailbox.send(command).await {
-                Ok(()) => return Ok(()),
-                Err(mpsc::error::SendError(back)) => command = back,
+            let (reply, answer) = oneshot::channel();
+            if mailbox.send(command(reply)).await.is_err() {
+                continue;
+            }
+            if let Ok(answer) = answer.await {
+                return Ok(answer);
             }
         }
         Err(JoinRefused::Unloading)
