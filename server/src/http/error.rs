@@ -45,6 +45,9 @@ pub enum AppError {
     /// A Planner tool refused the call; nothing changed.
     #[error("{}", .0.message)]
     Tool(margin_protocol::decisions::ToolRefusal),
+    /// The body is over the route's size limit.
+    #[error("{0}")]
+    TooLarge(String),
     /// The request conflicts with what exists.
     #[error("{0}")]
     Conflict(String),
@@ -110,6 +113,7 @@ impl IntoResponse for AppError {
                 let body = ErrorBody::new(refusal.code.clone(), refusal.message.clone());
                 return (StatusCode::UNPROCESSABLE_ENTITY, Json(body)).into_response();
             }
+            AppError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
             AppError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             AppError::Gone(_) => (StatusCode::GONE, "revision_compacted"),
             AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),

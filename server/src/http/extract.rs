@@ -5,6 +5,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
+use axum::http::StatusCode;
 
 use super::{AppError, AppState};
 use crate::auth;
@@ -66,6 +67,9 @@ where
     async fn from_request(req: Request, state: &S) -> Result<Self, AppError> {
         match axum::Json::<T>::from_request(req, state).await {
             Ok(axum::Json(value)) => Ok(JsonBody(value)),
+            Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(AppError::TooLarge(rejection.body_text()))
+            }
             Err(rejection) => Err(AppError::bad_request("invalid_body", rejection.body_text())),
         }
     }

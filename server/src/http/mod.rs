@@ -24,6 +24,10 @@ use crate::sync::Hub;
 /// Largest JSON request body accepted.
 const MAX_BODY_BYTES: usize = 64 * 1024;
 
+/// Largest body of a Planner tool call: a full batch of 32 cards at their
+/// bounds, or 64 edits of 10,000 bytes, with room for JSON escaping.
+const MAX_TOOL_BODY_BYTES: usize = 2 * 1024 * 1024;
+
 /// What handlers share.
 #[derive(Clone)]
 pub struct AppState {
@@ -43,20 +47,6 @@ pub fn router(state: AppState) -> Router {
         .route("/documents/{id}/members", post(documents::add_member))
         .route("/documents/{id}/outline", get(documents::outline))
         .route("/documents/{id}/sync", get(documents::sync))
-        .route(
-            "/documents/{id}/tools/read_document",
-            post(tools::read_document),
-        )
-        .route("/documents/{id}/tools/edit_plan", post(tools::edit_plan))
-        .route(
-            "/documents/{id}/tools/open_decisions",
-            post(tools::open_decisions),
-        )
-        .route(
-            "/documents/{id}/tools/open_decision",
-            post(tools::open_decision),
-        )
-        .route("/documents/{id}/tools/ask", post(tools::ask))
         .route("/documents/{id}/decisions", get(decisions::list))
         .route(
             "/documents/{id}/decisions/{card}/answer",
@@ -78,10 +68,31 @@ pub fn router(state: AppState) -> Router {
             "/documents/{id}/decisions/{card}/criteria",
             post(decisions::add_criterion),
         )
+        .merge(tool_routes())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
+}
+
+/// The Planner's tools, whose bodies may be larger than other requests'.
+fn tool_routes() -> Router<AppState> {
+    Router::new()
+        .route(
+            "/documents/{id}/tools/read_document",
+            post(tools::read_document),
+        )
+        .route("/documents/{id}/tools/edit_plan", post(tools::edit_plan))
+        .route(
+            "/documents/{id}/tools/open_decisions",
+            post(tools::open_decisions),
+        )
+        .route(
+            "/documents/{id}/tools/open_decision",
+            post(tools::open_decision),
+        )
+        .route("/documents/{id}/tools/ask", post(tools::ask))
+        .layer(DefaultBodyLimit::max(MAX_TOOL_BODY_BYTES))
 }
 
 async fn healthz(

@@ -509,3 +509,25 @@ on_both_backends! {
         assert!(s.cards().await.is_empty());
     }
 }
+
+on_both_backends! {
+    async fn a_full_batch_at_its_bounds_fits_the_tool_body_limit(db) {
+        let s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        let cards: Vec<_> = (0..32)
+            .map(|i| {
+                let mut c = card(&format!("k{i}"), vec![address(&read, i % 3)]);
+                c.description = Some("d".repeat(4000));
+                c
+            })
+            .collect();
+        let body = json!({"revision": read.revision, "cards": cards});
+        assert!(body.to_string().len() > 64 * 1024);
+        let path = format!("/documents/{}/tools/open_decisions", s.doc);
+        let (status, output) = s.server.post(Some(&s.token), &path, body).await;
+        assert_eq!((status, output["captured"].as_u64()), (200, Some(32)));
+        // Other routes keep the 64 KiB bound.
+        let (status, body) = s.server.post(Some(&s.token), "/documents", json!({"title": "x".repeat(70_000)})).await;
+        assert_eq!((status, body["error"]["code"].as_str()), (413, Some("body_too_large")));
+    }
+}
