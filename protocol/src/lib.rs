@@ -10,6 +10,7 @@
 pub mod decisions;
 pub mod documents;
 pub mod error;
+pub mod link;
 pub mod sync;
 
 #[cfg(test)]

@@ -10,6 +10,9 @@ use margin_protocol::decisions::{
     EditPlanOutput, OpenDecisionInput, OpenDecisionsInput, OpenDecisionsOutput, ReadDocumentOutput,
     ToolRefusal,
 };
+use margin_protocol::link::{
+    ClientMessage, MachineList, PairMachine, PairedMachine, ServerMessage,
+};
 use margin_protocol::{
     AddMember, CreateDocument, DocumentInfo, DocumentList, ErrorBody, Me, MemberInfo, OutlineView,
 };
@@ -37,6 +40,11 @@ fn schemas() -> Vec<(&'static str, Schema)> {
         ("AnswerBody", schema_for!(AnswerBody)),
         ("AddOption", schema_for!(AddOption)),
         ("AddCriterion", schema_for!(AddCriterion)),
+        ("ClientMessage", schema_for!(ClientMessage)),
+        ("ServerMessage", schema_for!(ServerMessage)),
+        ("PairMachine", schema_for!(PairMachine)),
+        ("PairedMachine", schema_for!(PairedMachine)),
+        ("MachineList", schema_for!(MachineList)),
     ]
 }
 

@@ -45,6 +45,24 @@ enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// Manage the machines Planners run on.
+    Machine {
+        #[command(subcommand)]
+        command: MachineCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum MachineCommand {
+    /// Pair a machine to an account; prints its credential as the last line.
+    Pair {
+        /// The owner's account name.
+        account: String,
+        /// A name for the machine.
+        name: String,
+        #[command(flatten)]
+        database: Database,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -110,6 +128,9 @@ pub enum CliError {
     /// A bad account name.
     #[error("invalid account name: {0}")]
     AccountName(String),
+    /// A bad machine name.
+    #[error("invalid machine name: {0}")]
+    MachineName(String),
     /// A token could not be issued.
     #[error(transparent)]
     Issue(#[from] auth::IssueError),
@@ -150,6 +171,25 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             let token = auth::issue_token(&store, &account).await?;
             println!("new token for {}", account.name);
             println!("{token}");
+            store.close().await;
+        }
+        Command::Machine {
+            command:
+                MachineCommand::Pair {
+                    account,
+                    name,
+                    database,
+                },
+        } => {
+            auth::valid_machine_name(&name).map_err(CliError::MachineName)?;
+            let store = database.open().await?;
+            let owner = store.account_by_name(&account).await?;
+            let (machine, credential) = auth::pair_machine(&store, &owner, name.trim()).await?;
+            println!(
+                "paired machine {} ({}) to {}",
+                machine.name, machine.id, owner.name
+            );
+            println!("{credential}");
             store.close().await;
         }
     }

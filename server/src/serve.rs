@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::http::{router, AppState};
+use crate::link::{LinkSettings, Links};
 use crate::storage::Store;
 use crate::sync::{Hub, HubSettings};
 
@@ -24,6 +25,8 @@ pub struct ServeOptions {
     pub listen: SocketAddr,
     /// Document tasks and Planner reads.
     pub hub: HubSettings,
+    /// Machine link timing.
+    pub links: LinkSettings,
 }
 
 impl ServeOptions {
@@ -32,6 +35,7 @@ impl ServeOptions {
         ServeOptions {
             listen,
             hub: HubSettings::default(),
+            links: LinkSettings::default(),
         }
     }
 }
@@ -81,7 +85,11 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
         shutdown.clone(),
         options.hub,
     );
-    let app = router(AppState { hub: hub.clone() });
+    let links = Links::new(options.links, shutdown.clone());
+    let app = router(AppState {
+        hub: hub.clone(),
+        links,
+    });
     let stop = shutdown.clone();
     let http = tokio::spawn(async move {
         axum::serve(listener, app)

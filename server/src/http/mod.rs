@@ -7,18 +7,20 @@ mod decisions;
 mod documents;
 mod error;
 mod extract;
+mod machines;
 mod tools;
 
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde_json::json;
 use tower_http::trace::TraceLayer;
 
 pub use error::AppError;
 
+use crate::link::Links;
 use crate::sync::Hub;
 
 /// Largest JSON request body accepted.
@@ -33,6 +35,8 @@ const MAX_TOOL_BODY_BYTES: usize = 2 * 1024 * 1024;
 pub struct AppState {
     /// Loaded documents and storage.
     pub hub: Hub,
+    /// Open machine links.
+    pub links: Links,
 }
 
 /// The whole HTTP surface.
@@ -42,6 +46,9 @@ pub fn router(state: AppState) -> Router {
         .route("/assets/{file}", get(assets::asset))
         .route("/healthz", get(healthz))
         .route("/me", get(documents::me))
+        .route("/machines", post(machines::pair).get(machines::list))
+        .route("/machines/{id}", delete(machines::revoke))
+        .route("/machine", get(machines::link))
         .route("/documents", post(documents::create).get(documents::list))
         .route("/documents/{id}", get(documents::show))
         .route("/documents/{id}/members", post(documents::add_member))

@@ -10,6 +10,7 @@
 mod accounts;
 mod cards;
 mod documents;
+mod machines;
 mod updates;
 
 use std::path::Path;
@@ -21,6 +22,7 @@ use sqlx::{AnyPool, Executor, Row};
 pub use accounts::Account;
 pub use cards::StoredCard;
 pub use documents::DocumentRow;
+pub use machines::Machine;
 pub use updates::StoredState;
 
 /// Errors from storage, typed by what a caller can do about them.

@@ -6,5 +6,6 @@ mod harness;
 mod crash;
 mod decisions;
 mod http;
+mod link;
 mod storage;
 mod sync;

@@ -254,8 +254,7 @@ on_both_backends! {
 
 on_both_backends! {
     async fn client_with_too_many_bytes_waiting_is_closed_to_resync(db) {
-        let settings = margin_server::sync::HubSettings { outbox_bytes: 256 * 1024, ..Default::default() };
-        let server = crate::harness::InProcess::start_with(&db, settings).await;
+        let server = crate::harness::InProcess::start_with(&db, |o| o.hub.outbox_bytes = 256 * 1024).await;
         let (_, token) = server.account("ada").await;
         let doc = server.create_document(&token, "Plan").await;
         let mut slow = SyncClient::connect(&server.sync_url(&doc, &token)).await;

@@ -48,6 +48,14 @@ impl Api {
         respond(request).await
     }
 
+    pub async fn delete(&self, token: Option<&str>, path: &str) -> (u16, serde_json::Value) {
+        let mut request = self.http.delete(self.url(path));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        respond(request).await
+    }
+
     /// Creates a document and returns its id.
     pub async fn create_document(&self, token: &str, title: &str) -> String {
         let (status, body) = self

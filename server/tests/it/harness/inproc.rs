@@ -1,11 +1,8 @@
 //! A Margin server running inside the test process, so tests can call the
 //! Planner tools on the same hub that serves HTTP and sync.
 
-use std::net::SocketAddr;
-
 use margin_server::serve::{start, Running, ServeOptions};
 use margin_server::storage::{Account, Store};
-use margin_server::sync::HubSettings;
 use margin_server::tools::Tools;
 
 use super::{Api, TestDb};
@@ -13,30 +10,32 @@ use super::{Api, TestDb};
 pub struct InProcess {
     running: Option<Running>,
     url: String,
+    options: ServeOptions,
     api: Api,
 }
 
 impl InProcess {
     pub async fn start(db: &TestDb) -> InProcess {
-        Self::start_with(db, HubSettings::default()).await
+        Self::start_with(db, |_| {}).await
     }
 
-    pub async fn start_with(db: &TestDb, settings: HubSettings) -> InProcess {
+    /// Starts with options adjusted by `adjust` (kept across restarts).
+    pub async fn start_with(db: &TestDb, adjust: impl FnOnce(&mut ServeOptions)) -> InProcess {
         let url = db.url();
-        let running = Self::run(&url, settings).await;
+        let mut options = ServeOptions::new("127.0.0.1:0".parse().unwrap());
+        adjust(&mut options);
+        let running = Self::run(&url, options.clone()).await;
         let api = Api::new(running.addr);
         InProcess {
             running: Some(running),
             url,
+            options,
             api,
         }
     }
 
-    async fn run(url: &str, settings: HubSettings) -> Running {
+    async fn run(url: &str, options: ServeOptions) -> Running {
         let store = Store::open(url).await.unwrap();
-        let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let mut options = ServeOptions::new(listen);
-        options.hub = settings;
         start(store, options).await.unwrap()
     }
 
@@ -66,7 +65,7 @@ impl InProcess {
         if let Some(running) = self.running.take() {
             running.stop().await.unwrap();
         }
-        let running = Self::run(&self.url, HubSettings::default()).await;
+        let running = Self::run(&self.url, self.options.clone()).await;
         self.api = Api::new(running.addr);
         self.running = Some(running);
     }

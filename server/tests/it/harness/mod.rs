@@ -5,12 +5,14 @@ pub mod api;
 pub mod client;
 pub mod db;
 pub mod inproc;
+pub mod link;
 pub mod server;
 
 pub use api::Api;
 pub use client::SyncClient;
 pub use db::TestDb;
 pub use inproc::InProcess;
+pub use link::LinkClient;
 pub use server::Server;
 
 /// Declares each test once per backend: `name::sqlite` and `name::postgres`.

@@ -1,0 +1,223 @@
+//! The machine link at `/machine` (SPEC L1, A1, A2): JSON text frames, each
+//! an object with a kebab-case `type` tag and snake_case fields.
+//!
+//! A machine authenticates with its credential (`Authorization: Bearer`),
+//! then opens the link with `hello`; the server answers `welcome`, or a
+//! `refusal` and a close. The server sends `heartbeat`s; a machine answers
+//! each with `heartbeat-ack`, and one that stays silent for several is closed
+//! as unresponsive. `detach` ends the link on purpose.
+//!
+//! ```
+//! use margin_protocol::link::{ClientMessage, ServerMessage, PROTOCOL_VERSION};
+//! let hello: ClientMessage = serde_json::from_str(
+//!     r#"{"type":"hello","protocol_version":1,"features":["resumable-sessions"]}"#,
+//! ).unwrap();
+//! assert_eq!(hello, ClientMessage::Hello {
+//!     protocol_version: PROTOCOL_VERSION,
+//!     features: vec!["resumable-sessions".into()],
+//! });
+//! let ack = serde_json::to_string(&ServerMessage::Heartbeat { seq: 7 }).unwrap();
+//! assert_eq!(ack, r#"{"type":"heartbeat","seq":7}"#);
+//! ```
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The protocol version this server speaks.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest link frame accepted, in bytes.
+pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
+
+/// Most features a `hello` may list, and the longest feature name.
+pub const MAX_FEATURES: usize = 32;
+/// Longest feature name, in bytes.
+pub const MAX_FEATURE_BYTES: usize = 64;
+
+/// A message from a machine.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum ClientMessage {
+    /// Opens the link.
+    Hello {
+        /// Must be [`PROTOCOL_VERSION`].
+        protocol_version: u32,
+        /// Features the machine asks for (e.g. `resumable-sessions`);
+        /// unknown ones are ignored and not echoed back.
+        #[serde(default)]
+        features: Vec<String>,
+    },
+    /// Answers a `heartbeat`.
+    HeartbeatAck {
+        /// The heartbeat's `seq`.
+        seq: u64,
+    },
+    /// Ends the link on purpose.
+    Detach {},
+}
+
+/// A message from the server.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum ServerMessage {
+    /// The link is open.
+    Welcome {
+        /// The protocol version in use.
+        protocol_version: u32,
+        /// The machine, as the server knows it.
+        machine: String,
+        /// What the server offers.
+        capabilities: Capabilities,
+    },
+    /// Proof of life; answer with `heartbeat-ack` carrying `seq`.
+    Heartbeat {
+        /// Increases by one per heartbeat.
+        seq: u64,
+    },
+    /// A message was refused. The link stays open unless the server also
+    /// closes it (bad `hello`, unresponsive, revoked).
+    Refusal {
+        /// Stable code: `unsupported_version`, `hello_expected`,
+        /// `malformed_message`, `unknown_message`, `unexpected_message`,
+        /// `invalid_hello`.
+        code: String,
+        /// Names the problem.
+        message: String,
+    },
+}
+
+/// What the server offers a machine.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct Capabilities {
+    /// The server keeps Planner plans (`update_plan`, SPEC U1).
+    pub durable_plans: bool,
+    /// The features of the `hello` the server granted.
+    pub features: Vec<String>,
+}
+
+/// `POST /machines` body: pair a machine to the caller's account.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PairMachine {
+    /// A name the owner recognises, 1–64 bytes.
+    pub name: String,
+}
+
+/// A paired machine.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct MachineInfo {
+    /// Opaque id.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// Whether its credential was revoked.
+    pub revoked: bool,
+}
+
+/// `POST /machines` response: the credential is shown only here.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PairedMachine {
+    /// The machine.
+    pub machine: MachineInfo,
+    /// Its bearer credential for `/machine`.
+    pub credential: String,
+}
+
+/// `GET /machines` response.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct MachineList {
+    /// The caller's machines, newest first.
+    pub machines: Vec<MachineInfo>,
+}
+
+/// Close codes on the machine link.
+pub mod close {
+    /// The machine detached.
+    pub const DETACHED: u16 = 1000;
+    /// The server is shutting down.
+    pub const GOING_AWAY: u16 = 1001;
+    /// A frame over [`super::MAX_FRAME_BYTES`].
+    pub const TOO_BIG: u16 = 1009;
+    /// Missed heartbeats: the server stopped waiting.
+    pub const UNRESPONSIVE: u16 = 4002;
+    /// The first message was not a valid `hello` (or came too late).
+    pub const BAD_HELLO: u16 = 4400;
+    /// The machine's credential was revoked while linked.
+    pub const REVOKED: u16 = 4403;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::round_trip;
+
+    #[test]
+    fn client_messages_round_trip() {
+        round_trip(
+            ClientMessage::Hello {
+                protocol_version: 1,
+                features: vec!["resumable-sessions".into()],
+            },
+            r#"{"type":"hello","protocol_version":1,"features":["resumable-sessions"]}"#,
+        );
+        round_trip(
+            ClientMessage::HeartbeatAck { seq: 3 },
+            r#"{"type":"heartbeat-ack","seq":3}"#,
+        );
+        round_trip(ClientMessage::Detach {}, r#"{"type":"detach"}"#);
+    }
+
+    #[test]
+    fn server_messages_round_trip() {
+        round_trip(
+            ServerMessage::Welcome {
+                protocol_version: 1,
+                machine: "laptop".into(),
+                capabilities: Capabilities {
+                    durable_plans: false,
+                    features: vec![],
+                },
+            },
+            r#"{"type":"welcome","protocol_version":1,"machine":"laptop","capabilities":{"durable_plans":false,"features":[]}}"#,
+        );
+        round_trip(
+            ServerMessage::Heartbeat { seq: 9 },
+            r#"{"type":"heartbeat","seq":9}"#,
+        );
+        round_trip(
+            ServerMessage::Refusal {
+                code: "unknown_message".into(),
+                message: "m".into(),
+            },
+            r#"{"type":"refusal","code":"unknown_message","message":"m"}"#,
+        );
+    }
+
+    #[test]
+    fn machine_bodies_round_trip() {
+        round_trip(
+            PairMachine {
+                name: "laptop".into(),
+            },
+            r#"{"name":"laptop"}"#,
+        );
+        round_trip(
+            PairedMachine {
+                machine: MachineInfo {
+                    id: "m1".into(),
+                    name: "laptop".into(),
+                    revoked: false,
+                },
+                credential: "mgm_x".into(),
+            },
+            r#"{"machine":{"id":"m1","name":"laptop","revoked":false},"credential":"mgm_x"}"#,
+        );
+    }
+
+    #[test]
+    fn unknown_types_and_fields_are_refused() {
+        assert!(serde_json::from_str::<ClientMessage>(r#"{"type":"shout"}"#).is_err());
+        assert!(serde_json::from_str::<ClientMessage>(r#"{"type":"detach","now":true}"#).is_err());
+        assert!(serde_json::from_str::<ClientMessage>(r#"{"protocol_version":1}"#).is_err());
+    }
+}

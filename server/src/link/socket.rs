@@ -1,0 +1,233 @@
+//! One machine link: the `hello` handshake, heartbeats, refusals and
+//! `detach` (SPEC L1, A2). A malformed or unknown message gets a refusal
+//! naming the problem and the link carries on.
+
+use std::time::Duration;
+
+use axum::extract::ws::{Message, WebSocket};
+use futures_util::{SinkExt, StreamExt};
+use margin_protocol::link::{
+    close, Capabilities, ClientMessage, ServerMessage, MAX_FEATURES, MAX_FEATURE_BYTES,
+    PROTOCOL_VERSION,
+};
+use tokio::time::{interval_at, Instant, MissedTickBehavior};
+use tracing::{debug, info, Instrument};
+
+use super::Links;
+use crate::storage::Machine;
+use crate::sync::conn::Closer;
+use crate::sync::socket::close_message;
+
+/// The message types a machine may send, for telling an unknown type from a
+/// malformed known one.
+const KNOWN_TYPES: [&str; 3] = ["hello", "heartbeat-ack", "detach"];
+
+/// How long a close frame may wait behind a machine that is not reading.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Serves one link of `machine`.
+pub async fn serve(socket: WebSocket, links: Links, machine: Machine) {
+    let span = tracing::info_span!("link", machine = %machine.id, account = %machine.account.name);
+    async move {
+        let closer = Closer::default();
+        let link = links.open(&machine.id, closer.clone());
+        let (mut sink, mut stream) = socket.split();
+        let settings = links.settings();
+        let shutdown = links.shutdown();
+        let outcome = async {
+            // The handshake: the first message must be a good `hello`.
+            let first = tokio::select! {
+                message = tokio::time::timeout(settings.hello_timeout, next_text(&mut stream)) => message,
+                _ = closer.closed() => return,
+                _ = shutdown.cancelled() => {
+                    closer.close(close::GOING_AWAY, "server shutting down");
+                    return;
+                }
+            };
+            let Ok(Some(first)) = first else {
+                closer.close(close::BAD_HELLO, "no hello in time");
+                return;
+            };
+            match hello(&first) {
+                Ok(features) => {
+                    let welcome = ServerMessage::Welcome {
+                        protocol_version: PROTOCOL_VERSION,
+                        machine: machine.name.clone(),
+                        capabilities: Capabilities { durable_plans: false, features },
+                    };
+                    if send(&mut sink, &welcome).await.is_err() {
+                        return;
+                    }
+                    info!("machine linked");
+                }
+                Err((code, message)) => {
+                    let _ = send(&mut sink, &ServerMessage::Refusal { code: code.into(), message: message.clone() }).await;
+                    closer.close(close::BAD_HELLO, message);
+                    return;
+                }
+            }
+            let period = settings.heartbeat;
+            let mut ticks = interval_at(Instant::now() + period, period);
+            ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            let (mut seq, mut unanswered) = (0u64, 0u32);
+            loop {
+                tokio::select! {
+                    _ = closer.closed() => return,
+                    _ = shutdown.cancelled() => {
+                        closer.close(close::GOING_AWAY, "server shutting down");
+                        return;
+                    }
+                    _ = ticks.tick() => {
+                        if unanswered >= settings.missed_heartbeats {
+                            closer.close(close::UNRESPONSIVE, format!("{unanswered} heartbeats unanswered"));
+                            return;
+                        }
+                        seq += 1;
+                        unanswered += 1;
+                        if send(&mut sink, &ServerMessage::Heartbeat { seq }).await.is_err() {
+                            return;
+                        }
+                    }
+                    frame = stream.next() => {
+                        let text = match frame {
+                            Some(Ok(Message::Text(text))) => text.to_string(),
+                            Some(Ok(Message::Binary(_))) => {
+                                let refusal = refusal("malformed_message", "link frames are JSON text, not binary");
+                                if send(&mut sink, &refusal).await.is_err() { return; }
+                                continue;
+                            }
+                            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                            Some(Ok(Message::Close(_))) | None => return,
+                            Some(Err(error)) => {
+                                debug!(%error, "link read failed");
+                                if error.to_string().contains("too long") || error.to_string().contains("Space limit") {
+                                    closer.close(close::TOO_BIG, "frame over the 1 MiB limit");
+                                }
+                                return;
+                            }
+                        };
+                        match parse(&text) {
+                            Ok(ClientMessage::HeartbeatAck { seq: acked }) if acked <= seq => unanswered = 0,
+                            Ok(ClientMessage::HeartbeatAck { seq: acked }) => {
+                                let refusal = refusal("unexpected_message", format!("heartbeat-ack {acked} answers no heartbeat sent"));
+                                if send(&mut sink, &refusal).await.is_err() { return; }
+                            }
+                            Ok(ClientMessage::Detach {}) => {
+                                closer.close(close::DETACHED, "detached");
+                                return;
+                            }
+                            Ok(ClientMessage::Hello { .. }) => {
+                                let refusal = refusal("unexpected_message", "the link is already open; hello comes once");
+                                if send(&mut sink, &refusal).await.is_err() { return; }
+                            }
+                            Err((code, message)) => {
+                                if send(&mut sink, &refusal(code, message)).await.is_err() { return; }
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        outcome.await;
+        links.close(&machine.id, link);
+        if let Some((code, reason)) = closer.reason() {
+            let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.send(close_message(code, &reason))).await;
+            info!(code, %reason, "link closed");
+        }
+        let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.close()).await;
+    }
+    .instrument(span)
+    .await
+}
+
+/// The next text frame; `None` when the link ends first.
+async fn next_text(stream: &mut futures_util::stream::SplitStream<WebSocket>) -> Option<String> {
+    loop {
+        match stream.next().await? {
+            Ok(Message::Text(text)) => return Some(text.to_string()),
+            Ok(Message::Ping(_) | Message::Pong(_)) => continue,
+            Ok(Message::Binary(_)) => return Some(String::new()),
+            Ok(Message::Close(_)) | Err(_) => return None,
+        }
+    }
+}
+
+/// Checks a `hello`; returns the features granted, or a refusal.
+fn hello(text: &str) -> Result<Vec<String>, (&'static str, String)> {
+    match parse(text) {
+        Ok(ClientMessage::Hello {
+            protocol_version,
+            features,
+        }) => {
+            if protocol_version != PROTOCOL_VERSION {
+                return Err((
+                    "unsupported_version",
+                    format!("this server speaks protocol version {PROTOCOL_VERSION}; the machine sent {protocol_version}"),
+                ));
+            }
+            if features.len() > MAX_FEATURES
+                || features
+                    .iter()
+                    .any(|f| f.is_empty() || f.len() > MAX_FEATURE_BYTES)
+            {
+                return Err((
+                    "invalid_hello",
+                    format!("hello lists at most {MAX_FEATURES} features of 1 to {MAX_FEATURE_BYTES} bytes"),
+                ));
+            }
+            // No optional feature is offered yet; unknown ones are ignored.
+            Ok(Vec::new())
+        }
+        Ok(_) => Err(("hello_expected", "the first message must be hello".into())),
+        Err((_, message)) => Err((
+            "hello_expected",
+            format!("the first message must be hello: {message}"),
+        )),
+    }
+}
+
+/// Parses a machine's message, telling malformed JSON, an unknown type and
+/// a malformed known message apart.
+fn parse(text: &str) -> Result<ClientMessage, (&'static str, String)> {
+    let value: serde_json::Value = serde_json::from_str(text)
+        .map_err(|e| ("malformed_message", format!("not a JSON object: {e}")))?;
+    let kind = value
+        .get("type")
+        .and_then(|t| t.as_str())
+        .map(str::to_owned);
+    match kind {
+        None => Err((
+            "malformed_message",
+            "a message needs a string \"type\"".into(),
+        )),
+        Some(kind) if !KNOWN_TYPES.contains(&kind.as_str()) => Err((
+            "unknown_message",
+            format!("unknown message type {:?}", truncate(&kind)),
+        )),
+        Some(kind) => serde_json::from_value(value)
+            .map_err(|e| ("malformed_message", format!("malformed {kind}: {e}"))),
+    }
+}
+
+fn truncate(text: &str) -> &str {
+    let mut end = text.len().min(64);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+fn refusal(code: &str, message: impl Into<String>) -> ServerMessage {
+    ServerMessage::Refusal {
+        code: code.to_owned(),
+        message: message.into(),
+    }
+}
+
+async fn send(
+    sink: &mut futures_util::stream::SplitSink<WebSocket, Message>,
+    message: &ServerMessage,
+) -> Result<(), axum::Error> {
+    let text = serde_json::to_string(message).unwrap_or_default();
+    sink.send(Message::Text(text.into())).await
+}
