@@ -5,6 +5,7 @@
 pub mod socket;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -46,7 +47,7 @@ struct Inner {
     shutdown: CancellationToken,
     /// Machine id → the closers of its open links.
     open: Mutex<HashMap<String, Vec<(u64, Closer)>>>,
-    next: Mutex<u64>,
+    next: AtomicU64,
 }
 
 impl Links {
@@ -57,7 +58,7 @@ impl Links {
                 settings,
                 shutdown,
                 open: Mutex::new(HashMap::new()),
-                next: Mutex::new(1),
+                next: AtomicU64::new(1),
             }),
         }
     }
@@ -74,13 +75,7 @@ impl Links {
 
     /// Registers a link of `machine`; returns its handle for [`Links::close`].
     pub fn open(&self, machine: &str, closer: Closer) -> u64 {
-        let id = match self.inner.next.lock() {
-            Ok(mut next) => {
-                *next += 1;
-                *next
-            }
-            Err(_) => 0,
-        };
+        let id = self.inner.next.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut open) = self.inner.open.lock() {
             open.entry(machine.to_owned())
                 .or_default()
