@@ -18,6 +18,10 @@ pub const MAX_MESSAGE_BYTES: usize = MAX_UPDATE_BYTES + 64;
 /// Largest awareness payload (cursor, name, colour) per message, in bytes.
 pub const MAX_AWARENESS_BYTES: usize = 64 * 1024;
 
+/// Most awareness client ids one connection may announce (an editor tab
+/// uses one).
+pub const MAX_AWARENESS_CLIENTS: usize = 16;
+
 /// Close codes Margin uses on the sync socket.
 pub mod close {
     /// The connection ended normally.

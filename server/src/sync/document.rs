@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use margin_decisions::{LiveOutline, Outline};
-use margin_protocol::sync::{close, MAX_AWARENESS_BYTES, MAX_UPDATE_BYTES};
+use margin_protocol::sync::{close, MAX_AWARENESS_BYTES, MAX_AWARENESS_CLIENTS, MAX_UPDATE_BYTES};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
@@ -314,13 +314,28 @@ impl DocumentTask {
                     if size > MAX_AWARENESS_BYTES {
                         return Err((close::TOO_BIG, format!("awareness state of {size} bytes exceeds the {MAX_AWARENESS_BYTES}-byte limit")));
                     }
+                    let mut update = update;
+                    // A connection speaks only for the client ids it claimed
+                    // first: it may not move or erase another's cursor.
+                    update.clients.retain(|client, _| {
+                        !self
+                            .members
+                            .iter()
+                            .any(|(id, m)| *id != conn && m.clients.contains(client))
+                    });
                     let clients: Vec<ClientID> = update.clients.keys().copied().collect();
+                    if let Some(member) = self.members.get_mut(&conn) {
+                        member.clients.extend(clients.iter().copied());
+                        if member.clients.len() > MAX_AWARENESS_CLIENTS {
+                            return Err((close::MALFORMED, format!("more than {MAX_AWARENESS_CLIENTS} awareness clients on one connection")));
+                        }
+                    }
+                    if clients.is_empty() {
+                        continue;
+                    }
                     self.awareness
                         .apply_update(update)
                         .map_err(|e| (close::MALFORMED, format!("bad awareness update: {e}")))?;
-                    if let Some(member) = self.members.get_mut(&conn) {
-                        member.clients.extend(clients.iter().copied());
-                    }
                     if let Some(frame) = messages::awareness_of(&self.awareness, &clients) {
                         effects.sends.push((Target::AllBut(conn), frame));
                     }

@@ -273,3 +273,28 @@ on_both_backends! {
         assert_eq!(again.block_count(), 200);
     }
 }
+
+on_both_backends! {
+    async fn a_connection_cannot_speak_for_another_ones_cursor(db) {
+        let server = Server::start(&db).await;
+        let token = Server::account(&db, "ada").await;
+        let doc = server.create_document(&token, "Plan").await;
+        let mut ada = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        let mut mallory = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        ada.announce(42, 1, r#"{"user":"ada"}"#).await;
+        assert!(mallory.until(|c| c.awareness.get(&42).map(String::as_str) == Some(r#"{"user":"ada"}"#)).await);
+        // Mallory claims Ada's client id: ignored, and then erases it: ignored.
+        mallory.announce(42, 5, r#"{"user":"mallory"}"#).await;
+        mallory.announce(42, 6, "null").await;
+        mallory.announce(7, 1, r#"{"user":"mallory"}"#).await;
+        let mut watcher = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        assert!(watcher.until(|c| c.awareness.contains_key(&7)).await);
+        assert_eq!(watcher.awareness.get(&42).map(String::as_str), Some(r#"{"user":"ada"}"#));
+        // Claiming many ids closes the connection.
+        for client in 100..120 {
+            mallory.announce(client, 1, "{}").await;
+        }
+        assert_eq!(mallory.wait_closed().await.0, close::MALFORMED);
+        assert!(ada.stays_open(Duration::from_millis(100)).await);
+    }
+}

@@ -24,6 +24,8 @@ pub const PATIENCE: Duration = Duration::from_secs(20);
 
 pub struct SyncClient {
     pub doc: Doc,
+    /// Awareness states received: client id → JSON (`null` when removed).
+    pub awareness: std::collections::BTreeMap<u64, String>,
     ws: Ws,
     /// Set when the server closed the connection: (code, reason).
     pub closed: Option<(u16, String)>,
@@ -48,6 +50,7 @@ impl SyncClient {
             .unwrap();
         SyncClient {
             doc: Doc::new(),
+            awareness: Default::default(),
             ws,
             closed: None,
         }
@@ -242,8 +245,28 @@ impl SyncClient {
                 let update = Update::decode_v1(&update).unwrap();
                 self.doc.transact_mut().apply_update(update).unwrap();
             }
+            Message::Awareness(update) => {
+                for (client, entry) in update.clients {
+                    self.awareness.insert(client.get(), entry.json.to_string());
+                }
+            }
             _ => {}
         }
+    }
+
+    /// Announces awareness `json` for `client` (as a y-websocket client does).
+    pub async fn announce(&mut self, client: u64, clock: u32, json: &str) {
+        use yrs::sync::awareness::{AwarenessUpdate, AwarenessUpdateEntry};
+        let mut clients = std::collections::HashMap::new();
+        clients.insert(
+            yrs::block::ClientID::new(client),
+            AwarenessUpdateEntry {
+                clock,
+                json: json.into(),
+            },
+        );
+        self.send(Message::Awareness(AwarenessUpdate { clients }))
+            .await;
     }
 
     pub fn state_vector(&self) -> StateVector {
