@@ -83,3 +83,15 @@ fn without_inline_code(line: &str) -> String {
 pub fn repaired(withheld: usize, captured: usize) -> bool {
     captured >= withheld
 }
+
+/// Whether a Chat message calls the Planner: `@planner` as a word, in any
+/// case (SPEC T1).
+pub fn mentions_planner(text: &str) -> bool {
+    let lower = text.to_lowercase();
+    lower.match_indices("@planner").any(|(at, found)| {
+        let before = lower[..at].chars().next_back();
+        let after = lower[at + found.len()..].chars().next();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_')
+            && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
+}

@@ -50,3 +50,13 @@ fn a_repair_succeeds_only_when_captured_cards_cover_the_questions() {
     assert!(!repaired(2, 1));
     assert!(!repaired(1, 0));
 }
+
+#[test]
+fn a_message_calls_the_planner_only_by_its_whole_name() {
+    use margin_planner::reply::mentions_planner;
+    assert!(mentions_planner("@planner draft the risks"));
+    assert!(mentions_planner("thanks, @Planner!"));
+    assert!(!mentions_planner("mail me at ops@plannerco.com"));
+    assert!(!mentions_planner("@planners unite"));
+    assert!(!mentions_planner("no mention"));
+}

@@ -35,7 +35,7 @@ pub const MAX_FEATURES: usize = 32;
 pub const MAX_FEATURE_BYTES: usize = 64;
 
 /// A message from a machine.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum ClientMessage {
     /// Opens the link.
@@ -54,10 +54,37 @@ pub enum ClientMessage {
     },
     /// Ends the link on purpose.
     Detach {},
+    /// Calls a document tool within a turn. The session's document and
+    /// account are the server's record, never taken from the machine.
+    ToolCall {
+        /// The session, as `invoke` named it.
+        session: String,
+        /// The turn, as `invoke` named it.
+        turn: String,
+        /// The machine's id for this call, echoed in the result (1–128 bytes).
+        call_id: String,
+        /// `read_document`, `edit_plan`, `open_decisions`, `open_decision`
+        /// or `ask`.
+        name: String,
+        /// The tool's input (see `docs/decisions.md`); `{}` for
+        /// `read_document`.
+        #[serde(default)]
+        #[schemars(with = "serde_json::Value")]
+        arguments: serde_json::Value,
+    },
+    /// The turn's reply, for Chat (subject to the reply policy, SPEC T2).
+    Reply {
+        /// The session.
+        session: String,
+        /// The turn.
+        turn: String,
+        /// The reply, ≤ 4000 bytes.
+        text: String,
+    },
 }
 
 /// A message from the server.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum ServerMessage {
     /// The link is open.
@@ -74,12 +101,44 @@ pub enum ServerMessage {
         /// Increases by one per heartbeat.
         seq: u64,
     },
+    /// Starts a turn: reply to `messages` (or, for a repair turn, move
+    /// `repair` into decisions), then send `reply`.
+    Invoke {
+        /// The session (one per document and machine).
+        session: String,
+        /// This turn.
+        turn: String,
+        /// The document the turn is about.
+        document: String,
+        /// The Chat lines that started it, in order (steering included).
+        messages: Vec<crate::chat::ChatMessageView>,
+        /// A repair turn: the questions the last reply asked in prose, to
+        /// open as decisions (`open_decisions` with stable keys) instead.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        repair: Vec<String>,
+    },
+    /// A tool call's result: exactly one of `output` and `error`.
+    ToolResult {
+        /// The session.
+        session: String,
+        /// The turn.
+        turn: String,
+        /// The call's id.
+        call_id: String,
+        /// The tool's output.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(with = "Option<serde_json::Value>")]
+        output: Option<serde_json::Value>,
+        /// The refusal; nothing changed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<crate::decisions::ToolRefusal>,
+    },
     /// A message was refused. The link stays open unless the server also
     /// closes it (bad `hello`, unresponsive, revoked).
     Refusal {
         /// Stable code: `unsupported_version`, `hello_expected`,
         /// `malformed_message`, `unknown_message`, `unexpected_message`,
-        /// `invalid_hello`.
+        /// `invalid_hello`, `unknown_turn`.
         code: String,
         /// Names the problem.
         message: String,
@@ -165,6 +224,24 @@ mod tests {
             r#"{"type":"heartbeat-ack","seq":3}"#,
         );
         round_trip(ClientMessage::Detach {}, r#"{"type":"detach"}"#);
+        round_trip(
+            ClientMessage::ToolCall {
+                session: "s".into(),
+                turn: "t".into(),
+                call_id: "c1".into(),
+                name: "read_document".into(),
+                arguments: serde_json::json!({}),
+            },
+            r#"{"type":"tool-call","session":"s","turn":"t","call_id":"c1","name":"read_document","arguments":{}}"#,
+        );
+        round_trip(
+            ClientMessage::Reply {
+                session: "s".into(),
+                turn: "t".into(),
+                text: "Done.".into(),
+            },
+            r#"{"type":"reply","session":"s","turn":"t","text":"Done."}"#,
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod cli;
 pub mod http;
 pub mod link;
+pub mod planners;
 pub mod serve;
 pub mod storage;
 pub mod sync;

@@ -12,6 +12,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::http::{router, AppState};
 use crate::link::{LinkSettings, Links};
+use crate::planners::Planners;
 use crate::storage::Store;
 use crate::sync::{Hub, HubSettings};
 
@@ -86,9 +87,11 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
         options.hub,
     );
     let links = Links::new(options.links, shutdown.clone());
+    let planners = Planners::new(hub.clone(), links.clone());
     let app = router(AppState {
         hub: hub.clone(),
         links,
+        planners,
     });
     let stop = shutdown.clone();
     let http = tokio::spawn(async move {

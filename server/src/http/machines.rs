@@ -99,9 +99,9 @@ pub async fn link(
         }
         Err(other) => return Err(other.into()),
     };
-    let links = state.links.clone();
+    let (links, planners) = (state.links.clone(), state.planners.clone());
     Ok(upgrade
         .max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
-        .on_upgrade(move |ws| socket::serve(ws, links, machine)))
+        .on_upgrade(move |ws| socket::serve(ws, links, planners, machine)))
 }

@@ -3,6 +3,7 @@
 //! call storage or the sync hub.
 
 mod assets;
+mod chat;
 mod decisions;
 mod documents;
 mod error;
@@ -21,6 +22,7 @@ use tower_http::trace::TraceLayer;
 pub use error::AppError;
 
 use crate::link::Links;
+use crate::planners::Planners;
 use crate::sync::Hub;
 
 /// Largest JSON request body accepted.
@@ -37,6 +39,8 @@ pub struct AppState {
     pub hub: Hub,
     /// Open machine links.
     pub links: Links,
+    /// Planner turns.
+    pub planners: Planners,
 }
 
 /// The whole HTTP surface.
@@ -54,6 +58,7 @@ pub fn router(state: AppState) -> Router {
         .route("/documents/{id}/members", post(documents::add_member))
         .route("/documents/{id}/outline", get(documents::outline))
         .route("/documents/{id}/sync", get(documents::sync))
+        .route("/documents/{id}/chat", post(chat::post).get(chat::list))
         .route("/documents/{id}/decisions", get(decisions::list))
         .route(
             "/documents/{id}/decisions/{card}/answer",

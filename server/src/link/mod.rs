@@ -9,9 +9,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use margin_protocol::link::close;
+use margin_protocol::link::{close, ServerMessage};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::storage::Machine;
 use crate::sync::conn::Closer;
 
 /// Link timing.
@@ -36,6 +38,37 @@ impl Default for LinkSettings {
     }
 }
 
+/// How many server messages may wait for one link before it counts as
+/// unable to keep up and is closed.
+const LINK_OUTBOX: usize = 256;
+
+/// One open link, as others reach it.
+#[derive(Clone, Debug)]
+pub struct Link {
+    /// The link's id.
+    pub id: u64,
+    /// The machine.
+    pub machine: Machine,
+    outbox: mpsc::Sender<ServerMessage>,
+    closer: Closer,
+}
+
+impl Link {
+    /// Queues `message` for the machine; false (and the link closed) when
+    /// it cannot keep up or is gone.
+    pub fn send(&self, message: ServerMessage) -> bool {
+        match self.outbox.try_send(message) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.closer
+                    .close(close::UNRESPONSIVE, "the machine is not reading its link");
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+}
+
 /// The open machine links.
 #[derive(Clone)]
 pub struct Links {
@@ -45,8 +78,8 @@ pub struct Links {
 struct Inner {
     settings: LinkSettings,
     shutdown: CancellationToken,
-    /// Machine id → the closers of its open links.
-    open: Mutex<HashMap<String, Vec<(u64, Closer)>>>,
+    /// Machine id → its open links.
+    open: Mutex<HashMap<String, Vec<Link>>>,
     next: AtomicU64,
 }
 
@@ -73,27 +106,54 @@ impl Links {
         self.inner.shutdown.clone()
     }
 
-    /// Registers a link of `machine`; returns its handle for [`Links::close`].
-    pub fn open(&self, machine: &str, closer: Closer) -> u64 {
-        let id = self.inner.next.fetch_add(1, Ordering::Relaxed);
+    /// Registers a link of `machine` once its `hello` is accepted; returns
+    /// it and the messages to write to it.
+    pub fn open(&self, machine: &Machine, closer: Closer) -> (Link, mpsc::Receiver<ServerMessage>) {
+        let (outbox, rx) = mpsc::channel(LINK_OUTBOX);
+        let link = Link {
+            id: self.inner.next.fetch_add(1, Ordering::Relaxed),
+            machine: machine.clone(),
+            outbox,
+            closer,
+        };
         if let Ok(mut open) = self.inner.open.lock() {
-            open.entry(machine.to_owned())
+            open.entry(machine.id.clone())
                 .or_default()
-                .push((id, closer));
+                .push(link.clone());
         }
-        id
+        (link, rx)
     }
 
-    /// Forgets link `id` of `machine`.
-    pub fn close(&self, machine: &str, id: u64) {
+    /// Forgets `link`.
+    pub fn close(&self, link: &Link) {
         if let Ok(mut open) = self.inner.open.lock() {
-            if let Some(links) = open.get_mut(machine) {
-                links.retain(|(link, _)| *link != id);
+            if let Some(links) = open.get_mut(&link.machine.id) {
+                links.retain(|l| l.id != link.id);
                 if links.is_empty() {
-                    open.remove(machine);
+                    open.remove(&link.machine.id);
                 }
             }
         }
+    }
+
+    /// An open link of one of `account`'s machines (the oldest), if any: the
+    /// machine a document's Planner binds to.
+    pub fn of_account(&self, account: &str) -> Option<Link> {
+        let open = self.inner.open.lock().ok()?;
+        open.values()
+            .flatten()
+            .filter(|link| link.machine.account.id == account)
+            .min_by_key(|link| link.id)
+            .cloned()
+    }
+
+    /// Whether link `id` is still open.
+    pub fn is_open(&self, id: u64) -> bool {
+        self.inner
+            .open
+            .lock()
+            .map(|open| open.values().flatten().any(|l| l.id == id))
+            .unwrap_or(false)
     }
 
     /// Closes every link of a revoked machine (SPEC P3).
@@ -102,8 +162,8 @@ impl Links {
             Ok(mut open) => open.remove(machine).unwrap_or_default(),
             Err(_) => Vec::new(),
         };
-        for (_, closer) in closers {
-            closer.close(
+        for link in closers {
+            link.closer.close(
                 close::REVOKED,
                 "machine revoked; pair it again to reconnect",
             );

@@ -14,23 +14,24 @@ use tokio::time::{interval_at, Instant, MissedTickBehavior};
 use tracing::{debug, info, Instrument};
 
 use super::Links;
+use crate::planners::Planners;
 use crate::storage::Machine;
 use crate::sync::conn::Closer;
 use crate::sync::socket::close_message;
 
 /// The message types a machine may send, for telling an unknown type from a
 /// malformed known one.
-const KNOWN_TYPES: [&str; 3] = ["hello", "heartbeat-ack", "detach"];
+const KNOWN_TYPES: [&str; 5] = ["hello", "heartbeat-ack", "detach", "tool-call", "reply"];
 
 /// How long a close frame may wait behind a machine that is not reading.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Serves one link of `machine`.
-pub async fn serve(socket: WebSocket, links: Links, machine: Machine) {
+pub async fn serve(socket: WebSocket, links: Links, planners: Planners, machine: Machine) {
     let span = tracing::info_span!("link", machine = %machine.id, account = %machine.account.name);
     async move {
         let closer = Closer::default();
-        let link = links.open(&machine.id, closer.clone());
+        let mut opened = None;
         let (mut sink, mut stream) = socket.split();
         let settings = links.settings();
         let shutdown = links.shutdown();
@@ -59,6 +60,7 @@ pub async fn serve(socket: WebSocket, links: Links, machine: Machine) {
                         return;
                     }
                     info!("machine linked");
+                    opened = Some(links.open(&machine, closer.clone()));
                 }
                 Err((code, message)) => {
                     let _ = send(&mut sink, &ServerMessage::Refusal { code: code.into(), message: message.clone() }).await;
@@ -66,6 +68,7 @@ pub async fn serve(socket: WebSocket, links: Links, machine: Machine) {
                     return;
                 }
             }
+            let Some((link, outbox)) = opened.as_mut() else { return };
             let period = settings.heartbeat;
             let mut ticks = interval_at(Instant::now() + period, period);
             ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -77,6 +80,12 @@ pub async fn serve(socket: WebSocket, links: Links, machine: Machine) {
                         closer.close(close::GOING_AWAY, "server shutting down");
                         return;
                     }
+                    message = outbox.recv() => match message {
+                        Some(message) => {
+                            if send(&mut sink, &message).await.is_err() { return; }
+                        }
+                        None => return,
+                    },
                     _ = ticks.tick() => {
                         if unanswered >= settings.missed_heartbeats {
                             closer.close(close::UNRESPONSIVE, format!("{unanswered} heartbeats unanswered"));
@@ -120,6 +129,20 @@ pub async fn serve(socket: WebSocket, links: Links, machine: Machine) {
                                 let refusal = refusal("unexpected_message", "the link is already open; hello comes once");
                                 if send(&mut sink, &refusal).await.is_err() { return; }
                             }
+                            Ok(ClientMessage::ToolCall { session, turn, call_id, name, arguments }) => {
+                                if call_id.is_empty() || call_id.len() > 128 {
+                                    let refusal = refusal("malformed_message", "call_id is 1 to 128 bytes");
+                                    if send(&mut sink, &refusal).await.is_err() { return; }
+                                    continue;
+                                }
+                                let result = planners.tool_call(link, session, turn, call_id, &name, arguments).await;
+                                if send(&mut sink, &result).await.is_err() { return; }
+                            }
+                            Ok(ClientMessage::Reply { session, turn, text }) => {
+                                if let Some(refusal) = planners.reply(link, &session, &turn, text).await {
+                                    if send(&mut sink, &refusal).await.is_err() { return; }
+                                }
+                            }
                             Err((code, message)) => {
                                 if send(&mut sink, &refusal(code, message)).await.is_err() { return; }
                             }
@@ -129,7 +152,10 @@ pub async fn serve(socket: WebSocket, links: Links, machine: Machine) {
             }
         };
         outcome.await;
-        links.close(&machine.id, link);
+        if let Some((link, _)) = opened.take() {
+            links.close(&link);
+            planners.link_closed(&link).await;
+        }
         if let Some((code, reason)) = closer.reason() {
             let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.send(close_message(code, &reason))).await;
             info!(code, %reason, "link closed");

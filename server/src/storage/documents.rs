@@ -96,6 +96,21 @@ impl Store {
         DocumentRow::from_row(&row)
     }
 
+    /// The account that owns document `id`.
+    pub async fn document_owner(&self, id: &str) -> Result<Account, StorageError> {
+        let row = sqlx::query(
+            "SELECT a.id, a.name FROM documents d JOIN accounts a ON a.id = d.owner_id WHERE d.id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or(StorageError::NotFound("document"))?;
+        Ok(Account {
+            id: row.try_get("id")?,
+            name: row.try_get("name")?,
+        })
+    }
+
     /// Whether document `id` exists at all (used to refuse loading a
     /// document that was never created).
     pub async fn document_exists(&self, id: &str) -> Result<bool, StorageError> {

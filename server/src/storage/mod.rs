@@ -9,6 +9,7 @@
 
 mod accounts;
 mod cards;
+mod chat;
 mod documents;
 mod machines;
 mod updates;

@@ -9,3 +9,4 @@ mod http;
 mod link;
 mod storage;
 mod sync;
+mod turns;

@@ -76,6 +76,30 @@ impl LinkClient {
         .expect("the server neither spoke nor closed in time")
     }
 
+    /// The next message that is not a heartbeat (heartbeats are answered),
+    /// within the test's patience overall.
+    pub async fn next_work(&mut self) -> Option<ServerMessage> {
+        tokio::time::timeout(PATIENCE, async {
+            loop {
+                match self.next().await? {
+                    ServerMessage::Heartbeat { seq } => {
+                        self.send_text(&format!(r#"{{"type":"heartbeat-ack","seq":{seq}}}"#))
+                            .await;
+                    }
+                    other => return Some(other),
+                }
+            }
+        })
+        .await
+        .expect("no message but heartbeats within the time allowed")
+    }
+
+    /// Sends a client message.
+    pub async fn send_message(&mut self, message: &margin_protocol::link::ClientMessage) {
+        self.send_text(&serde_json::to_string(message).unwrap())
+            .await;
+    }
+
     /// Reads until the server closes; returns the close code and reason.
     pub async fn wait_closed(&mut self) -> (u16, String) {
         while self.next().await.is_some() {}

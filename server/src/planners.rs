@@ -1,0 +1,436 @@
+//! Planner turns over machine links (SPEC T1, T2, T3, P1): which machine a
+//! document's Planner runs on, the turn in progress, messages waiting for
+//! the next turn, and what reaches Chat.
+//!
+//! The rules live in `margin-planner` (`Session`, `Steering`, `reply`);
+//! this module is the wiring: it binds a document to a linked machine of its
+//! owner, sends `invoke`, runs the machine's tool calls for the session's
+//! document and account (never ones the machine names), and judges replies.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use margin_planner::reply::{judge, repaired, Verdict};
+use margin_planner::{Millis, ReplyOutcome, Session, Steering, TurnId, DEFAULT_IDLE};
+use margin_protocol::chat::{ChatKind, ChatMessageView, MAX_CHAT_BYTES};
+use margin_protocol::decisions::{OpenDecisionsOutput, ToolRefusal};
+use margin_protocol::link::ServerMessage;
+use serde::de::DeserializeOwned;
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use crate::link::{Link, Links};
+use crate::storage::{Account, StorageError};
+use crate::sync::Hub;
+use crate::tools::{ToolError, Tools};
+
+/// The author of the server's own Chat lines.
+pub const SYSTEM_AUTHOR: &str = "margin";
+/// The author of the Planner's replies.
+pub const PLANNER_AUTHOR: &str = "planner";
+
+/// The Planners of every document.
+#[derive(Clone)]
+pub struct Planners {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    hub: Hub,
+    links: Links,
+    started: Instant,
+    by_document: Mutex<HashMap<String, DocumentPlanner>>,
+}
+
+/// One document's Planner session, bound to one link.
+struct DocumentPlanner {
+    session: String,
+    link: Link,
+    lifecycle: Session,
+    steering: Steering<ChatMessageView>,
+    turn: Option<Turn>,
+}
+
+struct Turn {
+    id: String,
+    /// Questions a reply asked in prose, while a repair turn runs.
+    withheld: Vec<String>,
+    /// Cards this turn's `open_decisions` captured (new or replayed).
+    captured: usize,
+}
+
+/// What to carry out once the lock is released.
+#[derive(Default)]
+struct Outcome {
+    chat: Vec<(&'static str, ChatKind, String)>,
+    send: Option<(Link, ServerMessage)>,
+}
+
+impl Planners {
+    /// Planners over `hub`'s documents and `links`' machines.
+    pub fn new(hub: Hub, links: Links) -> Self {
+        Planners {
+            inner: Arc::new(Inner {
+                hub,
+                links,
+                started: Instant::now(),
+                by_document: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    fn now(&self) -> Millis {
+        Millis(self.inner.started.elapsed().as_millis() as u64)
+    }
+
+    /// A Chat message mentioned `@planner` (SPEC T1): start a turn, queue it
+    /// behind the running one (T3), or say at once that the Planner is not
+    /// connected.
+    pub async fn called(
+        &self,
+        document: &str,
+        owner: &Account,
+        message: ChatMessageView,
+    ) -> Result<(), StorageError> {
+        let now = self.now();
+        let outcome = {
+            let mut planners = self.lock();
+            let bound = planners
+                .get(document)
+                .is_some_and(|p| self.inner.links.is_open(p.link.id));
+            if !bound {
+                planners.remove(document);
+                if let Some(link) = self.inner.links.of_account(&owner.id) {
+                    info!(document, machine = %link.machine.id, "Planner bound");
+                    planners.insert(
+                        document.to_owned(),
+                        DocumentPlanner {
+                            session: Uuid::new_v4().to_string(),
+                            link,
+                            lifecycle: Session::new(now, DEFAULT_IDLE),
+                            steering: Steering::default(),
+                            turn: None,
+                        },
+                    );
+                }
+            }
+            match planners.get_mut(document) {
+                Some(planner) => match planner.steering.handle_message(message) {
+                    Some(messages) => start_turn(planner, document, messages, Vec::new(), now),
+                    None => Outcome::default(),
+                },
+                None => Outcome {
+                    chat: vec![(
+                        SYSTEM_AUTHOR,
+                        ChatKind::System,
+                        format!(
+                            "The Planner is not connected: none of {}'s machines is linked. Start the Planner and mention @planner again.",
+                            owner.name
+                        ),
+                    )],
+                    send: None,
+                },
+            }
+        };
+        self.carry_out(document, outcome).await
+    }
+
+    /// Runs a tool call from `link` for the session's document and account.
+    pub async fn tool_call(
+        &self,
+        link: &Link,
+        session: String,
+        turn: String,
+        call_id: String,
+        name: &str,
+        arguments: serde_json::Value,
+    ) -> ServerMessage {
+        let Some(document) = self.document_of(link, &session, &turn) else {
+            return refusal_unknown_turn(&session, &turn);
+        };
+        let account = &link.machine.account;
+        let tools = Tools::new(self.inner.hub.clone());
+        let result = match name {
+            "read_document" => tools.read_document(account, &document).await.map(to_value),
+            "edit_plan" => match input(arguments) {
+                Ok(input) => tools.edit_plan(account, &document, input).await.map(to_value),
+                Err(e) => Err(e),
+            },
+            "open_decisions" => match input(arguments) {
+                Ok(input) => self.captured(&document, &turn, tools.open_decisions(account, &document, input).await),
+                Err(e) => Err(e),
+            },
+            "open_decision" | "ask" => match input(arguments) {
+                Ok(input) => {
+                    let done = if name == "ask" {
+                        tools.ask(account, &document, input).await
+                    } else {
+                        tools.open_decision(account, &document, input).await
+                    };
+                    self.captured(&document, &turn, done)
+                }
+                Err(e) => Err(e),
+            },
+            other => Err(ToolError::Refused(ToolRefusal {
+                code: "unknown_tool".into(),
+                message: format!("no tool named {other:?}; tools: read_document, edit_plan, open_decisions, open_decision, ask"),
+                read_again: false,
+            })),
+        };
+        let (output, error) = match result {
+            Ok(output) => (Some(output), None),
+            Err(ToolError::Refused(refusal)) => (None, Some(refusal)),
+            Err(ToolError::Internal(detail)) => {
+                warn!(%detail, tool = name, "tool call failed");
+                let refusal = ToolRefusal {
+                    code: "internal".into(),
+                    message: "the server failed; nothing was acknowledged".into(),
+                    read_again: false,
+                };
+                (None, Some(refusal))
+            }
+        };
+        ServerMessage::ToolResult {
+            session,
+            turn,
+            call_id,
+            output,
+            error,
+        }
+    }
+
+    /// The turn's reply (SPEC T2): posted when it asks nothing; withheld for
+    /// a repair turn when it asks in prose; after the repair, posted only if
+    /// the questions were captured as decisions, else the turn fails visibly.
+    pub async fn reply(
+        &self,
+        link: &Link,
+        session: &str,
+        turn: &str,
+        text: String,
+    ) -> Option<ServerMessage> {
+        if text.len() > MAX_CHAT_BYTES {
+            return Some(ServerMessage::Refusal {
+                code: "malformed_message".into(),
+                message: format!("a reply is at most {MAX_CHAT_BYTES} bytes"),
+            });
+        }
+        let now = self.now();
+        let (document, outcome) = {
+            let mut planners = self.lock();
+            let Some((document, planner)) = planners.iter_mut().find(|(_, p)| {
+                p.session == session
+                    && p.link.machine.id == link.machine.id
+                    && p.turn.as_ref().is_some_and(|t| t.id == turn)
+            }) else {
+                return Some(refusal_unknown_turn(session, turn));
+            };
+            let document = document.clone();
+            let Some(current) = planner.turn.as_mut() else {
+                return Some(refusal_unknown_turn(session, turn));
+            };
+            let mut outcome = Outcome::default();
+            let reply_outcome = if current.withheld.is_empty() {
+                match judge(&text) {
+                    Verdict::Publish => {
+                        outcome.chat.push((PLANNER_AUTHOR, ChatKind::Planner, text));
+                        Some(ReplyOutcome::Accepted)
+                    }
+                    Verdict::Withhold { questions } => {
+                        // A repair turn: same session, a new turn. The text
+                        // is never posted.
+                        info!(
+                            document,
+                            questions = questions.len(),
+                            "reply withheld; repair turn"
+                        );
+                        outcome = start_turn(planner, &document, Vec::new(), questions, now);
+                        None
+                    }
+                }
+            } else if repaired(current.withheld.len(), current.captured) {
+                outcome.chat.push((
+                    SYSTEM_AUTHOR,
+                    ChatKind::System,
+                    format!(
+                        "The Planner opened its {} question(s) as decisions.",
+                        current.withheld.len()
+                    ),
+                ));
+                if judge(&text) == Verdict::Publish && !text.trim().is_empty() {
+                    outcome.chat.push((PLANNER_AUTHOR, ChatKind::Planner, text));
+                }
+                Some(ReplyOutcome::Accepted)
+            } else {
+                outcome.chat.push((
+                    SYSTEM_AUTHOR,
+                    ChatKind::System,
+                    format!(
+                        "The Planner's reply was withheld: it asked {} question(s) in Chat and opened {} as decisions.",
+                        current.withheld.len(),
+                        current.captured
+                    ),
+                ));
+                Some(ReplyOutcome::Refused)
+            };
+            if let Some(reply_outcome) = reply_outcome {
+                let _ =
+                    planner
+                        .lifecycle
+                        .handle_reply_finished(TurnId::from(turn), reply_outcome, now);
+                planner.turn = None;
+                if let Some(messages) = planner.steering.handle_turn_ended() {
+                    let next = start_turn(planner, &document, messages, Vec::new(), now);
+                    outcome.send = next.send;
+                }
+            }
+            (document, outcome)
+        };
+        if let Err(error) = self.carry_out(&document, outcome).await {
+            warn!(%error, "chat write failed");
+        }
+        None
+    }
+
+    /// A link closed: its sessions end with it (a link that may resume
+    /// arrives with `resumable-sessions`). A turn cut short says so.
+    pub async fn link_closed(&self, link: &Link) {
+        let cut: Vec<String> = {
+            let mut planners = self.lock();
+            let gone: Vec<String> = planners
+                .iter()
+                .filter(|(_, p)| p.link.id == link.id)
+                .map(|(d, _)| d.clone())
+                .collect();
+            gone.into_iter()
+                .filter_map(|document| {
+                    let planner = planners.remove(&document)?;
+                    planner.turn.map(|_| document)
+                })
+                .collect()
+        };
+        for document in cut {
+            let line =
+                "The Planner disconnected during its turn; its reply was not posted.".to_owned();
+            let outcome = Outcome {
+                chat: vec![(SYSTEM_AUTHOR, ChatKind::System, line)],
+                send: None,
+            };
+            if let Err(error) = self.carry_out(&document, outcome).await {
+                warn!(%error, "chat write failed");
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, DocumentPlanner>> {
+        self.inner
+            .by_document
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The document of `session` if `turn` is its running turn on `link`'s
+    /// machine; the machine's own word for either is never enough.
+    fn document_of(&self, link: &Link, session: &str, turn: &str) -> Option<String> {
+        self.lock()
+            .iter()
+            .find(|(_, p)| {
+                p.session == session
+                    && p.link.machine.id == link.machine.id
+                    && p.turn.as_ref().is_some_and(|t| t.id == turn)
+            })
+            .map(|(document, _)| document.clone())
+    }
+
+    /// Counts what an `open_decisions`-like call captured toward the turn.
+    fn captured(
+        &self,
+        document: &str,
+        turn: &str,
+        done: Result<OpenDecisionsOutput, ToolError>,
+    ) -> Result<serde_json::Value, ToolError> {
+        let output = done?;
+        if let Some(current) = self
+            .lock()
+            .get_mut(document)
+            .and_then(|p| p.turn.as_mut())
+            .filter(|t| t.id == turn)
+        {
+            current.captured += output.captured;
+        }
+        Ok(to_value(output))
+    }
+
+    async fn carry_out(&self, document: &str, outcome: Outcome) -> Result<(), StorageError> {
+        for (author, kind, text) in outcome.chat {
+            self.inner
+                .hub
+                .store()
+                .append_chat(document, author, kind, &text)
+                .await?;
+        }
+        if let Some((link, message)) = outcome.send {
+            if !link.send(message) {
+                self.lock().remove(document);
+                let line = "The Planner could not be reached; its turn did not start.";
+                self.inner
+                    .hub
+                    .store()
+                    .append_chat(document, SYSTEM_AUTHOR, ChatKind::System, line)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn start_turn(
+    planner: &mut DocumentPlanner,
+    document: &str,
+    messages: Vec<ChatMessageView>,
+    repair: Vec<String>,
+    now: Millis,
+) -> Outcome {
+    let id = Uuid::new_v4().to_string();
+    planner.turn = Some(Turn {
+        id: id.clone(),
+        withheld: repair.clone(),
+        captured: 0,
+    });
+    let _ = planner
+        .lifecycle
+        .handle_turn_started(TurnId(id.clone()), now);
+    let invoke = ServerMessage::Invoke {
+        session: planner.session.clone(),
+        turn: id,
+        document: document.to_owned(),
+        messages,
+        repair,
+    };
+    Outcome {
+        chat: Vec::new(),
+        send: Some((planner.link.clone(), invoke)),
+    }
+}
+
+fn refusal_unknown_turn(session: &str, turn: &str) -> ServerMessage {
+    ServerMessage::Refusal {
+        code: "unknown_turn".into(),
+        message: format!("turn {turn:?} of session {session:?} is not running on this machine"),
+    }
+}
+
+fn input<T: DeserializeOwned>(arguments: serde_json::Value) -> Result<T, ToolError> {
+    serde_json::from_value(arguments).map_err(|e| {
+        ToolError::Refused(ToolRefusal {
+            code: "invalid_input".into(),
+            message: format!("malformed arguments: {e}"),
+            read_again: false,
+        })
+    })
+}
+
+fn to_value<T: serde::Serialize>(output: T) -> serde_json::Value {
+    serde_json::to_value(output).unwrap_or(serde_json::Value::Null)
+}

@@ -1,0 +1,240 @@
+//! Planner turns over the machine link (SPEC T1, T2, T3, A1), with a
+//! scripted test Planner speaking the link's JSON, on both backends.
+
+use margin_protocol::chat::{ChatKind, ChatList};
+use margin_protocol::link::{ClientMessage, ServerMessage};
+use serde_json::json;
+
+use crate::harness::{InProcess, LinkClient, SyncClient};
+use crate::on_both_backends;
+
+struct Scene {
+    server: InProcess,
+    token: String,
+    doc: String,
+}
+
+impl Scene {
+    async fn new(db: &crate::harness::TestDb) -> Scene {
+        let server = InProcess::start(db).await;
+        let (_, token) = server.account("ada").await;
+        let doc = server.create_document(&token, "Plan").await;
+        let mut person = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        person.append_paragraph("Pick a region").await;
+        Scene { server, token, doc }
+    }
+
+    async fn planner(&self) -> LinkClient {
+        let (status, paired) = self
+            .server
+            .post(Some(&self.token), "/machines", json!({"name": "laptop"}))
+            .await;
+        assert_eq!(status, 201);
+        let mut link =
+            LinkClient::connect(self.server.addr, paired["credential"].as_str().unwrap())
+                .await
+                .unwrap();
+        assert!(matches!(link.hello().await, ServerMessage::Welcome { .. }));
+        link
+    }
+
+    async fn say(&self, text: &str) {
+        let (status, body) = self
+            .server
+            .post(
+                Some(&self.token),
+                &format!("/documents/{}/chat", self.doc),
+                json!({"text": text}),
+            )
+            .await;
+        assert_eq!(status, 201, "{body}");
+    }
+
+    async fn chat(&self) -> Vec<(ChatKind, String)> {
+        let (status, body) = self
+            .server
+            .get(Some(&self.token), &format!("/documents/{}/chat", self.doc))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let list: ChatList = serde_json::from_value(body).unwrap();
+        list.messages
+            .into_iter()
+            .map(|m| (m.kind, m.text))
+            .collect()
+    }
+
+    /// Waits until Chat has `count` lines.
+    async fn chat_len(&self, count: usize) -> Vec<(ChatKind, String)> {
+        for _ in 0..500 {
+            let chat = self.chat().await;
+            if chat.len() >= count {
+                return chat;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("chat never reached {count} lines: {:?}", self.chat().await);
+    }
+}
+
+async fn invoked(link: &mut LinkClient) -> (String, String, Vec<String>, Vec<String>) {
+    match link.next_work().await {
+        Some(ServerMessage::Invoke {
+            session,
+            turn,
+            messages,
+            repair,
+            ..
+        }) => (
+            session,
+            turn,
+            messages.into_iter().map(|m| m.text).collect(),
+            repair,
+        ),
+        other => panic!("expected invoke, got {other:?}"),
+    }
+}
+
+async fn call(
+    link: &mut LinkClient,
+    session: &str,
+    turn: &str,
+    name: &str,
+    arguments: serde_json::Value,
+) -> ServerMessage {
+    link.send_message(&ClientMessage::ToolCall {
+        session: session.into(),
+        turn: turn.into(),
+        call_id: "c1".into(),
+        name: name.into(),
+        arguments,
+    })
+    .await;
+    link.next_work().await.expect("a tool result")
+}
+
+async fn reply(link: &mut LinkClient, session: &str, turn: &str, text: &str) {
+    link.send_message(&ClientMessage::Reply {
+        session: session.into(),
+        turn: turn.into(),
+        text: text.into(),
+    })
+    .await;
+}
+
+on_both_backends! {
+    async fn at_planner_with_no_machine_linked_is_told_at_once(db) {
+        let s = Scene::new(&db).await;
+        s.say("@planner draft the launch plan").await;
+        let chat = s.chat().await;
+        assert_eq!(chat.len(), 2);
+        assert_eq!(chat[1].0, ChatKind::System);
+        assert!(chat[1].1.starts_with("The Planner is not connected"), "{}", chat[1].1);
+        // A message that does not mention the Planner gets no answer.
+        s.say("lunch at noon?").await;
+        assert_eq!(s.chat().await.len(), 3);
+    }
+
+    async fn a_linked_planner_is_invoked_works_on_its_document_and_its_reply_is_posted(db) {
+        let s = Scene::new(&db).await;
+        let mut planner = s.planner().await;
+        s.say("@planner summarise the plan").await;
+        let (session, turn, messages, repair) = invoked(&mut planner).await;
+        assert_eq!((messages, repair), (vec!["@planner summarise the plan".to_owned()], vec![]));
+        let ServerMessage::ToolResult { output: Some(read), error: None, .. } = call(&mut planner, &session, &turn, "read_document", json!({})).await else {
+            panic!("read_document failed")
+        };
+        assert_eq!(read["outline"][0]["text"], "Pick a region");
+        reply(&mut planner, &session, &turn, "The plan has one open item: the region.").await;
+        let chat = s.chat_len(2).await;
+        assert_eq!(chat[1], (ChatKind::Planner, "The plan has one open item: the region.".to_owned()));
+    }
+
+    async fn a_reply_asking_questions_is_withheld_and_a_repair_that_opens_them_succeeds(db) {
+        let s = Scene::new(&db).await;
+        let mut planner = s.planner().await;
+        s.say("@planner what is missing").await;
+        let (session, turn, _, _) = invoked(&mut planner).await;
+        reply(&mut planner, &session, &turn, "Which region launches first?").await;
+        let (same, repair_turn, messages, repair) = invoked(&mut planner).await;
+        assert_eq!((same, messages, repair), (session.clone(), vec![], vec!["Which region launches first?".to_owned()]));
+        let ServerMessage::ToolResult { output: Some(read), .. } = call(&mut planner, &session, &repair_turn, "read_document", json!({})).await else { panic!() };
+        let batch = json!({"revision": read["revision"], "cards": [{"key": "launch-region", "question": "Which region launches first?",
+            "response": "single_choice", "choices": ["EU", "US"], "passages": [{"index": 0, "digest": read["outline"][0]["digest"]}]}]});
+        let ServerMessage::ToolResult { output: Some(opened), error: None, .. } = call(&mut planner, &session, &repair_turn, "open_decisions", batch).await else { panic!() };
+        assert_eq!(opened["captured"], 1);
+        reply(&mut planner, &session, &repair_turn, "I opened the region question beside its paragraph.").await;
+        let chat = s.chat_len(3).await;
+        assert_eq!(chat[1], (ChatKind::System, "The Planner opened its 1 question(s) as decisions.".to_owned()));
+        assert_eq!(chat[2].0, ChatKind::Planner);
+        // The withheld text was never posted.
+        assert!(!chat.iter().any(|(_, text)| text == "Which region launches first?"));
+    }
+
+    async fn a_repair_that_opens_nothing_fails_visibly_and_posts_nothing_of_the_reply(db) {
+        let s = Scene::new(&db).await;
+        let mut planner = s.planner().await;
+        s.say("@planner what is missing").await;
+        let (session, turn, _, _) = invoked(&mut planner).await;
+        reply(&mut planner, &session, &turn, "Should we launch in the EU? Or the US?").await;
+        let (_, repair_turn, _, repair) = invoked(&mut planner).await;
+        assert_eq!(repair.len(), 2);
+        reply(&mut planner, &session, &repair_turn, "Sorry.").await;
+        let chat = s.chat_len(2).await;
+        assert_eq!(chat.len(), 2);
+        assert_eq!(chat[1].0, ChatKind::System);
+        assert!(chat[1].1.contains("withheld") && chat[1].1.contains("opened 0"), "{}", chat[1].1);
+    }
+
+    async fn messages_during_a_turn_arrive_in_order_at_the_next_turn(db) {
+        let s = Scene::new(&db).await;
+        let mut planner = s.planner().await;
+        s.say("@planner start").await;
+        let (session, turn, _, _) = invoked(&mut planner).await;
+        s.say("@planner also the budget").await;
+        s.say("@planner and the date").await;
+        reply(&mut planner, &session, &turn, "Started.").await;
+        let (_, _, messages, _) = invoked(&mut planner).await;
+        assert_eq!(messages, vec!["@planner also the budget", "@planner and the date"]);
+    }
+
+    async fn a_machine_cannot_act_in_a_turn_that_is_not_its_own(db) {
+        let s = Scene::new(&db).await;
+        let mut planner = s.planner().await;
+        s.say("@planner go").await;
+        let (session, turn, _, _) = invoked(&mut planner).await;
+        for (session, turn) in [(session.as_str(), "made-up"), ("made-up", turn.as_str())] {
+            let refused = call(&mut planner, session, turn, "read_document", json!({})).await;
+            assert!(matches!(refused, ServerMessage::Refusal { ref code, .. } if code == "unknown_turn"), "{refused:?}");
+        }
+        // Another account's machine gets nothing of ada's session.
+        let (_, bo) = s.server.account("bo").await;
+        let (_, paired) = s.server.post(Some(&bo), "/machines", json!({"name": "bo's"})).await;
+        let mut stranger = LinkClient::connect(s.server.addr, paired["credential"].as_str().unwrap()).await.unwrap();
+        stranger.hello().await;
+        let refused = call(&mut stranger, &session, &turn, "read_document", json!({})).await;
+        assert!(matches!(refused, ServerMessage::Refusal { ref code, .. } if code == "unknown_turn"), "{refused:?}");
+        // Bad arguments and unknown tools are refusals; the turn carries on.
+        let bad = call(&mut planner, &session, &turn, "open_decisions", json!({"revision": "x"})).await;
+        assert!(matches!(bad, ServerMessage::ToolResult { error: Some(ref e), .. } if e.code == "invalid_input"), "{bad:?}");
+        let unknown = call(&mut planner, &session, &turn, "delete_everything", json!({})).await;
+        assert!(matches!(unknown, ServerMessage::ToolResult { error: Some(ref e), .. } if e.code == "unknown_tool"), "{unknown:?}");
+        reply(&mut planner, &session, &turn, "Done.").await;
+        assert_eq!(s.chat_len(2).await[1].1, "Done.");
+    }
+
+    async fn chat_refuses_bad_messages_and_viewers(db) {
+        let s = Scene::new(&db).await;
+        let path = format!("/documents/{}/chat", s.doc);
+        for text in ["", "   ", &"x".repeat(4001)] {
+            let (status, body) = s.server.post(Some(&s.token), &path, json!({"text": text})).await;
+            assert_eq!((status, body["error"]["code"].as_str()), (400, Some("invalid_message")));
+        }
+        let (viewer, token) = s.server.account("vic").await;
+        s.server.store().set_member(&s.doc, &viewer, margin_protocol::Role::Viewer).await.unwrap();
+        let (status, _) = s.server.post(Some(&token), &path, json!({"text": "hi"})).await;
+        assert_eq!(status, 403);
+        let (status, _) = s.server.get(Some(&token), &path).await;
+        assert_eq!(status, 200);
+        assert!(s.chat().await.is_empty());
+    }
+}
