@@ -16,6 +16,6 @@ mod steering;
 pub use attempt::{AttemptError, AttemptId, AttemptState, Attempts, Ending};
 pub use ids::{Millis, RequestId, RunId, TurnId};
 pub use session::{
-    Effect, ReleaseReason, ReleaseTrigger, ReplyOutcome, RunStatus, Session, DEFAULT_IDLE,
+    Effect, ReleaseReason, ReleaseTrigger, ReplyOutcome, RunCard, RunStatus, Session, DEFAULT_IDLE,
 };
 pub use steering::Steering;

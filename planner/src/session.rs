@@ -110,6 +110,18 @@ pub enum Effect {
 struct Run {
     status: RunStatus,
     started: Millis,
+    ended: Option<Millis>,
+}
+
+/// A run as a card shows it (SPEC R1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunCard {
+    /// The run.
+    pub run: RunId,
+    /// Its last status.
+    pub status: RunStatus,
+    /// Its true age: from its first report to now, or to when it ended.
+    pub age: Millis,
 }
 
 /// One Planner session. See the module documentation for the call order.
@@ -146,6 +158,23 @@ impl Session {
         self.replying.is_some()
             || self.runs.values().any(|run| run.status.is_live())
             || !self.requests.is_empty()
+    }
+
+    /// The run cards at `now`, in run-id order.
+    pub fn runs(&self, now: Millis) -> Vec<RunCard> {
+        self.runs
+            .iter()
+            .map(|(id, run)| RunCard {
+                run: id.clone(),
+                status: run.status,
+                age: run.ended.unwrap_or(now).since(run.started),
+            })
+            .collect()
+    }
+
+    /// Whether a turn is replying.
+    pub fn replying(&self) -> bool {
+        self.replying.is_some()
     }
 
     /// Why the session was released, once it has been.
@@ -189,10 +218,14 @@ impl Session {
         let entry = self.runs.entry(run).or_insert(Run {
             status,
             started: now,
+            ended: None,
         });
         // A run that has ended stays ended: a late report never revives it.
         if entry.status.is_live() {
             entry.status = status;
+            if !status.is_live() {
+                entry.ended = Some(now);
+            }
         }
         if !status.is_live() {
             self.quiet_since = self.quiet_since.max(now);
@@ -260,6 +293,7 @@ impl Session {
         for (id, run) in &mut self.runs {
             if run.status.is_live() {
                 run.status = RunStatus::Stopped;
+                run.ended = Some(now);
                 effects.push(Effect::RunStopped {
                     run: id.clone(),
                     after: now.since(run.started),

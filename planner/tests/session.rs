@@ -239,3 +239,22 @@ fn a_paused_run_keeps_the_session_and_an_ended_run_is_not_revived() {
     sim.release(ReleaseTrigger::Stop);
     assert_eq!(sim.effects.len(), before);
 }
+
+#[test]
+fn run_cards_show_the_true_age_and_freeze_it_when_the_run_ends() {
+    let mut sim = Sim::new();
+    sim.run("review", RunStatus::Running);
+    sim.wait(12);
+    let cards = sim.session.runs(sim.now);
+    assert_eq!(
+        (cards[0].status, cards[0].age.whole_minutes()),
+        (RunStatus::Running, 12)
+    );
+    sim.run("review", RunStatus::Completed);
+    sim.wait(20);
+    let cards = sim.session.runs(sim.now);
+    assert_eq!(
+        (cards[0].status, cards[0].age.whole_minutes()),
+        (RunStatus::Completed, 12)
+    );
+}

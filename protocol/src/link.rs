@@ -72,6 +72,22 @@ pub enum ClientMessage {
         #[schemars(with = "serde_json::Value")]
         arguments: serde_json::Value,
     },
+    /// Reports a workflow run of the session (SPEC R1).
+    Run {
+        /// The session.
+        session: String,
+        /// The machine's id for the run (1–128 bytes).
+        run: String,
+        /// What people see (1–200 bytes).
+        name: String,
+        /// Its status now.
+        status: RunStatus,
+    },
+    /// Confirms a `stop`: the session's work has stopped.
+    Stopped {
+        /// The session.
+        session: String,
+    },
     /// The turn's reply, for Chat (subject to the reply policy, SPEC T2).
     Reply {
         /// The session.
@@ -133,6 +149,11 @@ pub enum ServerMessage {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<crate::decisions::ToolRefusal>,
     },
+    /// A member pressed Stop: stop the session's work, then send `stopped`.
+    Stop {
+        /// The session.
+        session: String,
+    },
     /// A message was refused. The link stays open unless the server also
     /// closes it (bad `hello`, unresponsive, revoked).
     Refusal {
@@ -143,6 +164,51 @@ pub enum ServerMessage {
         /// Names the problem.
         message: String,
     },
+}
+
+/// A run's status as a machine reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Working.
+    Running,
+    /// Waiting; still owned by the session.
+    Paused,
+    /// Finished well.
+    Completed,
+    /// Finished badly.
+    Failed,
+    /// Stopped.
+    Stopped,
+}
+
+/// A document's Planner as people see it: `GET /documents/{id}/planner`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PlannerView {
+    /// Whether a Planner session is bound to a linked machine.
+    pub connected: bool,
+    /// The machine's name, when connected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
+    /// Whether a turn is running.
+    pub replying: bool,
+    /// Whether a Stop was sent and not yet confirmed.
+    pub stop_pending: bool,
+    /// The session's runs, in the order first reported.
+    pub runs: Vec<RunView>,
+}
+
+/// A run card.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct RunView {
+    /// The machine's id for it.
+    pub run: String,
+    /// Its name.
+    pub name: String,
+    /// Its last reported status.
+    pub status: RunStatus,
+    /// Its true age: since first reported, to now or to when it ended.
+    pub age_ms: u64,
 }
 
 /// What the server offers a machine.

@@ -41,6 +41,10 @@ fn schemas() -> Vec<(&'static str, Schema)> {
         ("AddOption", schema_for!(AddOption)),
         ("AddCriterion", schema_for!(AddCriterion)),
         ("ClientMessage", schema_for!(ClientMessage)),
+        (
+            "PlannerView",
+            schema_for!(margin_protocol::link::PlannerView),
+        ),
         ("PostChat", schema_for!(margin_protocol::chat::PostChat)),
         ("ChatList", schema_for!(margin_protocol::chat::ChatList)),
         ("ServerMessage", schema_for!(ServerMessage)),

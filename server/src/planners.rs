@@ -12,10 +12,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use margin_planner::reply::{judge, repaired, Verdict};
-use margin_planner::{Millis, ReplyOutcome, Session, Steering, TurnId, DEFAULT_IDLE};
+use margin_planner::{
+    Effect, Millis, ReleaseTrigger, ReplyOutcome, RunId, RunStatus, Session, Steering, TurnId,
+    DEFAULT_IDLE,
+};
 use margin_protocol::chat::{ChatKind, ChatMessageView, MAX_CHAT_BYTES};
 use margin_protocol::decisions::{OpenDecisionsOutput, ToolRefusal};
-use margin_protocol::link::ServerMessage;
+use margin_protocol::link::{PlannerView, RunStatus as LinkRunStatus, RunView, ServerMessage};
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 use uuid::Uuid;
@@ -50,6 +53,10 @@ struct DocumentPlanner {
     lifecycle: Session,
     steering: Steering<ChatMessageView>,
     turn: Option<Turn>,
+    /// Run names by id, as the machine reported them.
+    run_names: HashMap<String, String>,
+    /// A Stop was sent and not yet confirmed.
+    stop_pending: bool,
 }
 
 struct Turn {
@@ -111,6 +118,8 @@ impl Planners {
                             lifecycle: Session::new(now, DEFAULT_IDLE),
                             steering: Steering::default(),
                             turn: None,
+                            run_names: HashMap::new(),
+                            stop_pending: false,
                         },
                     );
                 }
@@ -291,6 +300,167 @@ impl Planners {
             warn!(%error, "chat write failed");
         }
         None
+    }
+
+    /// The machine reported a run of `session` (SPEC R1).
+    pub fn run(
+        &self,
+        link: &Link,
+        session: &str,
+        run: String,
+        name: String,
+        status: LinkRunStatus,
+    ) -> Option<ServerMessage> {
+        if run.is_empty() || run.len() > 128 || name.trim().is_empty() || name.len() > 200 {
+            return Some(ServerMessage::Refusal {
+                code: "malformed_message".into(),
+                message: "a run has an id of 1 to 128 bytes and a name of 1 to 200 bytes".into(),
+            });
+        }
+        let now = self.now();
+        let mut planners = self.lock();
+        let Some(planner) = planners
+            .values_mut()
+            .find(|p| p.session == session && p.link.machine.id == link.machine.id)
+        else {
+            return Some(ServerMessage::Refusal {
+                code: "unknown_session".into(),
+                message: format!("session {session:?} is not running on this machine"),
+            });
+        };
+        let status = match status {
+            LinkRunStatus::Running => RunStatus::Running,
+            LinkRunStatus::Paused => RunStatus::Paused,
+            LinkRunStatus::Completed => RunStatus::Completed,
+            LinkRunStatus::Failed => RunStatus::Failed,
+            LinkRunStatus::Stopped => RunStatus::Stopped,
+        };
+        planner.run_names.entry(run.clone()).or_insert(name);
+        let _ = planner.lifecycle.handle_run(RunId(run), status, now);
+        None
+    }
+
+    /// A member pressed Stop: the machine is asked, and Chat says it was
+    /// asked — "stopped" only once the machine confirms (SPEC L4, P4).
+    pub async fn stop(&self, document: &str) -> Result<bool, StorageError> {
+        let sent = {
+            let mut planners = self.lock();
+            match planners.get_mut(document) {
+                Some(planner) if !planner.stop_pending => {
+                    planner.stop_pending = true;
+                    Some((
+                        planner.link.clone(),
+                        ServerMessage::Stop {
+                            session: planner.session.clone(),
+                        },
+                    ))
+                }
+                Some(_) => return Ok(true),
+                None => None,
+            }
+        };
+        let Some((link, stop)) = sent else {
+            return Ok(false);
+        };
+        let line = if link.send(stop) {
+            "Stop was sent to the Planner; waiting for it to confirm."
+        } else {
+            "Stop was asked, but the Planner's link is down."
+        };
+        self.inner
+            .hub
+            .store()
+            .append_chat(document, SYSTEM_AUTHOR, ChatKind::System, line)
+            .await?;
+        Ok(true)
+    }
+
+    /// The machine confirmed a Stop: the session is released, its live runs
+    /// stop with their true age, and Chat says so (SPEC P3, P4).
+    pub async fn stopped(&self, link: &Link, session: &str) -> Option<ServerMessage> {
+        let now = self.now();
+        let (document, lines) = {
+            let mut planners = self.lock();
+            let document = planners
+                .iter()
+                .find(|(_, p)| p.session == session && p.link.machine.id == link.machine.id)
+                .map(|(d, _)| d.clone());
+            let Some(document) = document else {
+                return Some(ServerMessage::Refusal {
+                    code: "unknown_session".into(),
+                    message: format!("session {session:?} is not running on this machine"),
+                });
+            };
+            let mut planner = planners.remove(&document)?;
+            let mut lines = vec!["The Planner stopped.".to_owned()];
+            for effect in planner.lifecycle.handle_release(ReleaseTrigger::Stop, now) {
+                if let Effect::RunStopped { run, after } = effect {
+                    let name = planner.run_names.remove(&run.0).unwrap_or(run.0);
+                    lines.push(format!(
+                        "{name} was stopped after {} min.",
+                        after.whole_minutes()
+                    ));
+                }
+            }
+            (document, lines)
+        };
+        for line in lines {
+            if let Err(error) = self
+                .inner
+                .hub
+                .store()
+                .append_chat(&document, SYSTEM_AUTHOR, ChatKind::System, &line)
+                .await
+            {
+                warn!(%error, "chat write failed");
+            }
+        }
+        None
+    }
+
+    /// The document's Planner as people see it.
+    pub fn view(&self, document: &str) -> PlannerView {
+        let now = self.now();
+        let planners = self.lock();
+        match planners
+            .get(document)
+            .filter(|p| self.inner.links.is_open(p.link.id))
+        {
+            None => PlannerView {
+                connected: false,
+                machine: None,
+                replying: false,
+                stop_pending: false,
+                runs: Vec::new(),
+            },
+            Some(planner) => PlannerView {
+                connected: true,
+                machine: Some(planner.link.machine.name.clone()),
+                replying: planner.lifecycle.replying(),
+                stop_pending: planner.stop_pending,
+                runs: planner
+                    .lifecycle
+                    .runs(now)
+                    .into_iter()
+                    .map(|card| RunView {
+                        name: planner
+                            .run_names
+                            .get(&card.run.0)
+                            .cloned()
+                            .unwrap_or_else(|| card.run.0.clone()),
+                        run: card.run.0,
+                        status: match card.status {
+                            RunStatus::Running => LinkRunStatus::Running,
+                            RunStatus::Paused => LinkRunStatus::Paused,
+                            RunStatus::Completed => LinkRunStatus::Completed,
+                            RunStatus::Failed => LinkRunStatus::Failed,
+                            RunStatus::Stopped => LinkRunStatus::Stopped,
+                        },
+                        age_ms: card.age.0,
+                    })
+                    .collect(),
+            },
+        }
     }
 
     /// A link closed: its sessions end with it (a link that may resume

@@ -9,6 +9,7 @@ mod documents;
 mod error;
 mod extract;
 mod machines;
+mod planner;
 mod tools;
 
 use std::time::Duration;
@@ -59,6 +60,8 @@ pub fn router(state: AppState) -> Router {
         .route("/documents/{id}/outline", get(documents::outline))
         .route("/documents/{id}/sync", get(documents::sync))
         .route("/documents/{id}/chat", post(chat::post).get(chat::list))
+        .route("/documents/{id}/planner", get(planner::planner))
+        .route("/documents/{id}/planner/stop", post(planner::stop))
         .route("/documents/{id}/decisions", get(decisions::list))
         .route(
             "/documents/{id}/decisions/{card}/answer",

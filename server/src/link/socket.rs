@@ -21,7 +21,15 @@ use crate::sync::socket::close_message;
 
 /// The message types a machine may send, for telling an unknown type from a
 /// malformed known one.
-const KNOWN_TYPES: [&str; 5] = ["hello", "heartbeat-ack", "detach", "tool-call", "reply"];
+const KNOWN_TYPES: [&str; 7] = [
+    "hello",
+    "heartbeat-ack",
+    "detach",
+    "tool-call",
+    "reply",
+    "run",
+    "stopped",
+];
 
 /// How long a close frame may wait behind a machine that is not reading.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -137,6 +145,16 @@ pub async fn serve(socket: WebSocket, links: Links, planners: Planners, machine:
                                 }
                                 let result = planners.tool_call(link, session, turn, call_id, &name, arguments).await;
                                 if send(&mut sink, &result).await.is_err() { return; }
+                            }
+                            Ok(ClientMessage::Run { session, run, name, status }) => {
+                                if let Some(refusal) = planners.run(link, &session, run, name, status) {
+                                    if send(&mut sink, &refusal).await.is_err() { return; }
+                                }
+                            }
+                            Ok(ClientMessage::Stopped { session }) => {
+                                if let Some(refusal) = planners.stopped(link, &session).await {
+                                    if send(&mut sink, &refusal).await.is_err() { return; }
+                                }
                             }
                             Ok(ClientMessage::Reply { session, turn, text }) => {
                                 if let Some(refusal) = planners.reply(link, &session, &turn, text).await {

@@ -238,3 +238,65 @@ on_both_backends! {
         assert!(s.chat().await.is_empty());
     }
 }
+
+on_both_backends! {
+    async fn reported_runs_show_as_cards_with_their_status_and_a_stop_confirmed_says_their_true_age(db) {
+        let s = Scene::new(&db).await;
+        let mut planner = s.planner().await;
+        let planner_path = format!("/documents/{}/planner", s.doc);
+        let (_, view) = s.server.get(Some(&s.token), &planner_path).await;
+        assert_eq!(view["connected"], false);
+        s.say("@planner review the plan").await;
+        let (session, turn, _, _) = invoked(&mut planner).await;
+        planner.send_message(&ClientMessage::Run {
+            session: session.clone(),
+            run: "r1".into(),
+            name: "plan-review".into(),
+            status: margin_protocol::link::RunStatus::Running,
+        })
+        .await;
+        reply(&mut planner, &session, &turn, "Reviewing.").await;
+        s.chat_len(2).await;
+        let (status, view) = s.server.get(Some(&s.token), &planner_path).await;
+        assert_eq!(status, 200);
+        assert_eq!((view["connected"].as_bool(), view["machine"].as_str()), (Some(true), Some("laptop")));
+        assert_eq!(view["runs"][0]["name"], "plan-review");
+        assert_eq!(view["runs"][0]["status"], "running");
+        // Stop: Chat says it was asked, not that it stopped.
+        let (status, _) = s.server.post(Some(&s.token), &format!("{planner_path}/stop"), json!(null)).await;
+        assert_eq!(status, 202);
+        let Some(ServerMessage::Stop { session: stopping }) = planner.next_work().await else { panic!("expected stop") };
+        assert_eq!(stopping, session);
+        let chat = s.chat_len(3).await;
+        assert!(chat[2].1.starts_with("Stop was sent"), "{}", chat[2].1);
+        assert!(!chat.iter().any(|(_, t)| t.contains("stopped after")));
+        let (_, view) = s.server.get(Some(&s.token), &planner_path).await;
+        assert_eq!(view["stop_pending"], true);
+        // Confirmed: now it is true that the run stopped, after its real age.
+        planner.send_message(&ClientMessage::Stopped { session: session.clone() }).await;
+        let chat = s.chat_len(5).await;
+        assert_eq!(chat[3].1, "The Planner stopped.");
+        assert_eq!(chat[4].1, "plan-review was stopped after 0 min.");
+        let (_, view) = s.server.get(Some(&s.token), &planner_path).await;
+        assert_eq!(view["connected"], false);
+        let (status, _) = s.server.post(Some(&s.token), &format!("{planner_path}/stop"), json!(null)).await;
+        assert_eq!(status, 409);
+    }
+
+    async fn runs_and_stops_for_a_session_not_on_this_machine_are_refused(db) {
+        let s = Scene::new(&db).await;
+        let mut planner = s.planner().await;
+        planner.send_message(&ClientMessage::Run {
+            session: "made-up".into(),
+            run: "r1".into(),
+            name: "x".into(),
+            status: margin_protocol::link::RunStatus::Running,
+        })
+        .await;
+        let refused = planner.next_work().await;
+        assert!(matches!(refused, Some(ServerMessage::Refusal { ref code, .. }) if code == "unknown_session"), "{refused:?}");
+        planner.send_message(&ClientMessage::Stopped { session: "made-up".into() }).await;
+        let refused = planner.next_work().await;
+        assert!(matches!(refused, Some(ServerMessage::Refusal { ref code, .. }) if code == "unknown_session"), "{refused:?}");
+    }
+}

@@ -1,0 +1,42 @@
+//! A document's Planner as people see and steer it: connection, turn, run
+//! cards (SPEC R1), and Stop (P3, L4).
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+
+use super::documents::visible;
+use super::extract::Caller;
+use super::{AppError, AppState};
+
+/// `GET /documents/{id}/planner`: whether the Planner is connected, its
+/// turn, and its run cards with their true age (SPEC R1).
+pub async fn planner(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<margin_protocol::link::PlannerView>, AppError> {
+    visible(&state, &account, &id).await?;
+    Ok(Json(state.planners.view(&id)))
+}
+
+/// `POST /documents/{id}/planner/stop`: asks the Planner to stop (SPEC P3).
+pub async fn stop(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, AppError> {
+    let document = visible(&state, &account, &id).await?;
+    if !document.role.can_edit() {
+        return Err(AppError::Forbidden(
+            "viewers cannot stop the Planner".into(),
+        ));
+    }
+    if state.planners.stop(&id).await? {
+        Ok(StatusCode::ACCEPTED)
+    } else {
+        Err(AppError::Conflict(
+            "the document has no Planner session to stop".into(),
+        ))
+    }
+}
