@@ -149,6 +149,18 @@ pub enum ServerMessage {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<crate::decisions::ToolRefusal>,
     },
+    /// A member answered a question the session asked with `ask` (a host
+    /// request): the answer, delivered once.
+    InputResult {
+        /// The session that asked.
+        session: String,
+        /// The request: the decision card's id `ask` returned.
+        request: String,
+        /// The answer.
+        answer: crate::decisions::AnswerBody,
+        /// Who answered.
+        answered_by: String,
+    },
     /// A member pressed Stop: stop the session's work, then send `stopped`.
     Stop {
         /// The session.
@@ -194,6 +206,8 @@ pub struct PlannerView {
     pub replying: bool,
     /// Whether a Stop was sent and not yet confirmed.
     pub stop_pending: bool,
+    /// Questions the session asked (`ask`) that wait on a person.
+    pub questions: usize,
     /// The session's runs, in the order first reported.
     pub runs: Vec<RunView>,
 }

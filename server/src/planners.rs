@@ -13,11 +13,11 @@ use std::time::Instant;
 
 use margin_planner::reply::{judge, repaired, Verdict};
 use margin_planner::{
-    Effect, Millis, ReleaseTrigger, ReplyOutcome, RunId, RunStatus, Session, Steering, TurnId,
-    DEFAULT_IDLE,
+    Effect, Millis, ReleaseTrigger, ReplyOutcome, RequestId, RunId, RunStatus, Session, Steering,
+    TurnId, DEFAULT_IDLE,
 };
 use margin_protocol::chat::{ChatKind, ChatMessageView, MAX_CHAT_BYTES};
-use margin_protocol::decisions::{OpenDecisionsOutput, ToolRefusal};
+use margin_protocol::decisions::{AnswerBody, OpenDecisionsOutput, ToolRefusal};
 use margin_protocol::link::{PlannerView, RunStatus as LinkRunStatus, RunView, ServerMessage};
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
@@ -57,6 +57,16 @@ struct DocumentPlanner {
     run_names: HashMap<String, String>,
     /// A Stop was sent and not yet confirmed.
     stop_pending: bool,
+    /// Host requests (card ids) the session asked that wait on a person.
+    requests: std::collections::BTreeSet<String>,
+}
+
+impl DocumentPlanner {
+    /// Whether this is `session`, running on `link`'s machine: the
+    /// machine's own word for a session is never enough.
+    fn is(&self, session: &str, link: &Link) -> bool {
+        self.session == session && self.link.machine.id == link.machine.id
+    }
 }
 
 struct Turn {
@@ -120,6 +130,7 @@ impl Planners {
                             turn: None,
                             run_names: HashMap::new(),
                             stop_pending: false,
+                            requests: Default::default(),
                         },
                     );
                 }
@@ -170,14 +181,17 @@ impl Planners {
                 Ok(input) => self.captured(&document, &turn, tools.open_decisions(account, &document, input).await),
                 Err(e) => Err(e),
             },
-            "open_decision" | "ask" => match input(arguments) {
+            "open_decision" => match input(arguments) {
+                Ok(input) => self.captured(&document, &turn, tools.open_decision(account, &document, input).await),
+                Err(e) => Err(e),
+            },
+            "ask" => match input(arguments) {
                 Ok(input) => {
-                    let done = if name == "ask" {
-                        tools.ask(account, &document, input).await
-                    } else {
-                        tools.open_decision(account, &document, input).await
-                    };
-                    self.captured(&document, &turn, done)
+                    let asked = tools.ask(account, &document, input).await;
+                    if let Ok(output) = &asked {
+                        self.asked(&document, &session, output);
+                    }
+                    self.captured(&document, &turn, asked)
                 }
                 Err(e) => Err(e),
             },
@@ -229,9 +243,7 @@ impl Planners {
         let (document, outcome) = {
             let mut planners = self.lock();
             let Some((document, planner)) = planners.iter_mut().find(|(_, p)| {
-                p.session == session
-                    && p.link.machine.id == link.machine.id
-                    && p.turn.as_ref().is_some_and(|t| t.id == turn)
+                p.is(session, link) && p.turn.as_ref().is_some_and(|t| t.id == turn)
             }) else {
                 return Some(refusal_unknown_turn(session, turn));
             };
@@ -319,10 +331,7 @@ impl Planners {
         }
         let now = self.now();
         let mut planners = self.lock();
-        let Some(planner) = planners
-            .values_mut()
-            .find(|p| p.session == session && p.link.machine.id == link.machine.id)
-        else {
+        let Some(planner) = planners.values_mut().find(|p| p.is(session, link)) else {
             return Some(ServerMessage::Refusal {
                 code: "unknown_session".into(),
                 message: format!("session {session:?} is not running on this machine"),
@@ -383,7 +392,7 @@ impl Planners {
             let mut planners = self.lock();
             let document = planners
                 .iter()
-                .find(|(_, p)| p.session == session && p.link.machine.id == link.machine.id)
+                .find(|(_, p)| p.is(session, link))
                 .map(|(d, _)| d.clone());
             let Some(document) = document else {
                 return Some(ServerMessage::Refusal {
@@ -431,6 +440,7 @@ impl Planners {
                 machine: None,
                 replying: false,
                 stop_pending: false,
+                questions: 0,
                 runs: Vec::new(),
             },
             Some(planner) => PlannerView {
@@ -438,6 +448,7 @@ impl Planners {
                 machine: Some(planner.link.machine.name.clone()),
                 replying: planner.lifecycle.replying(),
                 stop_pending: planner.stop_pending,
+                questions: planner.requests.len(),
                 runs: planner
                     .lifecycle
                     .runs(now)
@@ -505,12 +516,55 @@ impl Planners {
     fn document_of(&self, link: &Link, session: &str, turn: &str) -> Option<String> {
         self.lock()
             .iter()
-            .find(|(_, p)| {
-                p.session == session
-                    && p.link.machine.id == link.machine.id
-                    && p.turn.as_ref().is_some_and(|t| t.id == turn)
-            })
+            .find(|(_, p)| p.is(session, link) && p.turn.as_ref().is_some_and(|t| t.id == turn))
             .map(|(document, _)| document.clone())
+    }
+
+    /// `ask` opened host requests: the session waits on a person for each
+    /// card that holds its question, and stays in use meanwhile (SPEC P1).
+    fn asked(&self, document: &str, session: &str, output: &OpenDecisionsOutput) {
+        let now = self.now();
+        if let Some(planner) = self
+            .lock()
+            .get_mut(document)
+            .filter(|p| p.session == session)
+        {
+            for capture in output.captures.iter().filter(|c| c.captured) {
+                let _ = planner
+                    .lifecycle
+                    .handle_request_opened(RequestId(capture.card_id.clone()), now);
+                planner.requests.insert(capture.card_id.clone());
+            }
+        }
+    }
+
+    /// A person answered card `card` of `document`: if a session asked it,
+    /// the answer goes to that session's machine as `input-result`.
+    pub fn answered(&self, document: &str, card: &str, answer: AnswerBody, answered_by: &str) {
+        let now = self.now();
+        let mut planners = self.lock();
+        let Some(planner) = planners
+            .get_mut(document)
+            .filter(|p| p.requests.contains(card))
+        else {
+            return;
+        };
+        planner.requests.remove(card);
+        let _ = planner
+            .lifecycle
+            .handle_request_settled(&RequestId(card.to_owned()), now);
+        let message = ServerMessage::InputResult {
+            session: planner.session.clone(),
+            request: card.to_owned(),
+            answer,
+            answered_by: answered_by.to_owned(),
+        };
+        if !planner.link.send(message) {
+            warn!(
+                document,
+                card, "answer could not reach the Planner's machine"
+            );
+        }
     }
 
     /// Counts what an `open_decisions`-like call captured toward the turn.

@@ -3,7 +3,7 @@
 
 use axum::extract::{Path, State};
 use axum::Json;
-use margin_decisions::{act, wire, Action, DecisionCard};
+use margin_decisions::{act, wire, Action, CardState, DecisionCard};
 use margin_protocol::decisions::{
     AddCriterion, AddOption, AnswerBody, DecisionCardView, DecisionList,
 };
@@ -113,6 +113,14 @@ async fn change(
     })?;
     state.hub.store().update_card(id, &stored).await?;
     mirror(state, id, &stored.card).await;
+    if let (CardState::Answered, Some(answer)) = (stored.card.state, &stored.card.answer) {
+        state.planners.answered(
+            id,
+            &stored.card.id,
+            wire::answer_body(answer),
+            &account.name,
+        );
+    }
     tracing::info!(
         document = id,
         card = card_id,

@@ -300,3 +300,33 @@ on_both_backends! {
         assert!(matches!(refused, Some(ServerMessage::Refusal { ref code, .. }) if code == "unknown_session"), "{refused:?}");
     }
 }
+
+on_both_backends! {
+    async fn a_question_asked_with_ask_waits_on_a_person_and_the_answer_reaches_the_machine(db) {
+        let s = Scene::new(&db).await;
+        let mut planner = s.planner().await;
+        s.say("@planner plan the launch").await;
+        let (session, turn, _, _) = invoked(&mut planner).await;
+        let ServerMessage::ToolResult { output: Some(read), .. } = call(&mut planner, &session, &turn, "read_document", json!({})).await else { panic!() };
+        let question = json!({"revision": read["revision"], "card": {"key": "launch-date", "question": "Ship on March 3?",
+            "response": "yes_no", "passages": [{"index": 0, "digest": read["outline"][0]["digest"]}]}});
+        let ServerMessage::ToolResult { output: Some(asked), error: None, .. } = call(&mut planner, &session, &turn, "ask", question).await else { panic!() };
+        let card = asked["captures"][0]["card_id"].as_str().unwrap().to_owned();
+        reply(&mut planner, &session, &turn, "I asked about the date beside its paragraph.").await;
+        s.chat_len(2).await;
+        let planner_path = format!("/documents/{}/planner", s.doc);
+        let (_, view) = s.server.get(Some(&s.token), &planner_path).await;
+        assert_eq!((view["questions"].as_u64(), view["replying"].as_bool()), (Some(1), Some(false)));
+        let (status, _) = s.server.post(Some(&s.token), &format!("/documents/{}/decisions/{card}/answer", s.doc), json!({"yes": true})).await;
+        assert_eq!(status, 200);
+        match planner.next_work().await {
+            Some(ServerMessage::InputResult { session: answered, request, answer, answered_by }) => {
+                assert_eq!((answered, request, answered_by), (session, card, "ada".to_owned()));
+                assert_eq!(answer, margin_protocol::decisions::AnswerBody::Yes(true));
+            }
+            other => panic!("expected input-result, got {other:?}"),
+        }
+        let (_, view) = s.server.get(Some(&s.token), &planner_path).await;
+        assert_eq!(view["questions"], 0);
+    }
+}
