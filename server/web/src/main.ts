@@ -1,6 +1,7 @@
 // Margin's browser editor: sign in with a token, list documents, and edit one
 // document with Tiptap bound to the server's Yjs document over y-websocket,
-// with its decision cards beside their paragraphs (decisions.ts).
+// with its decision cards beside their paragraphs (decisions.ts) and its Chat
+// and Planner status below (chat.ts).
 //
 // Every string that comes from the server or another user is rendered with
 // textContent (never innerHTML).
@@ -13,6 +14,7 @@ import * as Y from 'yjs';
 import { WebsocketProvider } from 'y-websocket';
 import { ApiError, api, describe } from './api';
 import { DecisionCards } from './decisions';
+import { ChatPanel } from './chat';
 
 const TOKEN_KEY = 'margin.token';
 
@@ -71,7 +73,13 @@ function hslToHex(h: number, s: number, l: number): string {
 // ---------------------------------------------------------------- state
 
 let account: string | null = null;
-let session: { editor: Editor; provider: WebsocketProvider; ydoc: Y.Doc; cards: DecisionCards } | null = null;
+let session: {
+  editor: Editor;
+  provider: WebsocketProvider;
+  ydoc: Y.Doc;
+  cards: DecisionCards;
+  chat: ChatPanel;
+} | null = null;
 let renderSeq = 0;
 
 function setStatus(status: 'connecting' | 'connected' | 'disconnected' | null, detail?: string): void {
@@ -95,8 +103,9 @@ function showError(message: string | null): void {
 
 function closeSession(): void {
   if (!session) return;
-  const { editor, provider, ydoc, cards } = session;
+  const { editor, provider, ydoc, cards, chat } = session;
   session = null;
+  chat.destroy();
   cards.destroy();
   provider.destroy();
   editor.destroy();
@@ -255,7 +264,8 @@ async function renderDocument(token: string, id: string, seq: number): Promise<v
     unanchoredList: $('unanchored-list'),
     onAuthFailure: handleAuthFailure,
   });
-  session = { editor, provider, ydoc, cards };
+  const chat = new ChatPanel({ docId: doc.id, token, readOnly, onAuthFailure: handleAuthFailure });
+  session = { editor, provider, ydoc, cards, chat };
 }
 
 async function route(): Promise<void> {

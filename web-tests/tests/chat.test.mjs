@@ -1,0 +1,107 @@
+// Chat and the Planner's status in the browser editor: lines posted in one
+// browser appear in another, lifecycle lines are shown as system lines, chat
+// text is rendered literally (never as HTML), and the Planner's status reads
+// "not connected" when no machine is linked.
+
+import assert from 'node:assert/strict';
+import { serverTest, waitFor } from '../lib/server.mjs';
+import { useBrowser, openPage, text, TIMEOUT } from '../lib/browser.mjs';
+
+const HOSTILE = '<img src=x onerror="window.__pwned=1">';
+
+useBrowser();
+
+async function openDocument(page, server, docId) {
+  await page.goto(`${server.baseUrl}/#/d/${docId}`);
+  await page.locator('#editor .ProseMirror').waitFor();
+  await page.locator('#chat').waitFor();
+}
+
+/** The chat lines in the page, as {kind, text}. */
+function chatLines(page) {
+  return page.locator('#chat-list .chat-line[data-kind]').evaluateAll((lines) =>
+    lines.map((l) => ({ kind: l.dataset.kind, text: l.querySelector('.chat-text')?.textContent ?? '' })),
+  );
+}
+
+async function send(page, message) {
+  await page.locator('#chat-input').fill(message);
+  await page.locator('#chat-form button[type="submit"]').click();
+}
+
+serverTest('a @planner message with no machine shows the member line and a system line, in both browsers', {}, async ({ server, onCleanup }) => {
+  const doc = await server.createDocument('alice', 'Chat plan');
+  await server.addMember('alice', doc.id, 'bob', 'viewer');
+  const alice = await openPage(onCleanup, { token: server.tokens.alice, baseUrl: server.baseUrl });
+  const bob = await openPage(onCleanup, { token: server.tokens.bob, baseUrl: server.baseUrl });
+  await openDocument(alice, server, doc.id);
+  await openDocument(bob, server, doc.id);
+
+  assert.equal(await alice.locator('#chat-form').isVisible(), true, 'an owner sees the Chat form');
+  assert.equal(await bob.locator('#chat-form').isVisible(), false, 'a viewer sees Chat without the form');
+
+  await send(alice, '@planner hello');
+  const lines = await waitFor(
+    async () => {
+      const l = await chatLines(alice);
+      return l.some((x) => x.kind === 'system' && x.text.startsWith('The Planner is not connected')) && l;
+    },
+    TIMEOUT,
+    'a system line saying the Planner is not connected',
+  );
+  const member = lines.findIndex((l) => l.kind === 'member' && l.text === '@planner hello');
+  const system = lines.findIndex((l) => l.kind === 'system' && l.text.startsWith('The Planner is not connected'));
+  assert.ok(member >= 0, `the member line is shown: ${JSON.stringify(lines)}`);
+  assert.ok(system > member, `the system line comes after the member line: ${JSON.stringify(lines)}`);
+  assert.match(await alice.locator('#chat-list .chat-line[data-kind="member"] .chat-author').first().textContent(), /alice/);
+  assert.equal(await alice.locator('#chat-input').inputValue(), '', 'the input is cleared after sending');
+
+  await waitFor(
+    async () => (await chatLines(bob)).some((l) => l.kind === 'member' && l.text === '@planner hello'),
+    TIMEOUT,
+    'the second browser to show the member line',
+  );
+  assert.deepEqual(alice.pageErrors, []);
+  assert.deepEqual(bob.pageErrors, []);
+});
+
+serverTest('hostile chat text renders literally and runs nothing', {}, async ({ server, onCleanup }) => {
+  const doc = await server.createDocument('alice', 'Hostile chat');
+  const res = await server.api('POST', `/documents/${doc.id}/chat`, { as: 'alice', body: { text: HOSTILE } });
+  assert.equal(res.status, 201, JSON.stringify(res.body));
+  const page = await openPage(onCleanup, { token: server.tokens.alice, baseUrl: server.baseUrl });
+  await openDocument(page, server, doc.id);
+  await waitFor(
+    async () => (await chatLines(page)).some((l) => l.text === HOSTILE),
+    TIMEOUT,
+    'the hostile line to render as text',
+  );
+  assert.equal(await page.locator('#chat-list img').count(), 0, 'no <img> element was created');
+  // Give a would-be onerror handler time to fire.
+  await page.waitForTimeout(300);
+  assert.equal(await page.evaluate(() => typeof window.__pwned), 'undefined');
+  assert.deepEqual(page.pageErrors, []);
+});
+
+serverTest('the Planner status reads "not connected" with no machine, and Stop is hidden', {}, async ({ server, onCleanup }) => {
+  const doc = await server.createDocument('alice', 'Planner status');
+  const page = await openPage(onCleanup, { token: server.tokens.alice, baseUrl: server.baseUrl });
+  await openDocument(page, server, doc.id);
+  await waitFor(
+    async () => /not connected/.test((await text(page, '#planner-status')) ?? ''),
+    TIMEOUT,
+    '#planner-status to read "not connected"',
+  );
+  assert.equal(await text(page, '#planner-status'), 'Planner not connected');
+  assert.equal(await page.locator('#planner-stop').isVisible(), false);
+  assert.equal(await page.locator('.run-card').count(), 0);
+
+  // A message the server refuses (400 invalid_message: over 4000 bytes) is
+  // shown as an error, and what was typed is kept.
+  const long = 'x'.repeat(4001);
+  await send(page, long);
+  await waitFor(async () => await page.locator('#chat-error').isVisible(), TIMEOUT, '#chat-error to show');
+  assert.match(await text(page, '#chat-error'), /invalid_message.*\(400\)/);
+  assert.equal(await page.locator('#chat-input').inputValue(), long);
+  assert.equal(await page.locator('#chat-list .chat-line').count(), 0);
+});
