@@ -1,5 +1,6 @@
-//! What people do to a card: answer, discard, reopen, add an option or a
-//! criterion. The one place a card's state changes after it is opened.
+//! What people do to a card — answer, discard, reopen, add an option or a
+//! criterion — and the system's one act, withdrawing a question. The one
+//! place a card's state changes after it is opened.
 
 use crate::card::{check_text, limits, Answer, CardState, Choice, DecisionCard};
 
@@ -135,6 +136,16 @@ pub fn act(card: &mut DecisionCard, account: &str, action: Action) -> Result<(),
         }
     }
     Ok(())
+}
+
+/// The system withdraws a card's question (its session ended): a card that
+/// still holds its question becomes `cancelled`; returns whether it changed.
+pub fn withdraw(card: &mut DecisionCard) -> bool {
+    if !card.state.holds_question() {
+        return false;
+    }
+    card.state = CardState::Cancelled;
+    true
 }
 
 fn check_answer(card: &DecisionCard, answer: &Answer) -> Result<(), ActionError> {

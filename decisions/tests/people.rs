@@ -181,3 +181,16 @@ fn answers_must_fit_the_response_kind() {
     )
     .unwrap();
 }
+
+#[test]
+fn withdrawing_cancels_only_a_card_that_holds_its_question() {
+    use margin_decisions::withdraw;
+    let mut open = card(ResponseKind::YesNo);
+    assert!(withdraw(&mut open));
+    assert_eq!(open.state, CardState::Cancelled);
+    assert!(!withdraw(&mut open));
+    let mut discarded = card(ResponseKind::YesNo);
+    discarded.state = CardState::Discarded;
+    assert!(!withdraw(&mut discarded));
+    assert_eq!(discarded.state, CardState::Discarded);
+}

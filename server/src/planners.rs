@@ -388,7 +388,7 @@ impl Planners {
     /// stop with their true age, and Chat says so (SPEC P3, P4).
     pub async fn stopped(&self, link: &Link, session: &str) -> Option<ServerMessage> {
         let now = self.now();
-        let (document, lines) = {
+        let (document, lines, withdrawn) = {
             let mut planners = self.lock();
             let document = planners
                 .iter()
@@ -402,17 +402,23 @@ impl Planners {
             };
             let mut planner = planners.remove(&document)?;
             let mut lines = vec!["The Planner stopped.".to_owned()];
+            let mut withdrawn = Vec::new();
             for effect in planner.lifecycle.handle_release(ReleaseTrigger::Stop, now) {
-                if let Effect::RunStopped { run, after } = effect {
-                    let name = planner.run_names.remove(&run.0).unwrap_or(run.0);
-                    lines.push(format!(
-                        "{name} was stopped after {} min.",
-                        after.whole_minutes()
-                    ));
+                match effect {
+                    Effect::RunStopped { run, after } => {
+                        let name = planner.run_names.remove(&run.0).unwrap_or(run.0);
+                        lines.push(format!(
+                            "{name} was stopped after {} min.",
+                            after.whole_minutes()
+                        ));
+                    }
+                    Effect::WithdrawRequest(request) => withdrawn.push(request.0),
+                    _ => {}
                 }
             }
-            (document, lines)
+            (document, lines, withdrawn)
         };
+        self.withdraw(&document, withdrawn).await;
         for line in lines {
             if let Err(error) = self
                 .inner
@@ -477,7 +483,7 @@ impl Planners {
     /// A link closed: its sessions end with it (a link that may resume
     /// arrives with `resumable-sessions`). A turn cut short says so.
     pub async fn link_closed(&self, link: &Link) {
-        let cut: Vec<String> = {
+        let ended: Vec<(String, bool, Vec<String>)> = {
             let mut planners = self.lock();
             let gone: Vec<String> = planners
                 .iter()
@@ -487,10 +493,20 @@ impl Planners {
             gone.into_iter()
                 .filter_map(|document| {
                     let planner = planners.remove(&document)?;
-                    planner.turn.map(|_| document)
+                    let questions = planner.requests.into_iter().collect();
+                    Some((document, planner.turn.is_some(), questions))
                 })
                 .collect()
         };
+        let mut cut = Vec::new();
+        for (document, in_turn, questions) in ended {
+            // The session's questions end with it: nobody is left to read
+            // the answers.
+            self.withdraw(&document, questions).await;
+            if in_turn {
+                cut.push(document);
+            }
+        }
         for document in cut {
             let line =
                 "The Planner disconnected during its turn; its reply was not posted.".to_owned();
@@ -500,6 +516,16 @@ impl Planners {
             };
             if let Err(error) = self.carry_out(&document, outcome).await {
                 warn!(%error, "chat write failed");
+            }
+        }
+    }
+
+    /// Cancels the cards of questions whose session ended, and mirrors them
+    /// (a card nobody will read the answer of no longer holds its question).
+    async fn withdraw(&self, document: &str, cards: Vec<String>) {
+        for card in cards {
+            if let Err(error) = crate::tools::cancel_card(&self.inner.hub, document, &card).await {
+                warn!(%error, card, "could not withdraw a question");
             }
         }
     }

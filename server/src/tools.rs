@@ -307,6 +307,22 @@ impl Granted for Access {
     }
 }
 
+/// Cancels card `card` of `document` (its question was withdrawn by the
+/// system) and mirrors it; a card that no longer holds its question is left
+/// as it is.
+pub async fn cancel_card(hub: &Hub, document: &str, card: &str) -> Result<(), StorageError> {
+    let mut stored = hub.store().card(document, card).await?;
+    if !margin_decisions::withdraw(&mut stored.card) {
+        return Ok(());
+    }
+    hub.store().update_card(document, &stored).await?;
+    let mirror = vec![(stored.card.id.clone(), card_json(&stored.card))];
+    if let Err(error) = hub.project(document, mirror).await {
+        tracing::warn!(%error, "card cancelled but its live mirror failed");
+    }
+    Ok(())
+}
+
 /// A card's JSON for the live projection.
 pub fn card_json(card: &DecisionCard) -> String {
     serde_json::to_string(&wire::card_view(card)).unwrap_or_default()

@@ -330,3 +330,69 @@ on_both_backends! {
         assert_eq!(view["questions"], 0);
     }
 }
+
+/// Asks a question in a turn, ends the session by `ending` ("stop" or
+/// "detach"), and checks the question's card is cancelled.
+async fn question_is_withdrawn_when(db: crate::harness::TestDb, ending: &str) {
+    let s = Scene::new(&db).await;
+    let mut planner = s.planner().await;
+    s.say("@planner plan the launch").await;
+    let (session, turn, _, _) = invoked(&mut planner).await;
+    let ServerMessage::ToolResult {
+        output: Some(read), ..
+    } = call(&mut planner, &session, &turn, "read_document", json!({})).await
+    else {
+        panic!()
+    };
+    let question = json!({"revision": read["revision"], "card": {"key": "launch-date", "question": "Ship on March 3?",
+        "response": "yes_no", "passages": [{"index": 0, "digest": read["outline"][0]["digest"]}]}});
+    call(&mut planner, &session, &turn, "ask", question).await;
+    reply(&mut planner, &session, &turn, "Asked.").await;
+    s.chat_len(2).await;
+    if ending == "stop" {
+        s.server
+            .post(
+                Some(&s.token),
+                &format!("/documents/{}/planner/stop", s.doc),
+                json!(null),
+            )
+            .await;
+        assert!(matches!(
+            planner.next_work().await,
+            Some(ServerMessage::Stop { .. })
+        ));
+        planner
+            .send_message(&ClientMessage::Stopped {
+                session: session.clone(),
+            })
+            .await;
+    } else {
+        planner.send_message(&ClientMessage::Detach {}).await;
+    }
+    let mut state = String::new();
+    for _ in 0..200 {
+        let (_, cards) = s
+            .server
+            .get(Some(&s.token), &format!("/documents/{}/decisions", s.doc))
+            .await;
+        state = cards["decisions"][0]["state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if state == "cancelled" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(state, "cancelled", "{ending}");
+}
+
+on_both_backends! {
+    async fn a_confirmed_stop_withdraws_the_sessions_questions(db) {
+        question_is_withdrawn_when(db, "stop").await;
+    }
+
+    async fn a_closed_link_withdraws_the_sessions_questions(db) {
+        question_is_withdrawn_when(db, "detach").await;
+    }
+}
