@@ -31,6 +31,10 @@ enum Command {
         /// Address to listen on (port 0 picks a free port).
         #[arg(long, env = "MARGIN_LISTEN", default_value = "127.0.0.1:7070")]
         listen: SocketAddr,
+        /// How long an idle Planner session with nobody viewing is kept, in ms
+        /// (SPEC P3).
+        #[arg(long, env = "PLANNER_IDLE_MS", default_value_t = margin_planner::DEFAULT_IDLE.0)]
+        planner_idle_ms: u64,
         /// How many Planner reads each document remembers (SPEC S5).
         #[arg(long, env = "MARGIN_REMEMBERED_READS", default_value_t = NonZeroUsize::new(margin_decisions::DEFAULT_READS).unwrap_or(NonZeroUsize::MIN))]
         remembered_reads: NonZeroUsize,
@@ -145,11 +149,13 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Serve {
             database,
             listen,
+            planner_idle_ms,
             remembered_reads,
         } => {
             let store = database.open().await?;
             let mut options = ServeOptions::new(listen);
             options.hub.read_capacity = remembered_reads;
+            options.planner_idle = std::time::Duration::from_millis(planner_idle_ms);
             serve(store, options).await?;
         }
         Command::Account {

@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use margin_planner::reply::{judge, repaired, Verdict};
 use margin_planner::{
-    Effect, Millis, ReleaseTrigger, ReplyOutcome, RequestId, RunId, RunStatus, Session, Steering,
-    TurnId, DEFAULT_IDLE,
+    Effect, Millis, ReleaseReason, ReleaseTrigger, ReplyOutcome, RequestId, RunId, RunStatus,
+    Session, Steering, TurnId,
 };
 use margin_protocol::chat::{ChatKind, ChatMessageView, MAX_CHAT_BYTES};
 use margin_protocol::decisions::{AnswerBody, OpenDecisionsOutput, ToolRefusal};
@@ -42,6 +42,8 @@ pub struct Planners {
 struct Inner {
     hub: Hub,
     links: Links,
+    /// `PLANNER_IDLE_MS`.
+    idle: Millis,
     started: Instant,
     by_document: Mutex<HashMap<String, DocumentPlanner>>,
 }
@@ -85,12 +87,14 @@ struct Outcome {
 }
 
 impl Planners {
-    /// Planners over `hub`'s documents and `links`' machines.
-    pub fn new(hub: Hub, links: Links) -> Self {
+    /// Planners over `hub`'s documents and `links`' machines, idle after
+    /// `idle` with nothing to do and nobody viewing.
+    pub fn new(hub: Hub, links: Links, idle: std::time::Duration) -> Self {
         Planners {
             inner: Arc::new(Inner {
                 hub,
                 links,
+                idle: Millis(idle.as_millis() as u64),
                 started: Instant::now(),
                 by_document: Mutex::new(HashMap::new()),
             }),
@@ -125,7 +129,7 @@ impl Planners {
                         DocumentPlanner {
                             session: Uuid::new_v4().to_string(),
                             link,
-                            lifecycle: Session::new(now, DEFAULT_IDLE),
+                            lifecycle: Session::new(now, self.inner.idle),
                             steering: Steering::default(),
                             turn: None,
                             run_names: HashMap::new(),
@@ -431,6 +435,36 @@ impl Planners {
             }
         }
         None
+    }
+
+    /// Feeds each session who is viewing its document and the time, and
+    /// lets go of those idle for the idle period with nobody viewing (SPEC
+    /// P3). A session in use is never released here.
+    pub fn tick(&self) {
+        let now = self.now();
+        let mut planners = self.lock();
+        let idle: Vec<String> = planners
+            .iter_mut()
+            .filter_map(|(document, planner)| {
+                let _ = planner
+                    .lifecycle
+                    .handle_viewers(self.inner.hub.viewers(document), now);
+                let released = planner.lifecycle.handle_timeout(now);
+                released
+                    .contains(&Effect::Released(ReleaseReason::Idle))
+                    .then(|| document.clone())
+            })
+            .collect();
+        for document in idle {
+            info!(document, "Planner session released after its idle period");
+            planners.remove(&document);
+        }
+    }
+
+    /// How often [`Planners::tick`] should run: often enough to honour the
+    /// idle period closely, and at least every 5 s.
+    pub fn tick_every(&self) -> std::time::Duration {
+        std::time::Duration::from_millis((self.inner.idle.0 / 4).clamp(10, 5_000))
     }
 
     /// The document's Planner as people see it.

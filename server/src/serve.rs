@@ -28,6 +28,9 @@ pub struct ServeOptions {
     pub hub: HubSettings,
     /// Machine link timing.
     pub links: LinkSettings,
+    /// `PLANNER_IDLE_MS`: how long a Planner session with nothing to do and
+    /// nobody viewing is kept (SPEC P3).
+    pub planner_idle: Duration,
 }
 
 impl ServeOptions {
@@ -37,6 +40,7 @@ impl ServeOptions {
             listen,
             hub: HubSettings::default(),
             links: LinkSettings::default(),
+            planner_idle: Duration::from_millis(margin_planner::DEFAULT_IDLE.0),
         }
     }
 }
@@ -87,7 +91,8 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
         options.hub,
     );
     let links = Links::new(options.links, shutdown.clone());
-    let planners = Planners::new(hub.clone(), links.clone());
+    let planners = Planners::new(hub.clone(), links.clone(), options.planner_idle);
+    tracker.spawn(idle_releases(planners.clone(), shutdown.clone()));
     let app = router(AppState {
         hub: hub.clone(),
         links,
@@ -125,6 +130,17 @@ impl Running {
         self.store.close().await;
         tracing::info!("stopped");
         Ok(served?)
+    }
+}
+
+/// Runs the Planners' idle clock until shutdown.
+async fn idle_releases(planners: Planners, shutdown: CancellationToken) {
+    let every = planners.tick_every();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(every) => planners.tick(),
+        }
     }
 }
 

@@ -74,6 +74,9 @@ struct Inner {
     /// document tasks so a read outlives a document unloading; lost, like a
     /// cache should be, in a restart.
     reads: Mutex<LruCache<String, ReadCache>>,
+    /// Sync connections per document (SPEC P3: idle release only with
+    /// nobody viewing).
+    viewers: Mutex<HashMap<String, usize>>,
     read_capacity: NonZeroUsize,
     tracker: TaskTracker,
     shutdown: CancellationToken,
@@ -119,6 +122,7 @@ impl Hub {
                 store,
                 docs: Mutex::new(HashMap::new()),
                 reads: Mutex::new(LruCache::new(READ_DOCUMENTS)),
+                viewers: Mutex::new(HashMap::new()),
                 read_capacity: settings.read_capacity,
                 tracker,
                 shutdown,
@@ -159,12 +163,13 @@ impl Hub {
             }
             match answer.await {
                 Ok(Ok(())) => {
+                    self.viewer(id, 1);
                     return Ok(Joined {
                         id: conn_id,
                         mailbox,
                         outbox,
                         closer,
-                    })
+                    });
                 }
                 Ok(Err(JoinRefused::Unloading)) | Err(_) => continue,
                 Ok(Err(refused)) => return Err(refused),
@@ -264,6 +269,30 @@ impl Hub {
             }
         }
         Err(JoinRefused::Unloading)
+    }
+
+    /// A sync connection to `id` ended.
+    pub fn viewer_left(&self, id: &str) {
+        self.viewer(id, -1);
+    }
+
+    /// How many sync connections `id` has: the people viewing it.
+    pub fn viewers(&self, id: &str) -> usize {
+        self.inner
+            .viewers
+            .lock()
+            .map(|v| v.get(id).copied().unwrap_or(0))
+            .unwrap_or(0)
+    }
+
+    fn viewer(&self, id: &str, change: isize) {
+        if let Ok(mut viewers) = self.inner.viewers.lock() {
+            let count = viewers.entry(id.to_owned()).or_default();
+            *count = count.saturating_add_signed(change);
+            if *count == 0 {
+                viewers.remove(id);
+            }
+        }
     }
 
     /// How many documents are loaded.

@@ -94,6 +94,7 @@ pub async fn serve(socket: WebSocket, hub: Hub, id: String, account: String, rol
         };
         tokio::join!(reader, writer);
         let _ = mailbox.send(Command::Leave { conn }).await;
+        hub.viewer_left(&id);
         debug!(conn, "disconnected");
     }
     .instrument(span)

@@ -16,7 +16,14 @@ struct Scene {
 
 impl Scene {
     async fn new(db: &crate::harness::TestDb) -> Scene {
-        let server = InProcess::start(db).await;
+        Self::with(db, |_| {}).await
+    }
+
+    async fn with(
+        db: &crate::harness::TestDb,
+        adjust: impl FnOnce(&mut margin_server::serve::ServeOptions),
+    ) -> Scene {
+        let server = InProcess::start_with(db, adjust).await;
         let (_, token) = server.account("ada").await;
         let doc = server.create_document(&token, "Plan").await;
         let mut person = SyncClient::connect(&server.sync_url(&doc, &token)).await;
@@ -394,5 +401,54 @@ on_both_backends! {
 
     async fn a_closed_link_withdraws_the_sessions_questions(db) {
         question_is_withdrawn_when(db, "detach").await;
+    }
+}
+
+/// Whether the document's Planner session is still bound, polling until it
+/// is `expected` or `patience` passes.
+async fn bound_becomes(s: &Scene, expected: bool, patience: std::time::Duration) -> bool {
+    let path = format!("/documents/{}/planner", s.doc);
+    let deadline = tokio::time::Instant::now() + patience;
+    loop {
+        let (_, view) = s.server.get(Some(&s.token), &path).await;
+        if view["connected"].as_bool() == Some(expected) {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+on_both_backends! {
+    async fn an_idle_session_with_nobody_viewing_is_released_and_a_viewer_keeps_it(db) {
+        let s = Scene::with(&db, |o| o.planner_idle = std::time::Duration::from_millis(300)).await;
+        let mut planner = s.planner().await;
+        let mut viewer = SyncClient::connect(&s.server.sync_url(&s.doc, &s.token)).await;
+        s.say("@planner hello").await;
+        let (session, turn, _, _) = invoked(&mut planner).await;
+        reply(&mut planner, &session, &turn, "Hello.").await;
+        s.chat_len(2).await;
+        // Someone is viewing: well past the idle period, it is kept.
+        assert!(!bound_becomes(&s, false, std::time::Duration::from_millis(1200)).await);
+        assert!(viewer.stays_open(std::time::Duration::from_millis(10)).await);
+        viewer.close().await;
+        // Nobody viewing: released after the idle period.
+        assert!(bound_becomes(&s, false, std::time::Duration::from_secs(10)).await);
+    }
+
+    async fn a_session_waiting_on_a_question_is_never_released_for_idleness(db) {
+        let s = Scene::with(&db, |o| o.planner_idle = std::time::Duration::from_millis(200)).await;
+        let mut planner = s.planner().await;
+        s.say("@planner plan").await;
+        let (session, turn, _, _) = invoked(&mut planner).await;
+        let ServerMessage::ToolResult { output: Some(read), .. } = call(&mut planner, &session, &turn, "read_document", json!({})).await else { panic!() };
+        let question = json!({"revision": read["revision"], "card": {"key": "date", "question": "Ship on March 3?",
+            "response": "yes_no", "passages": [{"index": 0, "digest": read["outline"][0]["digest"]}]}});
+        call(&mut planner, &session, &turn, "ask", question).await;
+        reply(&mut planner, &session, &turn, "Asked.").await;
+        s.chat_len(2).await;
+        assert!(!bound_becomes(&s, false, std::time::Duration::from_millis(1500)).await);
     }
 }
