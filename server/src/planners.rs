@@ -69,6 +69,11 @@ impl DocumentPlanner {
     fn is(&self, session: &str, link: &Link) -> bool {
         self.session == session && self.link.machine.id == link.machine.id
     }
+
+    /// Whether `turn` is this session's running turn, on `link`'s machine.
+    fn runs(&self, session: &str, turn: &str, link: &Link) -> bool {
+        self.is(session, link) && self.turn.as_ref().is_some_and(|t| t.id == turn)
+    }
 }
 
 struct Turn {
@@ -246,9 +251,10 @@ impl Planners {
         let now = self.now();
         let (document, outcome) = {
             let mut planners = self.lock();
-            let Some((document, planner)) = planners.iter_mut().find(|(_, p)| {
-                p.is(session, link) && p.turn.as_ref().is_some_and(|t| t.id == turn)
-            }) else {
+            let Some((document, planner)) = planners
+                .iter_mut()
+                .find(|(_, p)| p.runs(session, turn, link))
+            else {
                 return Some(refusal_unknown_turn(session, turn));
             };
             let document = document.clone();
@@ -336,10 +342,7 @@ impl Planners {
         let now = self.now();
         let mut planners = self.lock();
         let Some(planner) = planners.values_mut().find(|p| p.is(session, link)) else {
-            return Some(ServerMessage::Refusal {
-                code: "unknown_session".into(),
-                message: format!("session {session:?} is not running on this machine"),
-            });
+            return Some(refusal_unknown_session(session));
         };
         let status = match status {
             LinkRunStatus::Running => RunStatus::Running,
@@ -399,10 +402,7 @@ impl Planners {
                 .find(|(_, p)| p.is(session, link))
                 .map(|(d, _)| d.clone());
             let Some(document) = document else {
-                return Some(ServerMessage::Refusal {
-                    code: "unknown_session".into(),
-                    message: format!("session {session:?} is not running on this machine"),
-                });
+                return Some(refusal_unknown_session(session));
             };
             let mut planner = planners.remove(&document)?;
             let mut lines = vec!["The Planner stopped.".to_owned()];
@@ -576,7 +576,7 @@ impl Planners {
     fn document_of(&self, link: &Link, session: &str, turn: &str) -> Option<String> {
         self.lock()
             .iter()
-            .find(|(_, p)| p.is(session, link) && p.turn.as_ref().is_some_and(|t| t.id == turn))
+            .find(|(_, p)| p.runs(session, turn, link))
             .map(|(document, _)| document.clone())
     }
 
@@ -695,6 +695,13 @@ fn start_turn(
     Outcome {
         chat: Vec::new(),
         send: Some((planner.link.clone(), invoke)),
+    }
+}
+
+fn refusal_unknown_session(session: &str) -> ServerMessage {
+    ServerMessage::Refusal {
+        code: "unknown_session".into(),
+        message: format!("session {session:?} is not running on this machine"),
     }
 }
 

@@ -111,16 +111,6 @@ impl Store {
         })
     }
 
-    /// Whether document `id` exists at all (used to refuse loading a
-    /// document that was never created).
-    pub async fn document_exists(&self, id: &str) -> Result<bool, StorageError> {
-        let row = sqlx::query("SELECT 1 AS one FROM documents WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(row.is_some())
-    }
-
     /// Gives `member` `role` on document `id`, or changes the role it has.
     /// The owner's own role cannot be changed this way.
     pub async fn set_member(

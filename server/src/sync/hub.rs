@@ -295,11 +295,6 @@ impl Hub {
         }
     }
 
-    /// How many documents are loaded.
-    pub fn loaded_count(&self) -> usize {
-        self.inner.docs.lock().map(|docs| docs.len()).unwrap_or(0)
-    }
-
     fn loaded(&self, id: &str) -> Option<mpsc::Sender<Command>> {
         self.inner.docs.lock().ok()?.get(id).cloned()
     }
