@@ -4,10 +4,16 @@
 //! use margin_protocol::{CreateDocument, DocumentInfo, Role};
 //! let req: CreateDocument = serde_json::from_str(r#"{"title":"Q3 launch"}"#).unwrap();
 //! assert_eq!(req.title, "Q3 launch");
-//! let info = DocumentInfo { id: "d1".into(), title: req.title, revision: 0, role: Role::Owner };
+//! let info = DocumentInfo {
+//!     id: "d1".into(),
+//!     title: req.title,
+//!     revision: 0,
+//!     role: Role::Owner,
+//!     archived: false,
+//! };
 //! assert_eq!(
 //!     serde_json::to_string(&info).unwrap(),
-//!     r#"{"id":"d1","title":"Q3 launch","revision":0,"role":"owner"}"#
+//!     r#"{"id":"d1","title":"Q3 launch","revision":0,"role":"owner","archived":false}"#
 //! );
 //! ```
 
@@ -71,7 +77,8 @@ impl Role {
 }
 
 /// A document as its caller sees it (`POST /documents` → 201,
-/// `GET /documents/{id}`, entries of `GET /documents`).
+/// `GET /documents/{id}`, entries of `GET /documents`, and the answer to
+/// `POST /documents/{id}/archive` and `…/unarchive`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct DocumentInfo {
     /// Opaque document id.
@@ -82,6 +89,10 @@ pub struct DocumentInfo {
     pub revision: i64,
     /// The caller's role on it.
     pub role: Role,
+    /// Archived by its owner: members still read it, but nobody changes
+    /// it — sync edits, the Planner's writes, Chat and card actions are
+    /// refused — until the owner unarchives it.
+    pub archived: bool,
 }
 
 /// `GET /documents` response.
@@ -177,9 +188,10 @@ mod tests {
                     title: "t".into(),
                     revision: 3,
                     role: Role::Owner,
+                    archived: true,
                 }],
             },
-            r#"{"documents":[{"id":"d","title":"t","revision":3,"role":"owner"}]}"#,
+            r#"{"documents":[{"id":"d","title":"t","revision":3,"role":"owner","archived":true}]}"#,
         );
     }
 

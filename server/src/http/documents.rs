@@ -180,6 +180,7 @@ fn info(row: DocumentRow) -> DocumentInfo {
         title: row.title,
         revision: row.revision,
         role: row.role,
+        archived: row.archived,
     }
 }
 

@@ -1,4 +1,5 @@
-//! Documents and their members (SPEC A1 roles).
+//! Documents and their members (SPEC A1 roles), archiving and deleting
+//! (SPEC P3).
 
 use margin_protocol::Role;
 use sqlx::any::AnyRow;
@@ -18,6 +19,8 @@ pub struct DocumentRow {
     pub revision: i64,
     /// The looking account's role.
     pub role: Role,
+    /// Whether the owner archived it (read-only until unarchived).
+    pub archived: bool,
 }
 
 impl DocumentRow {
@@ -28,11 +31,12 @@ impl DocumentRow {
             title: row.try_get("title")?,
             revision: int(row, "revision")?,
             role: Role::parse(&role).ok_or(StorageError::NotFound("role"))?,
+            archived: row.try_get::<Option<i64>, _>("archived_at")?.is_some(),
         })
     }
 }
 
-const SELECT_FOR_MEMBER: &str = "SELECT d.id, d.title, d.revision, m.role \
+const SELECT_FOR_MEMBER: &str = "SELECT d.id, d.title, d.revision, d.archived_at, m.role \
      FROM documents d JOIN members m ON m.document_id = d.id";
 
 impl Store {
@@ -65,6 +69,7 @@ impl Store {
             title: title.to_owned(),
             revision: 0,
             role: Role::Owner,
+            archived: false,
         })
     }
 
@@ -143,6 +148,76 @@ impl Store {
                 member.name
             )));
         }
+        Ok(())
+    }
+
+    /// Whether document `id` is archived.
+    pub async fn is_archived(&self, id: &str) -> Result<bool, StorageError> {
+        let row = sqlx::query("SELECT archived_at FROM documents WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StorageError::NotFound("document"))?;
+        Ok(row.try_get::<Option<i64>, _>("archived_at")?.is_some())
+    }
+
+    /// Archives document `id` (or unarchives it when `archived` is false);
+    /// returns whether that changed anything. Archiving an archived document
+    /// keeps the time it was first archived.
+    pub async fn set_archived(&self, id: &str, archived: bool) -> Result<bool, StorageError> {
+        // One statement each way: no read-then-write for SQLite to lose.
+        let done = if archived {
+            sqlx::query(
+                "UPDATE documents SET archived_at = $1 WHERE id = $2 AND archived_at IS NULL",
+            )
+            .bind(now_ms())
+            .bind(id)
+            .execute(&self.pool)
+            .await?
+        } else {
+            sqlx::query(
+                "UPDATE documents SET archived_at = NULL WHERE id = $1 AND archived_at IS NOT NULL",
+            )
+            .bind(id)
+            .execute(&self.pool)
+            .await?
+        };
+        if done.rows_affected() == 1 {
+            return Ok(true);
+        }
+        // Nothing changed: already so, or no such document.
+        self.is_archived(id).await?;
+        Ok(false)
+    }
+
+    /// Deletes document `id` and everything under it — its update log and
+    /// snapshot, decision cards, Chat and members — in one transaction.
+    pub async fn delete_document(&self, id: &str) -> Result<(), StorageError> {
+        let mut tx = self.pool.begin().await?;
+        // Children first, so this holds whether or not the database enforces
+        // (and cascades) the foreign keys; the document row last says
+        // whether there was anything to delete.
+        for table in [
+            "document_updates",
+            "document_snapshots",
+            "decision_cards",
+            "chat_messages",
+            "members",
+        ] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE document_id = $1"))
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        let done = sqlx::query("DELETE FROM documents WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        if done.rows_affected() == 0 {
+            // Dropping the transaction rolls it back.
+            return Err(StorageError::NotFound("document"));
+        }
+        tx.commit().await?;
         Ok(())
     }
 }

@@ -14,7 +14,7 @@ on_both_backends! {
         let (status, created) = server.post(Some(&ada), "/documents", json!({"title": "  Launch plan "})).await;
         assert_eq!(status, 201);
         let id = created["id"].as_str().unwrap().to_owned();
-        assert_eq!(created, json!({"id": id, "title": "Launch plan", "revision": 0, "role": "owner"}));
+        assert_eq!(created, json!({"id": id, "title": "Launch plan", "revision": 0, "role": "owner", "archived": false}));
         assert_eq!(server.get(Some(&ada), "/documents").await, (200, json!({"documents": [created.clone()]})));
         assert_eq!(server.get(Some(&ada), &format!("/documents/{id}")).await, (200, created));
         // Another account neither sees it listed nor learns that it exists.

@@ -117,3 +117,86 @@ on_both_backends! {
         assert_eq!(store.document_for(&bo, &doc.id).await.unwrap().role, Role::Viewer);
     }
 }
+
+/// How many rows each table holds for document `id`, read straight from the
+/// database.
+async fn rows_of(db: &crate::harness::TestDb, id: &str) -> Vec<(&'static str, i64)> {
+    use sqlx::Row;
+    let pool = sqlx::AnyPool::connect(&db.url()).await.unwrap();
+    let mut counts = Vec::new();
+    for (table, column) in [
+        ("documents", "id"),
+        ("members", "document_id"),
+        ("document_updates", "document_id"),
+        ("document_snapshots", "document_id"),
+        ("decision_cards", "document_id"),
+        ("chat_messages", "document_id"),
+    ] {
+        let sql = format!("SELECT COUNT(*) AS n FROM {table} WHERE {column} = $1");
+        let row = sqlx::query(&sql).bind(id).fetch_one(&pool).await.unwrap();
+        counts.push((table, row.try_get::<i64, _>("n").unwrap()));
+    }
+    pool.close().await;
+    counts
+}
+
+on_both_backends! {
+    async fn archiving_is_recorded_and_reversible(db) {
+        let store = db.open().await;
+        let ada = store.create_account("ada").await.unwrap();
+        let bo = store.create_account("bo").await.unwrap();
+        let doc = store.create_document(&ada, "Plan").await.unwrap();
+        store.set_member(&doc.id, &bo, Role::Editor).await.unwrap();
+        assert!(!doc.archived);
+        assert!(!store.is_archived(&doc.id).await.unwrap());
+        // The first archive changes it; a second is a no-op.
+        assert!(store.set_archived(&doc.id, true).await.unwrap());
+        assert!(!store.set_archived(&doc.id, true).await.unwrap());
+        assert!(store.is_archived(&doc.id).await.unwrap());
+        assert!(store.document_for(&bo, &doc.id).await.unwrap().archived);
+        assert!(store.documents_of(&ada).await.unwrap()[0].archived);
+        assert!(store.set_archived(&doc.id, false).await.unwrap());
+        assert!(!store.document_for(&ada, &doc.id).await.unwrap().archived);
+        assert!(matches!(store.set_archived("missing", true).await, Err(StorageError::NotFound("document"))));
+        assert!(matches!(store.is_archived("missing").await, Err(StorageError::NotFound("document"))));
+    }
+
+    async fn deleting_a_document_removes_every_row_under_it(db) {
+        let store = db.open().await;
+        let ada = store.create_account("ada").await.unwrap();
+        let bo = store.create_account("bo").await.unwrap();
+        let doc = store.create_document(&ada, "Plan").await.unwrap();
+        let other = store.create_document(&ada, "Other").await.unwrap();
+        store.set_member(&doc.id, &bo, Role::Editor).await.unwrap();
+        store.append_updates(&doc.id, 0, &[vec![1], vec![2], vec![3]]).await.unwrap();
+        store.compact(&doc.id, 2, b"snap").await.unwrap();
+        store.append_chat(&doc.id, "ada", margin_protocol::chat::ChatKind::Member, "hi").await.unwrap();
+        store.append_chat(&other.id, "ada", margin_protocol::chat::ChatKind::Member, "kept").await.unwrap();
+        let card = margin_decisions::DecisionCard {
+            id: "card-1".into(),
+            key: margin_decisions::Key::parse("region").unwrap(),
+            question: "Which region?".into(),
+            description: None,
+            response: margin_decisions::ResponseKind::FreeText,
+            choices: vec![],
+            criteria: vec![],
+            anchors: vec![],
+            state: margin_decisions::CardState::Open,
+            answer: None,
+            answered_by: None,
+        };
+        store.create_cards(&doc.id, &[card]).await.unwrap();
+        let before = rows_of(&db, &doc.id).await;
+        assert!(before.iter().all(|(_, n)| *n > 0), "{before:?}");
+
+        store.delete_document(&doc.id).await.unwrap();
+        assert!(rows_of(&db, &doc.id).await.iter().all(|(_, n)| *n == 0), "{:?}", rows_of(&db, &doc.id).await);
+        assert!(matches!(store.document_for(&ada, &doc.id).await, Err(StorageError::NotFound(_))));
+        assert!(matches!(store.load_state(&doc.id, None).await, Err(StorageError::NotFound("document"))));
+        assert!(store.documents_of(&bo).await.unwrap().is_empty());
+        // Other documents are untouched; a second delete finds nothing.
+        assert_eq!(store.documents_of(&ada).await.unwrap().len(), 1);
+        assert_eq!(store.chat(&other.id, 0, 10).await.unwrap().len(), 1);
+        assert!(matches!(store.delete_document(&doc.id).await, Err(StorageError::NotFound("document"))));
+    }
+}
