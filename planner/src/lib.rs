@@ -1,13 +1,18 @@
 //! Margin's Planner sessions: lifecycle, turns, host requests, runs and plans
 //! (SPEC P, T, L, U, R), as sans-IO state machines fed events and a clock.
 //!
-//! This crate performs no I/O and reads no clock: every input carries the
-//! caller's `now` ([`Millis`]) and every output is a value the caller carries
-//! out. The server drives one [`Session`] per Planner session.
+//! The session logic performs no I/O and reads no clock: every input carries
+//! the caller's `now` ([`Millis`]) and every output is a value the caller
+//! carries out. The server drives one [`Session`] per Planner session.
+//!
+//! The `connector` feature adds the other side: the Rust connector SDK a
+//! machine uses to link to Margin and serve its Planner ([`connector`]).
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod attempt;
+#[cfg(feature = "connector")]
+pub mod connector;
 mod ids;
 pub mod reply;
 mod session;

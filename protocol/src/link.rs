@@ -175,6 +175,10 @@ pub enum ServerMessage {
         code: String,
         /// Names the problem.
         message: String,
+        /// The `tool-call` this refusal answers, when it answers one (so a
+        /// connector can fail that call instead of waiting for a result).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call_id: Option<String>,
     },
 }
 
@@ -345,8 +349,17 @@ mod tests {
             ServerMessage::Refusal {
                 code: "unknown_message".into(),
                 message: "m".into(),
+                call_id: None,
             },
             r#"{"type":"refusal","code":"unknown_message","message":"m"}"#,
+        );
+        round_trip(
+            ServerMessage::Refusal {
+                code: "unknown_turn".into(),
+                message: "m".into(),
+                call_id: Some("c1".into()),
+            },
+            r#"{"type":"refusal","code":"unknown_turn","message":"m","call_id":"c1"}"#,
         );
     }
 

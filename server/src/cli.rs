@@ -7,7 +7,11 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::auth;
-use crate::serve::{serve, ServeError, ServeOptions};
+use margin_planner::connector::Connector;
+use tokio_util::sync::CancellationToken;
+
+use crate::demo::{self, Demo, DemoError};
+use crate::serve::{start, wait_for_signal, Running, ServeError, ServeOptions};
 use crate::storage::{StorageError, Store};
 use crate::telemetry::LogFormat;
 
@@ -38,6 +42,16 @@ enum Command {
         /// How many Planner reads each document remembers (SPEC S5).
         #[arg(long, env = "MARGIN_REMEMBERED_READS", default_value_t = NonZeroUsize::new(margin_decisions::DEFAULT_READS).unwrap_or(NonZeroUsize::MIN))]
         remembered_reads: NonZeroUsize,
+        /// Also run the demo Planner for ACCOUNT (created if missing; default
+        /// `demo`): pairs a machine, links it over a real socket, prints a
+        /// token for the editor and adds a sample document.
+        #[arg(long, value_name = "ACCOUNT", num_args = 0..=1, default_missing_value = "demo")]
+        demo_planner: Option<String>,
+    },
+    /// Run a Planner on this machine, linked to a server.
+    Planner {
+        #[command(subcommand)]
+        command: PlannerCommand,
     },
     /// Manage accounts.
     Account {
@@ -53,6 +67,24 @@ enum Command {
     Machine {
         #[command(subcommand)]
         command: MachineCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum PlannerCommand {
+    /// The scripted demo Planner: opens a decision card for every block
+    /// that ends in `?` or is marked `TBD`, reports a run, and replies.
+    Demo {
+        /// The server, e.g. `http://127.0.0.1:7070`.
+        #[arg(long, env = "MARGIN_SERVER", default_value = "http://127.0.0.1:7070")]
+        server: String,
+        /// A file holding the machine's credential (from `margin machine
+        /// pair` or `POST /machines`).
+        #[arg(long, value_name = "FILE")]
+        credential: PathBuf,
+        /// Do not ask for resumable sessions (SPEC L1).
+        #[arg(long)]
+        no_resume: bool,
     },
 }
 
@@ -141,6 +173,30 @@ pub enum CliError {
     /// The server failed.
     #[error(transparent)]
     Serve(#[from] ServeError),
+    /// The demo Planner could not be set up.
+    #[error("demo Planner: {0}")]
+    Demo(#[from] DemoError),
+    /// The credential file could not be read.
+    #[error("cannot read the credential file {path:?}: {source}")]
+    CredentialFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Prints how to watch the demo Planner; the token is the last line.
+fn announce(running: &Running, demo: Demo) -> Demo {
+    println!(
+        "demo Planner linked for account {}; open http://{}/ with this token",
+        demo.account.name, running.addr
+    );
+    if demo.document.is_some() {
+        println!("then open \"Beta launch (demo)\" and write @planner in its Chat");
+    }
+    println!("{}", demo.token);
+    demo
 }
 
 /// Runs the parsed command.
@@ -151,12 +207,51 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             listen,
             planner_idle_ms,
             remembered_reads,
+            demo_planner,
         } => {
             let store = database.open().await?;
             let mut options = ServeOptions::new(listen);
             options.hub.read_capacity = remembered_reads;
             options.planner_idle = std::time::Duration::from_millis(planner_idle_ms);
-            serve(store, options).await?;
+            let running = start(store, options).await?;
+            // Tests and scripts read the bound address (useful with port 0).
+            println!("margin listening on http://{}", running.addr);
+            let demo = match demo_planner {
+                Some(account) => match Demo::start(&running, &account).await {
+                    Ok(demo) => Some(announce(&running, demo)),
+                    Err(e) => {
+                        running.stop().await?;
+                        return Err(e.into());
+                    }
+                },
+                None => None,
+            };
+            wait_for_signal().await;
+            if let Some(demo) = demo {
+                demo.stop().await;
+            }
+            running.stop().await?;
+        }
+        Command::Planner {
+            command:
+                PlannerCommand::Demo {
+                    server,
+                    credential,
+                    no_resume,
+                },
+        } => {
+            let secret = std::fs::read_to_string(&credential).map_err(|source| {
+                CliError::CredentialFile {
+                    path: credential.clone(),
+                    source,
+                }
+            })?;
+            let connector = Connector::new(server, secret.trim()).resumable(!no_resume);
+            let shutdown = CancellationToken::new();
+            let linked = tokio::spawn(demo::keep_linked(connector, shutdown.clone(), None));
+            wait_for_signal().await;
+            shutdown.cancel();
+            let _ = linked.await;
         }
         Command::Account {
             command: AccountCommand::Add { name, database },

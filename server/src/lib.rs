@@ -5,6 +5,7 @@
 
 pub mod auth;
 pub mod cli;
+pub mod demo;
 pub mod http;
 pub mod link;
 pub mod planners;

@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use crate::link::{Link, Links};
+use crate::link::{refusal, Link, Links};
 use crate::storage::{Account, StorageError};
 use crate::sync::Hub;
 use crate::tools::{ToolError, Tools};
@@ -176,7 +176,7 @@ impl Planners {
         arguments: serde_json::Value,
     ) -> ServerMessage {
         let Some(document) = self.document_of(link, &session, &turn) else {
-            return refusal_unknown_turn(&session, &turn);
+            return refusal_unknown_turn(&session, &turn, Some(call_id));
         };
         let account = &link.machine.account;
         let tools = Tools::new(self.inner.hub.clone());
@@ -243,10 +243,10 @@ impl Planners {
         text: String,
     ) -> Option<ServerMessage> {
         if text.len() > MAX_CHAT_BYTES {
-            return Some(ServerMessage::Refusal {
-                code: "malformed_message".into(),
-                message: format!("a reply is at most {MAX_CHAT_BYTES} bytes"),
-            });
+            return Some(refusal(
+                "malformed_message",
+                format!("a reply is at most {MAX_CHAT_BYTES} bytes"),
+            ));
         }
         let now = self.now();
         let (document, outcome) = {
@@ -255,11 +255,11 @@ impl Planners {
                 .iter_mut()
                 .find(|(_, p)| p.runs(session, turn, link))
             else {
-                return Some(refusal_unknown_turn(session, turn));
+                return Some(refusal_unknown_turn(session, turn, None));
             };
             let document = document.clone();
             let Some(current) = planner.turn.as_mut() else {
-                return Some(refusal_unknown_turn(session, turn));
+                return Some(refusal_unknown_turn(session, turn, None));
             };
             let mut outcome = Outcome::default();
             let reply_outcome = if current.withheld.is_empty() {
@@ -334,10 +334,10 @@ impl Planners {
         status: LinkRunStatus,
     ) -> Option<ServerMessage> {
         if run.is_empty() || run.len() > 128 || name.trim().is_empty() || name.len() > 200 {
-            return Some(ServerMessage::Refusal {
-                code: "malformed_message".into(),
-                message: "a run has an id of 1 to 128 bytes and a name of 1 to 200 bytes".into(),
-            });
+            return Some(refusal(
+                "malformed_message",
+                "a run has an id of 1 to 128 bytes and a name of 1 to 200 bytes",
+            ));
         }
         let now = self.now();
         let mut planners = self.lock();
@@ -699,16 +699,19 @@ fn start_turn(
 }
 
 fn refusal_unknown_session(session: &str) -> ServerMessage {
-    ServerMessage::Refusal {
-        code: "unknown_session".into(),
-        message: format!("session {session:?} is not running on this machine"),
-    }
+    refusal(
+        "unknown_session",
+        format!("session {session:?} is not running on this machine"),
+    )
 }
 
-fn refusal_unknown_turn(session: &str, turn: &str) -> ServerMessage {
+/// Refuses work for a turn that is not running; `call_id` names the
+/// `tool-call` refused, so the machine can fail that call.
+fn refusal_unknown_turn(session: &str, turn: &str, call_id: Option<String>) -> ServerMessage {
     ServerMessage::Refusal {
         code: "unknown_turn".into(),
         message: format!("turn {turn:?} of session {session:?} is not running on this machine"),
+        call_id,
     }
 }
 

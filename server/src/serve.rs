@@ -144,16 +144,8 @@ async fn idle_releases(planners: Planners, shutdown: CancellationToken) {
     }
 }
 
-/// Serves until a shutdown signal.
-pub async fn serve(store: Store, options: ServeOptions) -> Result<(), ServeError> {
-    let running = start(store, options).await?;
-    // Tests and scripts read the bound address (useful with port 0).
-    println!("margin listening on http://{}", running.addr);
-    wait_for_signal().await;
-    running.stop().await
-}
-
-async fn wait_for_signal() {
+/// Waits for SIGINT or SIGTERM.
+pub async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

@@ -4,6 +4,8 @@
 
 pub mod socket;
 
+pub(crate) use socket::refusal;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

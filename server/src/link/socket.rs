@@ -71,7 +71,7 @@ pub async fn serve(socket: WebSocket, links: Links, planners: Planners, machine:
                     opened = Some(links.open(&machine, closer.clone()));
                 }
                 Err((code, message)) => {
-                    let _ = send(&mut sink, &ServerMessage::Refusal { code: code.into(), message: message.clone() }).await;
+                    let _ = send(&mut sink, &refusal(code, message.clone())).await;
                     closer.close(close::BAD_HELLO, message);
                     return;
                 }
@@ -261,10 +261,12 @@ fn truncate(text: &str) -> &str {
     &text[..end]
 }
 
-fn refusal(code: &str, message: impl Into<String>) -> ServerMessage {
+/// A refusal that answers no particular call.
+pub(crate) fn refusal(code: &str, message: impl Into<String>) -> ServerMessage {
     ServerMessage::Refusal {
         code: code.to_owned(),
         message: message.into(),
+        call_id: None,
     }
 }
 

@@ -61,7 +61,7 @@ on_both_backends! {
         let (server, _, credential, _) = paired(&db).await;
         let mut link = LinkClient::connect(server.addr, &credential).await.unwrap();
         link.send_text(r#"{"type":"hello","protocol_version":2}"#).await;
-        let Some(ServerMessage::Refusal { code, message }) = link.next().await else { panic!("expected a refusal") };
+        let Some(ServerMessage::Refusal { code, message, .. }) = link.next().await else { panic!("expected a refusal") };
         assert_eq!(code, "unsupported_version");
         assert!(message.contains("version 1") && message.contains("sent 2"), "{message}");
         assert_eq!(link.wait_closed().await.0, close::BAD_HELLO);
@@ -87,7 +87,7 @@ on_both_backends! {
         let mut link = LinkClient::connect(server.addr, &credential).await.unwrap();
         link.hello().await;
         link.send_text(r#"{"type":"shout","text":"hi"}"#).await;
-        let Some(ServerMessage::Refusal { code, message }) = link.next().await else { panic!("expected a refusal") };
+        let Some(ServerMessage::Refusal { code, message, .. }) = link.next().await else { panic!("expected a refusal") };
         assert_eq!((code.as_str(), message.contains("\"shout\"")), ("unknown_message", true), "{message}");
         for bad in ["not json", r#"{"type":7}"#, r#"{"type":"detach","now":true}"#, r#"{"type":"hello","protocol_version":1}"#] {
             link.send_text(bad).await;

@@ -3,6 +3,7 @@
 
 mod harness;
 
+mod connector;
 mod crash;
 mod decisions;
 mod http;

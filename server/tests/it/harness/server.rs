@@ -16,11 +16,39 @@ pub struct Server {
     child: Child,
     args: Vec<String>,
     api: Api,
+    /// What it printed after its address.
+    printed: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Server {
     pub async fn start(db: &TestDb) -> Server {
         Self::start_with(db.cli_args()).await
+    }
+
+    /// Starts with `margin serve --demo-planner ACCOUNT`; returns the server
+    /// and the token it printed for the account (its last line, as the
+    /// README tells a newcomer).
+    pub async fn start_with_demo(db: &TestDb, account: &str) -> (Server, String) {
+        let mut args = db.cli_args();
+        args.extend(["--demo-planner".to_owned(), account.to_owned()]);
+        let server = Self::start_with(args).await;
+        let token = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                let seen = server.printed.lock().unwrap().clone();
+                if let Some(at) = seen
+                    .iter()
+                    .position(|l| l.starts_with("demo Planner linked"))
+                {
+                    if let Some(token) = seen[at..].iter().find(|l| l.starts_with("mgn_")) {
+                        return token.clone();
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the demo Planner's token was not printed within 30 s");
+        (server, token)
     }
 
     async fn start_with(args: Vec<String>) -> Server {
@@ -47,11 +75,18 @@ impl Server {
         .await
         .expect("margin did not start listening within 30 s");
         // Keep draining stdout so the process never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let printed = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let keep = printed.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                keep.lock().unwrap().push(line);
+            }
+        });
         Server {
             child,
             args,
             api: Api::new(addr),
+            printed,
         }
     }
 

@@ -1,0 +1,165 @@
+//! What a Planner writes: the [`Handler`] the SDK calls, and the handles it
+//! gets — a [`Turn`] with typed tool calls, a [`SessionHandle`] for runs,
+//! an [`Answer`] to a question it asked.
+
+use std::future::Future;
+
+use margin_protocol::chat::ChatMessageView;
+use margin_protocol::decisions::{
+    AnswerBody, EditPlanInput, EditPlanOutput, OpenDecisionInput, OpenDecisionsInput,
+    OpenDecisionsOutput, ReadDocumentOutput, ToolRefusal,
+};
+use margin_protocol::link::{ClientMessage, RunStatus};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::link::Calls;
+
+/// A Planner: the SDK calls it for each turn, answer and Stop.
+pub trait Handler: Send + Sync + 'static {
+    /// Does a turn's work and returns the reply for Chat. Questions belong
+    /// in decisions (`open_decisions`), not in the reply (SPEC T2): a reply
+    /// that asks gets a repair turn, whose [`Turn::repair`] lists them.
+    fn turn(&self, turn: Turn) -> impl Future<Output = Result<String, ToolError>> + Send;
+
+    /// A member answered a question the session asked with [`Turn::ask`].
+    /// Delivered once.
+    fn answered(&self, answer: Answer) -> impl Future<Output = ()> + Send {
+        let _ = answer;
+        async {}
+    }
+
+    /// A member pressed Stop: stop the session's work. The running turn (if
+    /// any) is already aborted; `stopped` is sent when this returns.
+    fn stop(&self, session: SessionHandle) -> impl Future<Output = ()> + Send {
+        let _ = session;
+        async {}
+    }
+}
+
+/// Why a tool call gave no output.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// The server refused it; nothing changed.
+    #[error("refused ({}): {}", .0.code, .0.message)]
+    Refused(ToolRefusal),
+    /// The link closed before the result came.
+    #[error("the link closed before the result came")]
+    LinkClosed,
+    /// The result did not have the tool's output shape.
+    #[error("unreadable tool output: {0}")]
+    Output(#[from] serde_json::Error),
+}
+
+/// A session, for what outlives a turn: run reports.
+#[derive(Clone, Debug)]
+pub struct SessionHandle {
+    pub(super) id: String,
+    pub(super) calls: Calls,
+}
+
+impl SessionHandle {
+    /// The session's id, as the server named it.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Reports a run of this session and its status now (SPEC R1). A live
+    /// (running or paused) run keeps the session in use.
+    pub async fn run(&self, run: &str, name: &str, status: RunStatus) -> Result<(), ToolError> {
+        self.calls
+            .send(ClientMessage::Run {
+                session: self.id.clone(),
+                run: run.to_owned(),
+                name: name.to_owned(),
+                status,
+            })
+            .await
+    }
+}
+
+/// A turn: what started it, and the document tools for its session.
+#[derive(Debug)]
+pub struct Turn {
+    /// The session.
+    pub session: SessionHandle,
+    /// This turn's id.
+    pub id: String,
+    /// The document the turn is about.
+    pub document: String,
+    /// The Chat lines that started it, in order (steering included).
+    pub messages: Vec<ChatMessageView>,
+    /// A repair turn's questions: the last reply asked them in prose; open
+    /// them as decisions with stable keys and reply without asking.
+    pub repair: Vec<String>,
+}
+
+impl Turn {
+    /// `read_document`: the outline at the current revision.
+    pub async fn read_document(&self) -> Result<ReadDocumentOutput, ToolError> {
+        self.call("read_document", serde_json::json!({})).await
+    }
+
+    /// `edit_plan`: edits addressed at the current revision.
+    pub async fn edit_plan(&self, input: &EditPlanInput) -> Result<EditPlanOutput, ToolError> {
+        self.call("edit_plan", input).await
+    }
+
+    /// `open_decisions`: a batch of cards, atomic (SPEC D1).
+    pub async fn open_decisions(
+        &self,
+        input: &OpenDecisionsInput,
+    ) -> Result<OpenDecisionsOutput, ToolError> {
+        self.call("open_decisions", input).await
+    }
+
+    /// `open_decision`: one card at the current revision.
+    pub async fn open_decision(
+        &self,
+        input: &OpenDecisionInput,
+    ) -> Result<OpenDecisionsOutput, ToolError> {
+        self.call("open_decision", input).await
+    }
+
+    /// `ask`: a question that waits on a member (a host request). The
+    /// answer arrives later through [`Handler::answered`], naming the card.
+    pub async fn ask(&self, input: &OpenDecisionInput) -> Result<OpenDecisionsOutput, ToolError> {
+        self.call("ask", input).await
+    }
+
+    /// Reports a run of the session (see [`SessionHandle::run`]).
+    pub async fn run(&self, run: &str, name: &str, status: RunStatus) -> Result<(), ToolError> {
+        self.session.run(run, name, status).await
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        name: &str,
+        arguments: impl Serialize,
+    ) -> Result<T, ToolError> {
+        let output = self
+            .session
+            .calls
+            .call(
+                &self.session.id,
+                &self.id,
+                name,
+                serde_json::to_value(arguments)?,
+            )
+            .await?;
+        Ok(serde_json::from_value(output)?)
+    }
+}
+
+/// A member's answer to a question the session asked.
+#[derive(Debug)]
+pub struct Answer {
+    /// The session that asked.
+    pub session: SessionHandle,
+    /// The question: the card id `ask` returned.
+    pub request: String,
+    /// The answer.
+    pub answer: AnswerBody,
+    /// Who answered.
+    pub answered_by: String,
+}

@@ -1,0 +1,211 @@
+//! The Rust connector SDK (feature `connector`): links a machine to Margin
+//! at `/machine` and runs a [`Handler`] for its Planner.
+//!
+//! The SDK owns the link's mechanics so a Planner only writes its work:
+//! `hello` (asking for `resumable-sessions` unless told not to, SPEC L1),
+//! heartbeats, one task per turn with typed tool calls ([`Turn`]), the
+//! turn's `reply`, answers to questions it asked, and Stop (the turn is
+//! aborted, [`Handler::stop`] runs, then `stopped` is sent).
+//!
+//! ```no_run
+//! use margin_planner::connector::{Connector, Handler, Turn, ToolError};
+//!
+//! struct Echo;
+//!
+//! impl Handler for Echo {
+//!     async fn turn(&self, turn: Turn) -> Result<String, ToolError> {
+//!         let read = turn.read_document().await?;
+//!         Ok(format!("The plan has {} blocks.", read.outline.len()))
+//!     }
+//! }
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let linked = Connector::new("http://127.0.0.1:7070", "mgm_…").connect().await?;
+//! let ended = linked.serve(Echo, std::future::pending()).await;
+//! println!("link ended: {ended}");
+//! # Ok(()) }
+//! ```
+
+mod handler;
+mod link;
+
+pub use handler::{Answer, Handler, SessionHandle, ToolError, Turn};
+pub use link::{Ended, Linked};
+
+use futures_util::{SinkExt, StreamExt};
+use margin_protocol::link::{Capabilities, ClientMessage, ServerMessage, PROTOCOL_VERSION};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+use tokio_tungstenite::tungstenite::Message;
+
+/// The feature that keeps a session's work through a dropped link (SPEC L1).
+pub const RESUMABLE_SESSIONS: &str = "resumable-sessions";
+
+/// How to reach a server: its address and the machine's credential.
+#[derive(Clone, Debug)]
+pub struct Connector {
+    server: String,
+    credential: String,
+    resumable: bool,
+}
+
+/// Why a link could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The server address is not `http(s)://` or `ws(s)://`.
+    #[error("server address {0:?} must start with http://, https://, ws:// or wss://")]
+    Address(String),
+    /// The credential cannot go in a header.
+    #[error("the credential is not a valid header value")]
+    Credential,
+    /// The server refused the upgrade (401: unknown, revoked or expired
+    /// credential).
+    #[error("the server refused the link with HTTP {0}")]
+    Refused(u16),
+    /// The connection failed.
+    #[error("cannot reach the server: {0}")]
+    Network(#[from] tokio_tungstenite::tungstenite::Error),
+    /// The server answered `hello` with a refusal.
+    #[error("the server refused hello ({code}): {message}")]
+    Hello {
+        /// The refusal's code.
+        code: String,
+        /// Its message.
+        message: String,
+    },
+    /// The server closed or said something else instead of `welcome`.
+    #[error("the server did not welcome the machine: {0}")]
+    NoWelcome(String),
+}
+
+impl Connector {
+    /// A connector for `server` (e.g. `http://127.0.0.1:7070`) with the
+    /// machine's `credential` (`mgm_…`). It asks for resumable sessions.
+    pub fn new(server: impl Into<String>, credential: impl Into<String>) -> Self {
+        Connector {
+            server: server.into(),
+            credential: credential.into(),
+            resumable: true,
+        }
+    }
+
+    /// `resumable: false` opts out of `resumable-sessions` (SPEC L1): a drop
+    /// then ends the link's sessions.
+    pub fn resumable(mut self, resumable: bool) -> Self {
+        self.resumable = resumable;
+        self
+    }
+
+    /// The features this connector asks for in `hello`.
+    pub fn features(&self) -> Vec<String> {
+        if self.resumable {
+            vec![RESUMABLE_SESSIONS.to_owned()]
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// The link's WebSocket address.
+    fn url(&self) -> Result<String, ConnectError> {
+        let base = self.server.trim_end_matches('/');
+        let rest = [
+            ("http://", "ws://"),
+            ("https://", "wss://"),
+            ("ws://", "ws://"),
+            ("wss://", "wss://"),
+        ]
+        .iter()
+        .find_map(|(from, to)| base.strip_prefix(from).map(|rest| format!("{to}{rest}")))
+        .ok_or_else(|| ConnectError::Address(self.server.clone()))?;
+        Ok(format!("{rest}/machine"))
+    }
+
+    /// Opens the link: connects, sends `hello`, waits for `welcome`.
+    pub async fn connect(&self) -> Result<Linked, ConnectError> {
+        let mut request = self.url()?.into_client_request()?;
+        let bearer = HeaderValue::from_str(&format!("Bearer {}", self.credential))
+            .map_err(|_| ConnectError::Credential)?;
+        request.headers_mut().insert("Authorization", bearer);
+        let (mut ws, _) = match tokio_tungstenite::connect_async(request).await {
+            Ok(opened) => opened,
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+                return Err(ConnectError::Refused(response.status().as_u16()))
+            }
+            Err(other) => return Err(other.into()),
+        };
+        let hello = ClientMessage::Hello {
+            protocol_version: PROTOCOL_VERSION,
+            features: self.features(),
+        };
+        ws.send(Message::Text(link::encode(&hello).into())).await?;
+        loop {
+            let answer = match ws.next().await {
+                Some(Ok(Message::Text(text))) => serde_json::from_str::<ServerMessage>(&text)
+                    .map_err(|e| ConnectError::NoWelcome(format!("unreadable answer: {e}")))?,
+                Some(Ok(Message::Close(frame))) => {
+                    return Err(ConnectError::NoWelcome(match frame {
+                        Some(frame) => {
+                            format!("closed {} ({})", u16::from(frame.code), frame.reason)
+                        }
+                        None => "closed".into(),
+                    }))
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return Err(e.into()),
+                None => return Err(ConnectError::NoWelcome("closed".into())),
+            };
+            return match answer {
+                ServerMessage::Welcome {
+                    machine,
+                    capabilities,
+                    ..
+                } => Ok(Linked::new(ws, machine, capabilities)),
+                ServerMessage::Refusal { code, message, .. } => {
+                    Err(ConnectError::Hello { code, message })
+                }
+                other => Err(ConnectError::NoWelcome(format!("got {other:?}"))),
+            };
+        }
+    }
+}
+
+/// What `welcome` said.
+#[derive(Clone, Debug)]
+pub struct Welcome {
+    /// The machine's name.
+    pub machine: String,
+    /// What the server offers, including the features it granted.
+    pub capabilities: Capabilities,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_addresses_become_the_link_url() {
+        let url = |server: &str| Connector::new(server, "c").url().ok();
+        assert_eq!(
+            url("http://127.0.0.1:7070").as_deref(),
+            Some("ws://127.0.0.1:7070/machine")
+        );
+        assert_eq!(
+            url("https://margin.example/").as_deref(),
+            Some("wss://margin.example/machine")
+        );
+        assert_eq!(url("ws://h:1").as_deref(), Some("ws://h:1/machine"));
+        assert_eq!(url("margin.example"), None);
+    }
+
+    #[test]
+    fn resumable_sessions_are_asked_for_by_default_and_can_be_declined() {
+        assert_eq!(
+            Connector::new("http://h", "c").features(),
+            [RESUMABLE_SESSIONS]
+        );
+        assert!(Connector::new("http://h", "c")
+            .resumable(false)
+            .features()
+            .is_empty());
+    }
+}

@@ -1,0 +1,317 @@
+//! The Rust connector SDK (`margin_planner::connector`) against a real
+//! server over real sockets: turns with typed tool calls and replies, Stop,
+//! answers to questions, refused calls; and the demo Planner built on it,
+//! including `margin serve --demo-planner` as the README runs it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use margin_planner::connector::{Answer, Connector, Handler, SessionHandle, ToolError, Turn};
+use margin_protocol::chat::{ChatKind, ChatList};
+use margin_protocol::decisions::{
+    AnswerBody, CardInput, DecisionList, OpenDecisionInput, PassageAddress,
+};
+use margin_protocol::link::{PlannerView, RunStatus};
+use margin_server::demo::DemoPlanner;
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::harness::{Api, InProcess, Server, SyncClient};
+use crate::on_both_backends;
+
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// A document of ada's with `paragraphs`, and a machine paired to her.
+struct Scene {
+    server: InProcess,
+    token: String,
+    doc: String,
+    credential: String,
+}
+
+impl Scene {
+    async fn new(db: &crate::harness::TestDb, paragraphs: &[&str]) -> Scene {
+        let server = InProcess::start(db).await;
+        let (_, token) = server.account("ada").await;
+        let doc = server.create_document(&token, "Plan").await;
+        let mut person = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        for text in paragraphs {
+            person.append_paragraph(text).await;
+        }
+        let (status, paired) = server
+            .post(Some(&token), "/machines", json!({"name": "laptop"}))
+            .await;
+        assert_eq!(status, 201, "{paired}");
+        let credential = paired["credential"].as_str().unwrap().to_owned();
+        Scene {
+            server,
+            token,
+            doc,
+            credential,
+        }
+    }
+
+    /// Links `handler` through the SDK; cancel the token to detach.
+    async fn link(&self, handler: impl Handler) -> CancellationToken {
+        let linked = Connector::new(format!("http://{}", self.server.addr), &self.credential)
+            .connect()
+            .await
+            .expect("the connector links");
+        let detach = CancellationToken::new();
+        tokio::spawn(linked.serve(handler, detach.clone().cancelled_owned()));
+        detach
+    }
+
+    async fn say(&self, text: &str) {
+        say(&self.server, &self.token, &self.doc, text).await;
+    }
+
+    async fn planner_view(&self) -> PlannerView {
+        let (status, body) = self
+            .server
+            .get(
+                Some(&self.token),
+                &format!("/documents/{}/planner", self.doc),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_value(body).unwrap()
+    }
+}
+
+async fn say(api: &Api, token: &str, doc: &str, text: &str) {
+    let (status, body) = api
+        .post(
+            Some(token),
+            &format!("/documents/{doc}/chat"),
+            json!({"text": text}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+}
+
+/// Waits for the `count`th Chat line matching `wanted`; returns them all.
+async fn chat_until(
+    api: &Api,
+    token: &str,
+    doc: &str,
+    count: usize,
+    wanted: impl Fn(ChatKind, &str) -> bool,
+) -> Vec<String> {
+    let path = format!("/documents/{doc}/chat");
+    let mut last = Vec::new();
+    for _ in 0..1000 {
+        let (_, body) = api.get(Some(token), &path).await;
+        let list: ChatList = serde_json::from_value(body).unwrap();
+        last = list
+            .messages
+            .iter()
+            .filter(|m| wanted(m.kind, &m.text))
+            .map(|m| m.text.clone())
+            .collect();
+        if last.len() >= count {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("chat never had {count} such lines; it has {last:?}");
+}
+
+async fn decisions(api: &Api, token: &str, doc: &str) -> DecisionList {
+    let (status, body) = api
+        .get(Some(token), &format!("/documents/{doc}/decisions"))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_value(body).unwrap()
+}
+
+fn planner_replies(kind: ChatKind, _: &str) -> bool {
+    kind == ChatKind::Planner
+}
+
+/// Reports a running run, then works until aborted. Records that the turn
+/// was dropped (aborted) and that its stop handler ran.
+struct Stalls {
+    started: mpsc::UnboundedSender<()>,
+    aborted: Arc<AtomicBool>,
+    stop_ran: Arc<AtomicBool>,
+}
+
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Handler for Stalls {
+    async fn turn(&self, turn: Turn) -> Result<String, ToolError> {
+        let _guard = SetOnDrop(self.aborted.clone());
+        turn.run("build", "Build the site", RunStatus::Running)
+            .await?;
+        let _ = self.started.send(());
+        std::future::pending::<()>().await;
+        Ok("unreachable".into())
+    }
+
+    async fn stop(&self, session: SessionHandle) {
+        assert!(!session.id().is_empty());
+        self.stop_ran
+            .store(self.aborted.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+}
+
+/// Asks one question about the first block, and passes answers on.
+struct Asks {
+    answers: mpsc::UnboundedSender<(String, AnswerBody, String)>,
+}
+
+impl Handler for Asks {
+    async fn turn(&self, turn: Turn) -> Result<String, ToolError> {
+        let read = turn.read_document().await?;
+        let block = &read.outline[0];
+        let asked = turn
+            .ask(&OpenDecisionInput {
+                revision: read.revision,
+                card: CardInput {
+                    key: "region".into(),
+                    question: "Which region launches first?".into(),
+                    description: None,
+                    response: "yes_no".into(),
+                    choices: Vec::new(),
+                    passages: vec![PassageAddress {
+                        index: block.index,
+                        digest: block.digest.clone(),
+                    }],
+                },
+            })
+            .await?;
+        Ok(format!("I asked about the region: {}.", asked.summary))
+    }
+
+    async fn answered(&self, answer: Answer) {
+        let _ = self
+            .answers
+            .send((answer.request, answer.answer, answer.answered_by));
+    }
+}
+
+/// Keeps its turn for the test to call tools on after the reply.
+struct Keeps(Arc<Mutex<Option<Turn>>>);
+
+impl Handler for Keeps {
+    async fn turn(&self, turn: Turn) -> Result<String, ToolError> {
+        *self.0.lock().unwrap() = Some(turn);
+        Ok("Done.".into())
+    }
+}
+
+on_both_backends! {
+    async fn connector_serves_the_demo_planner_which_opens_cards_and_replays_them_on_the_next_turn(db) {
+        let s = Scene::new(&db, &["We launch in March.", "Which region first?", "Pricing: TBD."]).await;
+        let _detach = s.link(DemoPlanner).await;
+
+        s.say("@planner please review").await;
+        let replies = chat_until(&s.server, &s.token, &s.doc, 1, planner_replies).await;
+        assert_eq!(replies[0], "I read the plan (3 blocks) and found 2 open questions: added 2 decisions.");
+        let cards = decisions(&s.server, &s.token, &s.doc).await.decisions;
+        let mut questions: Vec<_> = cards.iter().map(|c| (c.question.as_str(), c.state.as_str())).collect();
+        questions.sort();
+        assert_eq!(questions, [("Decide what is still TBD: Pricing: TBD.", "open"), ("Which region first?", "open")]);
+        let view = s.planner_view().await;
+        assert_eq!(view.runs.len(), 1);
+        assert_eq!(view.runs[0].status, RunStatus::Completed);
+
+        // The same text again: its keys replay the cards (SPEC D3), no twins.
+        s.say("@planner once more").await;
+        let replies = chat_until(&s.server, &s.token, &s.doc, 2, planner_replies).await;
+        assert_eq!(replies[1], "I read the plan (3 blocks) and found 2 open questions: 2 decisions already in the document.");
+        assert_eq!(decisions(&s.server, &s.token, &s.doc).await.decisions.len(), 2);
+    }
+
+    async fn connector_stop_aborts_the_turn_runs_the_stop_handler_then_confirms(db) {
+        let s = Scene::new(&db, &["Build it."]).await;
+        let (started, mut has_started) = mpsc::unbounded_channel();
+        let (aborted, stop_ran) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let _detach = s.link(Stalls { started, aborted: aborted.clone(), stop_ran: stop_ran.clone() }).await;
+        s.say("@planner build the site").await;
+        tokio::time::timeout(PATIENCE, has_started.recv()).await.expect("the turn started");
+        while s.planner_view().await.runs.is_empty() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(s.planner_view().await.runs[0].status, RunStatus::Running);
+
+        let (status, body) = s.server.post(Some(&s.token), &format!("/documents/{}/planner/stop", s.doc), json!({})).await;
+        assert_eq!(status, 202, "{body}");
+        let lines = chat_until(&s.server, &s.token, &s.doc, 2, |kind, text| kind == ChatKind::System && text.contains("stopped")).await;
+        assert_eq!(lines, ["The Planner stopped.", "Build the site was stopped after 0 min."]);
+        assert!(stop_ran.load(Ordering::SeqCst), "the stop handler ran after the turn was aborted");
+        let view = s.planner_view().await;
+        assert!(!view.stop_pending && !view.replying && view.runs.is_empty(), "{view:?}");
+    }
+
+    async fn connector_delivers_the_answer_to_a_question_it_asked_to_the_handler(db) {
+        let s = Scene::new(&db, &["Launch in one region."]).await;
+        let (answers, mut answered) = mpsc::unbounded_channel();
+        let _detach = s.link(Asks { answers }).await;
+        s.say("@planner ask about the region").await;
+        let replies = chat_until(&s.server, &s.token, &s.doc, 1, planner_replies).await;
+        assert_eq!(replies[0], "I asked about the region: added 1 decision.");
+        let card = decisions(&s.server, &s.token, &s.doc).await.decisions.remove(0);
+        assert_eq!(s.planner_view().await.questions, 1);
+
+        let (status, body) = s.server.post(Some(&s.token), &format!("/documents/{}/decisions/{}/answer", s.doc, card.id), json!({"yes": true})).await;
+        assert_eq!(status, 200, "{body}");
+        let got = tokio::time::timeout(PATIENCE, answered.recv()).await.expect("the answer arrived").unwrap();
+        assert_eq!(got, (card.id, AnswerBody::Yes(true), "ada".to_owned()));
+    }
+
+    async fn connector_fails_a_tool_call_the_server_refuses_instead_of_waiting_forever(db) {
+        let s = Scene::new(&db, &["Text."]).await;
+        let kept = Arc::new(Mutex::new(None));
+        let _detach = s.link(Keeps(kept.clone())).await;
+        s.say("@planner hello").await;
+        chat_until(&s.server, &s.token, &s.doc, 1, planner_replies).await;
+        let turn = kept.lock().unwrap().take().expect("the turn was kept");
+
+        // The turn ended with its reply: the server refuses the call, naming it.
+        let refused = tokio::time::timeout(PATIENCE, turn.read_document()).await.expect("the call settled");
+        match refused {
+            Err(ToolError::Refused(refusal)) => assert_eq!(refusal.code, "unknown_turn"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    async fn connector_fails_tool_calls_once_the_link_has_ended(db) {
+        let s = Scene::new(&db, &["Text."]).await;
+        let kept = Arc::new(Mutex::new(None));
+        let detach = s.link(Keeps(kept.clone())).await;
+        s.say("@planner hello").await;
+        chat_until(&s.server, &s.token, &s.doc, 1, planner_replies).await;
+        let turn = kept.lock().unwrap().take().expect("the turn was kept");
+        detach.cancel();
+        let ended = tokio::time::timeout(PATIENCE, turn.read_document()).await.expect("the call settled");
+        assert!(matches!(ended, Err(ToolError::LinkClosed)), "{ended:?}");
+    }
+
+    async fn serve_with_demo_planner_pairs_links_and_opens_cards_in_its_sample_plan(db) {
+        let (server, token) = Server::start_with_demo(&db, "ada").await;
+        let (status, body) = server.get(Some(&token), "/documents").await;
+        assert_eq!(status, 200, "{body}");
+        let doc = body["documents"][0]["id"].as_str().expect("a sample document").to_owned();
+        say(&server, &token, &doc, "@planner review the plan").await;
+        let replies = chat_until(&server, &token, &doc, 1, planner_replies).await;
+        assert_eq!(replies[0], "I read the plan (6 blocks) and found 3 open questions: added 3 decisions.");
+        let cards = decisions(&server, &token, &doc).await.decisions;
+        let mut kinds: Vec<_> = cards.iter().map(|c| (c.question.as_str(), c.response.as_str())).collect();
+        kinds.sort();
+        assert_eq!(kinds, [
+            ("Decide what is still TBD: Pricing for the team plan: TBD.", "free_text"),
+            ("Should the beta be invite-only?", "yes_no"),
+            ("Which region do we launch in first?", "free_text"),
+        ]);
+    }
+}
