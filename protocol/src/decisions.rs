@@ -118,7 +118,8 @@ pub struct OpenDecisionsOutput {
 pub struct ToolRefusal {
     /// Stable code: `read_evicted`, `address_mismatch`, `repeated_when_read`,
     /// `block_rewritten`, `block_removed_or_moved`, `twin_now`,
-    /// `different_decision`, `stale_revision`, `no_access`, `invalid_input`.
+    /// `different_decision`, `stale_revision`, `no_access`, `invalid_input`,
+    /// `archived` (a write to an archived document).
     pub code: String,
     /// Names the key and the cause.
     pub message: String,

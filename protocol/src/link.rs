@@ -161,7 +161,9 @@ pub enum ServerMessage {
         /// Who answered.
         answered_by: String,
     },
-    /// A member pressed Stop: stop the session's work, then send `stopped`.
+    /// Stop the session's work, then send `stopped`: a member pressed Stop,
+    /// or the document was archived or deleted — then the session has
+    /// already ended, and `stopped` is accepted without effect.
     Stop {
         /// The session.
         session: String,

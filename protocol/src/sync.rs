@@ -6,8 +6,9 @@
 //! human-readable reason as well as its code. The npm `y-websocket` client
 //! reconnects and resynchronises after any close except codes 4400–4499,
 //! which it treats as final: Margin uses that range for refusals a retry
-//! would only repeat (a viewer's edit, an update that does not apply), and
-//! other codes where reconnecting is the cure (too slow, restarting).
+//! would only repeat (a viewer's edit, an edit to an archived document, an
+//! update that does not apply, a deleted document), and other codes where
+//! reconnecting is the cure (too slow, restarting).
 
 /// Largest document update accepted in one message, in bytes (16 MiB).
 pub const MAX_UPDATE_BYTES: usize = 16 * 1024 * 1024;
@@ -36,8 +37,12 @@ pub mod close {
     pub const INTERNAL: u16 = 1011;
     /// The client fell too far behind; reconnect to resynchronise.
     pub const TOO_SLOW: u16 = 4008;
-    /// A viewer sent an edit; viewers may not change the document.
+    /// A viewer sent an edit, or anyone did while the document is
+    /// archived; nothing changed. The reason says which.
     pub const READ_ONLY: u16 = 4403;
     /// An update could not be applied to the document.
     pub const BAD_UPDATE: u16 = 4400;
+    /// The document was deleted by its owner. Final: it is gone, and a
+    /// reconnect would get 404.
+    pub const DELETED: u16 = 4410;
 }

@@ -7,7 +7,7 @@
 //! owner, sends `invoke`, runs the machine's tool calls for the session's
 //! document and account (never ones the machine names), and judges replies.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -17,7 +17,7 @@ use margin_planner::{
     Session, Steering, TurnId,
 };
 use margin_protocol::chat::{ChatKind, ChatMessageView, MAX_CHAT_BYTES};
-use margin_protocol::decisions::{AnswerBody, OpenDecisionsOutput, ToolRefusal};
+use margin_protocol::decisions::{AnswerBody, CaptureStatus, OpenDecisionsOutput, ToolRefusal};
 use margin_protocol::link::{PlannerView, RunStatus as LinkRunStatus, RunView, ServerMessage};
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
@@ -46,6 +46,18 @@ struct Inner {
     idle: Millis,
     started: Instant,
     by_document: Mutex<HashMap<String, DocumentPlanner>>,
+    /// Lock order: `by_document` before `ended`, never the other way.
+    ended: Mutex<Ended>,
+}
+
+/// What the server ended on its own (SPEC P3: archiving, deleting).
+#[derive(Default)]
+struct Ended {
+    /// Documents archived or deleted: `@planner` binds no session to them.
+    documents: HashSet<String>,
+    /// Sessions released by the server and told to `stop`, with the link
+    /// they ran on: the machine's `stopped` for one is accepted quietly.
+    sessions: HashMap<String, u64>,
 }
 
 /// One document's Planner session, bound to one link.
@@ -84,6 +96,47 @@ struct Turn {
     captured: usize,
 }
 
+/// A session released by an explicit act (SPEC P3), with what is left to
+/// carry out once the lock is released.
+struct Released {
+    session: String,
+    link: Link,
+    /// Its live runs, stopped with it: name and true age (P4).
+    runs: Vec<(String, Millis)>,
+    /// Its questions (card ids), to withdraw.
+    questions: Vec<String>,
+}
+
+/// Releases `document`'s session by `trigger`, if it has one: it is
+/// forgotten, its live runs stop with their true age and its questions are
+/// handed back to be withdrawn.
+fn release(
+    planners: &mut HashMap<String, DocumentPlanner>,
+    document: &str,
+    trigger: ReleaseTrigger,
+    now: Millis,
+) -> Option<Released> {
+    let mut planner = planners.remove(document)?;
+    let mut runs = Vec::new();
+    let mut questions = Vec::new();
+    for effect in planner.lifecycle.handle_release(trigger, now) {
+        match effect {
+            Effect::RunStopped { run, after } => {
+                let name = planner.run_names.remove(&run.0).unwrap_or(run.0);
+                runs.push((name, after));
+            }
+            Effect::WithdrawRequest(request) => questions.push(request.0),
+            _ => {}
+        }
+    }
+    Some(Released {
+        session: planner.session,
+        link: planner.link,
+        runs,
+        questions,
+    })
+}
+
 /// What to carry out once the lock is released.
 #[derive(Default)]
 struct Outcome {
@@ -102,6 +155,7 @@ impl Planners {
                 idle: Millis(idle.as_millis() as u64),
                 started: Instant::now(),
                 by_document: Mutex::new(HashMap::new()),
+                ended: Mutex::new(Ended::default()),
             }),
         }
     }
@@ -122,6 +176,15 @@ impl Planners {
         let now = self.now();
         let outcome = {
             let mut planners = self.lock();
+            if self.ended().documents.contains(document) {
+                // Archived or deleted since the message was accepted: no
+                // turn starts (SPEC P3).
+                info!(
+                    document,
+                    "no Planner turn: the document is archived or deleted"
+                );
+                return Ok(());
+            }
             let bound = planners
                 .get(document)
                 .is_some_and(|p| self.inner.links.is_open(p.link.id));
@@ -198,7 +261,11 @@ impl Planners {
                 Ok(input) => {
                     let asked = tools.ask(account, &document, input).await;
                     if let Ok(output) = &asked {
-                        self.asked(&document, &session, output);
+                        // The session ended while its question was being
+                        // opened (a Stop, an archive): nobody would read the
+                        // answer.
+                        let orphans = self.asked(&document, &session, output);
+                        self.withdraw(&document, orphans).await;
                     }
                     self.captured(&document, &turn, asked)
                 }
@@ -392,49 +459,106 @@ impl Planners {
     }
 
     /// The machine confirmed a Stop: the session is released, its live runs
-    /// stop with their true age, and Chat says so (SPEC P3, P4).
+    /// stop with their true age, and Chat says so (SPEC P3, P4). A `stopped`
+    /// for a session the server already ended (archive, delete) is accepted
+    /// and changes nothing.
     pub async fn stopped(&self, link: &Link, session: &str) -> Option<ServerMessage> {
         let now = self.now();
-        let (document, lines, withdrawn) = {
+        let released = {
             let mut planners = self.lock();
             let document = planners
                 .iter()
                 .find(|(_, p)| p.is(session, link))
                 .map(|(d, _)| d.clone());
-            let Some(document) = document else {
-                return Some(refusal_unknown_session(session));
-            };
-            let mut planner = planners.remove(&document)?;
-            let mut lines = vec!["The Planner stopped.".to_owned()];
-            let mut withdrawn = Vec::new();
-            for effect in planner.lifecycle.handle_release(ReleaseTrigger::Stop, now) {
-                match effect {
-                    Effect::RunStopped { run, after } => {
-                        let name = planner.run_names.remove(&run.0).unwrap_or(run.0);
-                        lines.push(format!(
-                            "{name} was stopped after {} min.",
-                            after.whole_minutes()
-                        ));
-                    }
-                    Effect::WithdrawRequest(request) => withdrawn.push(request.0),
-                    _ => {}
-                }
-            }
-            (document, lines, withdrawn)
+            document.and_then(|document| {
+                release(&mut planners, &document, ReleaseTrigger::Stop, now)
+                    .map(|released| (document, released))
+            })
         };
-        self.withdraw(&document, withdrawn).await;
+        let Some((document, released)) = released else {
+            let mut ended = self.ended();
+            return match ended.sessions.get(session) {
+                Some(id) if *id == link.id => {
+                    ended.sessions.remove(session);
+                    None
+                }
+                _ => Some(refusal_unknown_session(session)),
+            };
+        };
+        self.withdraw(&document, released.questions).await;
+        let mut lines = vec!["The Planner stopped.".to_owned()];
+        for (name, after) in released.runs {
+            lines.push(format!(
+                "{name} was stopped after {} min.",
+                after.whole_minutes()
+            ));
+        }
+        self.system_lines(&document, lines).await;
+        None
+    }
+
+    /// The document was archived or deleted (SPEC P3): its session, if it
+    /// has one, is released and its machine told to `stop` (the same
+    /// message as a member's Stop; the session is gone without waiting for
+    /// `stopped`). For an archive its questions are withdrawn and Chat says
+    /// the session ended and which runs were asked to stop — not that they
+    /// stopped, which only the machine can confirm (P4). For a delete the
+    /// questions and Chat went with the document. Until
+    /// [`Planners::document_reopened`], `@planner` starts nothing there.
+    pub async fn document_closed(&self, document: &str, trigger: ReleaseTrigger) {
+        self.ended().documents.insert(document.to_owned());
+        let now = self.now();
+        let released = release(&mut self.lock(), document, trigger, now);
+        let Some(released) = released else {
+            return;
+        };
+        info!(document, session = %released.session, ?trigger, "Planner session released");
+        self.ended()
+            .sessions
+            .insert(released.session.clone(), released.link.id);
+        let told = released.link.send(ServerMessage::Stop {
+            session: released.session.clone(),
+        });
+        if trigger == ReleaseTrigger::DocumentDeleted {
+            return;
+        }
+        self.withdraw(document, released.questions).await;
+        let why = match trigger {
+            ReleaseTrigger::DocumentArchived => "the document was archived",
+            ReleaseTrigger::DocumentClosed => "the document was closed",
+            _ => "it was released",
+        };
+        let mut lines = vec![format!("The Planner's session ended: {why}.")];
+        if told {
+            lines.extend(
+                released
+                    .runs
+                    .into_iter()
+                    .map(|(name, _)| format!("{name} was asked to stop.")),
+            );
+        }
+        self.system_lines(document, lines).await;
+    }
+
+    /// The document was unarchived: `@planner` starts turns there again.
+    pub fn document_reopened(&self, document: &str) {
+        self.ended().documents.remove(document);
+    }
+
+    /// Appends the server's own lines to `document`'s Chat, logging a
+    /// failure: what they announce has already happened.
+    async fn system_lines(&self, document: &str, lines: Vec<String>) {
         for line in lines {
             if let Err(error) = self
                 .inner
                 .hub
                 .store()
-                .append_chat(&document, SYSTEM_AUTHOR, ChatKind::System, &line)
+                .append_chat(document, SYSTEM_AUTHOR, ChatKind::System, &line)
                 .await
             {
                 warn!(%error, "chat write failed");
             }
         }
-        None
     }
 
     /// Feeds each session who is viewing its document and the time, and
@@ -517,6 +641,7 @@ impl Planners {
     /// A link closed: its sessions end with it (a link that may resume
     /// arrives with `resumable-sessions`). A turn cut short says so.
     pub async fn link_closed(&self, link: &Link) {
+        self.ended().sessions.retain(|_, id| *id != link.id);
         let ended: Vec<(String, bool, Vec<String>)> = {
             let mut planners = self.lock();
             let gone: Vec<String> = planners
@@ -571,6 +696,13 @@ impl Planners {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    fn ended(&self) -> std::sync::MutexGuard<'_, Ended> {
+        self.inner
+            .ended
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The document of `session` if `turn` is its running turn on `link`'s
     /// machine; the machine's own word for either is never enough.
     fn document_of(&self, link: &Link, session: &str, turn: &str) -> Option<String> {
@@ -582,20 +714,31 @@ impl Planners {
 
     /// `ask` opened host requests: the session waits on a person for each
     /// card that holds its question, and stays in use meanwhile (SPEC P1).
-    fn asked(&self, document: &str, session: &str, output: &OpenDecisionsOutput) {
+    /// If the session ended meanwhile, returns the cards this call created:
+    /// no session will read their answers.
+    fn asked(&self, document: &str, session: &str, output: &OpenDecisionsOutput) -> Vec<String> {
         let now = self.now();
-        if let Some(planner) = self
-            .lock()
-            .get_mut(document)
-            .filter(|p| p.session == session)
-        {
-            for capture in output.captures.iter().filter(|c| c.captured) {
-                let _ = planner
-                    .lifecycle
-                    .handle_request_opened(RequestId(capture.card_id.clone()), now);
-                planner.requests.insert(capture.card_id.clone());
-            }
+        let mut planners = self.lock();
+        let Some(planner) = planners.get_mut(document).filter(|p| p.session == session) else {
+            return output
+                .captures
+                .iter()
+                .filter(|c| c.status == CaptureStatus::Created)
+                .map(|c| c.card_id.clone())
+                .collect();
+        };
+        let cards = output
+            .captures
+            .iter()
+            .filter(|c| c.captured)
+            .map(|c| c.card_id.clone());
+        for card in cards {
+            let _ = planner
+                .lifecycle
+                .handle_request_opened(RequestId(card.clone()), now);
+            planner.requests.insert(card);
         }
+        Vec::new()
     }
 
     /// A person answered card `card` of `document`: if a session asked it,

@@ -31,6 +31,9 @@ pub enum ToolError {
     Internal(String),
 }
 
+/// The refusal code of a write to an archived document (SPEC P3).
+pub const ARCHIVED: &str = "archived";
+
 impl ToolError {
     fn refused(code: &str, message: impl Into<String>, read_again: bool) -> Self {
         ToolError::Refused(ToolRefusal {
@@ -38,6 +41,12 @@ impl ToolError {
             message: message.into(),
             read_again,
         })
+    }
+
+    /// A write to an archived document: nothing changes until its owner
+    /// unarchives it, and reading again will not help.
+    fn archived() -> Self {
+        ToolError::refused(ARCHIVED, EditRefused::Archived.to_string(), false)
     }
 }
 
@@ -81,7 +90,9 @@ impl Tools {
         account: &Account,
         document: &str,
     ) -> Result<ReadDocumentOutput, ToolError> {
-        self.access(account, document).await?.granted()?;
+        self.access(account, document, Intent::Read)
+            .await?
+            .granted()?;
         let (revision, outline) = self.hub.outline(document, None).await?;
         let blocks = wire::blocks(&outline);
         self.hub.remember_read(document, revision, outline);
@@ -99,7 +110,9 @@ impl Tools {
         document: &str,
         input: EditPlanInput,
     ) -> Result<EditPlanOutput, ToolError> {
-        self.access(account, document).await?.granted()?;
+        self.access(account, document, Intent::Write)
+            .await?
+            .granted()?;
         let edits = input
             .edits
             .iter()
@@ -128,6 +141,7 @@ impl Tools {
                     read_again,
                 ));
             }
+            Err(EditRefused::Archived) => return Err(ToolError::archived()),
             Err(EditRefused::Unavailable(e)) => return Err(ToolError::Internal(e)),
         };
         let blocks = wire::blocks(&outline);
@@ -196,7 +210,7 @@ impl Tools {
         let span = tracing::info_span!("open_decisions", document, revision, cards = cards.len());
         async move {
             // Access first: nothing about the batch is read without it (D10).
-            let access = self.access(account, document).await?;
+            let access = self.access(account, document, Intent::Write).await?;
             access.granted()?;
             let specs = cards
                 .iter()
@@ -281,13 +295,31 @@ impl Tools {
         .await
     }
 
-    async fn access(&self, account: &Account, document: &str) -> Result<Access, ToolError> {
+    /// Whether `account` may use the tools on `document`: owners and
+    /// editors may, and may write unless it is archived (SPEC P3). Only
+    /// those who may see the document learn that it is archived.
+    async fn access(
+        &self,
+        account: &Account,
+        document: &str,
+        intent: Intent,
+    ) -> Result<Access, ToolError> {
         match self.hub.store().document_for(account, document).await {
+            Ok(row) if row.role.can_edit() && row.archived && intent == Intent::Write => {
+                Err(ToolError::archived())
+            }
             Ok(row) if row.role.can_edit() => Ok(Access::Granted),
             Ok(_) | Err(StorageError::NotFound(_)) => Ok(Access::Denied),
             Err(other) => Err(other.into()),
         }
     }
+}
+
+/// What a tool call does to the document.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Intent {
+    Read,
+    Write,
 }
 
 trait Granted {

@@ -27,6 +27,11 @@ pub async fn post(
             "viewers read Chat but do not post".into(),
         ));
     }
+    // An archived document's Chat is read-only, so `@planner` starts no
+    // turn there either (SPEC P3).
+    if document.archived {
+        return Err(AppError::archived());
+    }
     check_text("message", &body.text, MAX_CHAT_BYTES, true)
         .map_err(|m| AppError::bad_request("invalid_message", m))?;
     let store = state.hub.store();

@@ -97,6 +97,9 @@ async fn change(
             "viewers cannot act on decisions".into(),
         ));
     }
+    if document.archived {
+        return Err(AppError::archived());
+    }
     let mut stored = match state.hub.store().card(id, card_id).await {
         Ok(stored) => stored,
         Err(StorageError::NotFound(_)) => {

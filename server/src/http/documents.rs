@@ -1,4 +1,5 @@
-//! Document, member, outline and sync routes.
+//! Document, member, outline and sync routes; archiving and deleting
+//! (SPEC P3).
 
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{Path, Query, State};
@@ -6,6 +7,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use axum::Json;
 use margin_decisions::{wire, Outline};
+use margin_planner::ReleaseTrigger;
 use margin_protocol::documents::MAX_TITLE_BYTES;
 use margin_protocol::sync::MAX_MESSAGE_BYTES;
 use margin_protocol::{
@@ -52,6 +54,78 @@ pub async fn show(
     Path(id): Path<String>,
 ) -> Result<Json<DocumentInfo>, AppError> {
     Ok(Json(info(visible(&state, &account, &id).await?)))
+}
+
+/// `POST /documents/{id}/archive`: the owner makes the document read-only
+/// for everyone. Its Planner session ends (SPEC P3).
+pub async fn archive(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<DocumentInfo>, AppError> {
+    set_archived(&state, &account, &id, true).await
+}
+
+/// `POST /documents/{id}/unarchive`: the owner makes it writable again.
+pub async fn unarchive(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(id): Path<String>,
+) -> Result<Json<DocumentInfo>, AppError> {
+    set_archived(&state, &account, &id, false).await
+}
+
+/// Records the archive state, then puts it in force: on the loaded
+/// document (sync edits and `edit_plan`) and on its Planner. Repeating it is
+/// harmless, and finishes what an interrupted attempt started.
+async fn set_archived(
+    state: &AppState,
+    account: &crate::storage::Account,
+    id: &str,
+    archived: bool,
+) -> Result<Json<DocumentInfo>, AppError> {
+    let document = owned(state, account, id, "archive or unarchive it").await?;
+    let changed = state.hub.store().set_archived(id, archived).await?;
+    state.hub.set_archived(id, archived).await;
+    if archived {
+        state
+            .planners
+            .document_closed(id, ReleaseTrigger::DocumentArchived)
+            .await;
+    } else {
+        state.planners.document_reopened(id);
+    }
+    if changed {
+        tracing::info!(document = id, archived, account = %account.name, "archive state changed");
+    }
+    Ok(Json(info(DocumentRow {
+        archived,
+        ..document
+    })))
+}
+
+/// `DELETE /documents/{id}`: the owner deletes the document and everything
+/// under it. Its sync connections close (4410) and its Planner session ends
+/// (SPEC P3); later requests get 404.
+pub async fn delete(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, AppError> {
+    owned(&state, &account, &id, "delete it").await?;
+    match state.hub.store().delete_document(&id).await {
+        Ok(()) => {}
+        // Deleted meanwhile by another request: the same 404 as after.
+        Err(StorageError::NotFound(_)) => return Err(AppError::document_not_found(&id)),
+        Err(other) => return Err(other.into()),
+    }
+    state.hub.deleted(&id).await;
+    state
+        .planners
+        .document_closed(&id, ReleaseTrigger::DocumentDeleted)
+        .await;
+    tracing::info!(document = %id, account = %account.name, "document deleted");
+    Ok(StatusCode::NO_CONTENT)
 }
 
 pub async fn add_member(
@@ -132,6 +206,23 @@ pub async fn sync(
         .max_frame_size(MAX_MESSAGE_BYTES)
         .on_failed_upgrade(|error| tracing::debug!(%error, "sync upgrade failed"))
         .on_upgrade(move |ws| socket::serve(ws, hub, document.id, account.name, document.role)))
+}
+
+/// The document if `account` owns it: 404 for those who cannot see it, 403
+/// for its other members.
+async fn owned(
+    state: &AppState,
+    account: &crate::storage::Account,
+    id: &str,
+    what: &str,
+) -> Result<DocumentRow, AppError> {
+    let document = visible(state, account, id).await?;
+    if document.role != Role::Owner {
+        return Err(AppError::Forbidden(format!(
+            "only the document's owner can {what}"
+        )));
+    }
+    Ok(document)
 }
 
 /// The document as `account` may see it; 404 whether it is missing or

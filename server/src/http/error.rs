@@ -51,6 +51,10 @@ pub enum AppError {
     /// The request conflicts with what exists.
     #[error("{0}")]
     Conflict(String),
+    /// The document is archived: it is read-only until its owner
+    /// unarchives it (SPEC P3).
+    #[error("{0}")]
+    Archived(String),
     /// The revision asked for was compacted away.
     #[error("{0}")]
     Gone(String),
@@ -66,6 +70,13 @@ impl AppError {
             code,
             message: message.into(),
         }
+    }
+
+    /// The 409 for a change to an archived document.
+    pub fn archived() -> Self {
+        AppError::Archived(
+            "the document is archived; it is read-only until its owner unarchives it".into(),
+        )
     }
 
     /// The 404 for a document the caller cannot see.
@@ -115,6 +126,7 @@ impl IntoResponse for AppError {
             }
             AppError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
             AppError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            AppError::Archived(_) => (StatusCode::CONFLICT, "archived"),
             AppError::Gone(_) => (StatusCode::GONE, "revision_compacted"),
             AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };

@@ -55,7 +55,12 @@ pub fn router(state: AppState) -> Router {
         .route("/machines/{id}", delete(machines::revoke))
         .route("/machine", get(machines::link))
         .route("/documents", post(documents::create).get(documents::list))
-        .route("/documents/{id}", get(documents::show))
+        .route(
+            "/documents/{id}",
+            get(documents::show).delete(documents::delete),
+        )
+        .route("/documents/{id}/archive", post(documents::archive))
+        .route("/documents/{id}/unarchive", post(documents::unarchive))
         .route("/documents/{id}/members", post(documents::add_member))
         .route("/documents/{id}/outline", get(documents::outline))
         .route("/documents/{id}/sync", get(documents::sync))

@@ -1,6 +1,7 @@
 //! The Planner's document tools over HTTP, for an account's own tooling and
 //! scripts: the same calls the machine link carries, acting for the token's
-//! account (SPEC A1). A refusal is a 422 whose code is the refusal's.
+//! account (SPEC A1). A refusal is a 422 whose code is the refusal's, except
+//! a write to an archived document: `409 archived`, as for people (SPEC P3).
 
 use axum::extract::{Path, State};
 use axum::Json;
@@ -11,11 +12,14 @@ use margin_protocol::decisions::{
 
 use super::extract::{Caller, JsonBody};
 use super::{AppError, AppState};
-use crate::tools::{ToolError, Tools};
+use crate::tools::{ToolError, Tools, ARCHIVED};
 
 impl From<ToolError> for AppError {
     fn from(error: ToolError) -> Self {
         match error {
+            ToolError::Refused(refusal) if refusal.code == ARCHIVED => {
+                AppError::Archived(refusal.message)
+            }
             ToolError::Refused(refusal) => AppError::Tool(refusal),
             ToolError::Internal(detail) => AppError::Internal(detail),
         }

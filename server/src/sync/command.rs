@@ -44,6 +44,23 @@ pub enum Command {
         /// The revision the edit made and its outline, once committed.
         reply: EditReply,
     },
+    /// The document was archived or unarchived (SPEC P3): while archived,
+    /// every connection's edits are refused the way a viewer's are, and so
+    /// are the Planner's `edit_plan`s. The server's own mirror of cards
+    /// still goes through (a withdrawn question must show as cancelled).
+    Archive {
+        /// Archived now, or not.
+        archived: bool,
+        /// Answered once it is in force.
+        reply: oneshot::Sender<()>,
+    },
+    /// The document was deleted: close every connection with
+    /// [`margin_protocol::sync::close::DELETED`] and unload, writing nothing
+    /// more.
+    Delete {
+        /// Answered once every connection was told.
+        reply: oneshot::Sender<()>,
+    },
     /// Mirrors decision cards into the document for live editors.
     Project {
         /// `(card id, card JSON)` pairs.
@@ -75,6 +92,10 @@ pub enum EditRefused {
     /// An address or edit is wrong.
     #[error(transparent)]
     Edit(#[from] EditError),
+    /// The document is archived: nobody changes it until its owner
+    /// unarchives it.
+    #[error("the document is archived; nothing was changed (its owner can unarchive it)")]
+    Archived,
     /// The document could not be loaded or its task stopped.
     #[error("the document is unavailable: {0}")]
     Unavailable(String),
@@ -89,4 +110,7 @@ pub enum JoinRefused {
     /// The document could not be loaded; nothing was created in its place.
     #[error("document could not be loaded: {0}")]
     LoadFailed(String),
+    /// The document was deleted.
+    #[error("the document was deleted")]
+    Deleted,
 }

@@ -73,6 +73,10 @@ pub struct DocumentTask {
     revision: i64,
     members: HashMap<ConnId, Member>,
     compactor: Compactor,
+    /// Archived: edits are refused from everyone (SPEC P3).
+    archived: bool,
+    /// Deleted: unload at once and write nothing more.
+    deleted: bool,
 }
 
 /// Loads document `id` and runs its task until nobody is connected, storage
@@ -89,10 +93,10 @@ pub async fn run(
         let mut task =
             match DocumentTask::load(id.clone(), hub.store().clone(), hub.compaction()).await {
                 Ok(task) => task,
-                Err(cause) => {
-                    warn!(%cause, "document failed to load");
+                Err(refused) => {
+                    warn!(%refused, "document failed to load");
                     hub.forget(&id, &mailbox);
-                    refuse_all(&mut rx, JoinRefused::LoadFailed(cause)).await;
+                    refuse_all(&mut rx, refused).await;
                     return;
                 }
             };
@@ -122,6 +126,8 @@ async fn refuse_all(rx: &mut mpsc::Receiver<Command>, why: JoinRefused) {
             Command::Outline { .. }
             | Command::Edit { .. }
             | Command::Project { .. }
+            | Command::Archive { .. }
+            | Command::Delete { .. }
             | Command::Frame { .. }
             | Command::Leave { .. } => {}
         }
@@ -129,12 +135,14 @@ async fn refuse_all(rx: &mut mpsc::Receiver<Command>, why: JoinRefused) {
 }
 
 impl DocumentTask {
-    async fn load(id: String, store: Store, compaction: Compaction) -> Result<Self, String> {
-        let state = store
-            .load_state(&id, None)
-            .await
-            .map_err(|e| e.to_string())?;
-        let doc = rebuild(&state).map_err(|e| e.to_string())?;
+    async fn load(id: String, store: Store, compaction: Compaction) -> Result<Self, JoinRefused> {
+        let stored = |e: StorageError| match e {
+            StorageError::NotFound("document") => JoinRefused::Deleted,
+            other => JoinRefused::LoadFailed(other.to_string()),
+        };
+        let state = store.load_state(&id, None).await.map_err(stored)?;
+        let archived = store.is_archived(&id).await.map_err(stored)?;
+        let doc = rebuild(&state).map_err(|e| JoinRefused::LoadFailed(e.to_string()))?;
         let live = LiveOutline::new(&doc);
         Ok(DocumentTask {
             id,
@@ -144,6 +152,8 @@ impl DocumentTask {
             revision: state.revision,
             members: HashMap::new(),
             compactor: Compactor::new(compaction, state.updates.len() as u64),
+            archived,
+            deleted: false,
         })
     }
 
@@ -177,6 +187,11 @@ impl DocumentTask {
             for command in batch {
                 self.handle(command, &mut effects);
             }
+            if self.deleted {
+                // Nothing of this batch is committed or answered: the
+                // document is gone.
+                return;
+            }
             if let Err(cause) = self.publish(effects).await {
                 warn!(%cause, "storage failed; closing every connection");
                 self.close_all(close::INTERNAL, "storage failed; reconnect to resync");
@@ -190,6 +205,17 @@ impl DocumentTask {
 
     fn handle(&mut self, command: Command, effects: &mut Effects) {
         match command {
+            // A deleted document takes nobody in and no more changes; an
+            // edit's or projection's reply is dropped, as an unloading
+            // task's is.
+            Command::Join { conn, reply } if self.deleted => {
+                if reply.send(Err(JoinRefused::Deleted)).is_err() {
+                    conn.closer
+                        .close(close::DELETED, "the document was deleted");
+                }
+            }
+            Command::Edit { .. } | Command::Project { .. } | Command::Frame { .. }
+                if self.deleted => {}
             Command::Join { conn, reply } => {
                 let id = conn.id;
                 effects
@@ -226,6 +252,20 @@ impl DocumentTask {
                 debug!(conn, members = self.members.len(), "left");
             }
             Command::Outline { reply } => effects.outlines.push(reply),
+            Command::Archive { archived, reply } => {
+                self.archived = archived;
+                info!(archived, "archive state changed");
+                let _ = reply.send(());
+            }
+            Command::Delete { reply } => {
+                self.deleted = true;
+                self.close_all(close::DELETED, "the document was deleted");
+                info!("document deleted; closing its connections");
+                let _ = reply.send(());
+            }
+            Command::Edit { reply, .. } if self.archived => {
+                let _ = reply.send(Err(EditRefused::Archived));
+            }
             Command::Edit {
                 revision,
                 edits,
@@ -277,7 +317,7 @@ impl DocumentTask {
             // Frames that raced a close; the connection is already gone.
             return Ok(());
         };
-        let can_edit = member.conn.role.can_edit();
+        let can_edit = member.conn.role.can_edit() && !self.archived;
         let messages = frame::messages(data).map_err(|e| (close::MALFORMED, e.to_string()))?;
         for message in messages {
             match message {
@@ -303,10 +343,12 @@ impl DocumentTask {
                             effects.deltas.push((conn, delta));
                         }
                     } else if self.is_news(&update) {
-                        return Err((
-                            close::READ_ONLY,
-                            "read-only: viewers cannot edit this document".into(),
-                        ));
+                        let reason = if self.archived {
+                            "read-only: the document is archived"
+                        } else {
+                            "read-only: viewers cannot edit this document"
+                        };
+                        return Err((close::READ_ONLY, reason.into()));
                     }
                 }
                 Message::Awareness(update) => {
@@ -529,8 +571,12 @@ impl DocumentTask {
             .start(&self.store, &self.id, self.revision, state);
     }
 
-    /// Leaves storage compact on the way out.
+    /// Leaves storage compact on the way out (a deleted document has no
+    /// storage left to compact).
     async fn finish(&mut self) {
+        if self.deleted {
+            return;
+        }
         if self.compactor.in_flight() {
             self.compactor.wait().await;
         }

@@ -249,6 +249,40 @@ impl Hub {
         .await
     }
 
+    /// Puts document `id`'s archive state in force on its loaded task, if
+    /// any (SPEC P3). Storage must already say so: a task that loads later
+    /// reads it there.
+    pub async fn set_archived(&self, id: &str, archived: bool) {
+        let Some(mailbox) = self.loaded(id) else {
+            return;
+        };
+        let (reply, answer) = oneshot::channel();
+        if mailbox
+            .send(Command::Archive { archived, reply })
+            .await
+            .is_ok()
+        {
+            // No answer: the task was unloading, and the next one reads
+            // storage.
+            let _ = answer.await;
+        }
+    }
+
+    /// Document `id` was deleted from storage: closes its sync connections
+    /// ([`margin_protocol::sync::close::DELETED`]), unloads it without
+    /// writing, and forgets the Planner's reads of it.
+    pub async fn deleted(&self, id: &str) {
+        if let Some(mailbox) = self.loaded(id) {
+            let (reply, answer) = oneshot::channel();
+            if mailbox.send(Command::Delete { reply }).await.is_ok() {
+                let _ = answer.await;
+            }
+        }
+        if let Ok(mut reads) = self.inner.reads.lock() {
+            reads.pop(id);
+        }
+    }
+
     /// Asks `id`'s task something and waits for the answer, starting a task
     /// if needed. A task that was unloading drops the question unanswered
     /// (and nothing of it was done, or committed); it is then asked again of

@@ -9,7 +9,7 @@ use margin_protocol::sync::close;
 use margin_protocol::Role;
 use tracing::{debug, warn, Instrument};
 
-use super::command::Command;
+use super::command::{Command, JoinRefused};
 use super::hub::Hub;
 
 /// How long a close frame may wait behind a client that is not reading.
@@ -24,9 +24,11 @@ pub async fn serve(socket: WebSocket, hub: Hub, id: String, account: String, rol
             Ok(joined) => joined,
             Err(refused) => {
                 warn!(%refused, "join refused");
-                let _ = sink
-                    .send(close_message(close::INTERNAL, &refused.to_string()))
-                    .await;
+                let code = match refused {
+                    JoinRefused::Deleted => close::DELETED,
+                    _ => close::INTERNAL,
+                };
+                let _ = sink.send(close_message(code, &refused.to_string())).await;
                 return;
             }
         };

@@ -3,6 +3,7 @@
 
 mod harness;
 
+mod archive;
 mod connector;
 mod crash;
 mod decisions;

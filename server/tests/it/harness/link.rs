@@ -106,6 +106,37 @@ impl LinkClient {
         self.closed.clone().expect("closed without a close frame")
     }
 
+    /// Reads for `quiet`, answering heartbeats; returns every other message
+    /// that arrived meanwhile.
+    pub async fn collect_for(&mut self, quiet: Duration) -> Vec<ServerMessage> {
+        let deadline = tokio::time::Instant::now() + quiet;
+        let mut got = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return got;
+            }
+            match tokio::time::timeout(left, self.ws.next()).await {
+                Err(_) => return got,
+                Ok(Some(Ok(WsMessage::Text(text)))) => {
+                    match serde_json::from_str(&text).expect("server sent a malformed message") {
+                        ServerMessage::Heartbeat { seq } => {
+                            self.send_text(&format!(r#"{{"type":"heartbeat-ack","seq":{seq}}}"#))
+                                .await;
+                        }
+                        other => got.push(other),
+                    }
+                }
+                Ok(Some(Ok(WsMessage::Close(frame)))) => {
+                    self.closed = frame.map(|f| (u16::from(f.code), f.reason.to_string()));
+                    return got;
+                }
+                Ok(Some(Ok(_))) => {}
+                Ok(Some(Err(_)) | None) => return got,
+            }
+        }
+    }
+
     /// Reads for `quiet`, answering heartbeats; false if the link closed.
     pub async fn stays_open_answering(&mut self, quiet: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + quiet;
