@@ -153,7 +153,12 @@ impl Attempts {
         }
     }
 
-    /// The state of `attempt`.
+    /// The declared capacity: most attempts live at once.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The state of `attempt`, if it exists.
     pub fn state(&self, attempt: AttemptId) -> Option<AttemptState> {
         self.attempts.get(&attempt).map(|a| a.state)
     }
@@ -224,6 +229,17 @@ impl Attempts {
             AttemptState::CancelRequested,
         ];
         self.move_to(id, "be cancelled", &live, AttemptState::CancelRequested)
+    }
+
+    /// Sight of a live attempt was lost (its machine's link closed): it may
+    /// still be running, so it becomes `unknown` and keeps its slot.
+    pub fn handle_lost(&mut self, id: AttemptId) -> Result<(), AttemptError> {
+        let live = [
+            AttemptState::Launching,
+            AttemptState::Running,
+            AttemptState::CancelRequested,
+        ];
+        self.move_to(id, "be lost", &live, AttemptState::Unknown)
     }
 
     /// An end was observed. The same end twice is idempotent; a different

@@ -9,6 +9,14 @@
 //! document, is released after the idle period, counted from the end of its
 //! last activity (P3).
 //!
+//! Runs (SPEC R1, R2, T4): each report names an attempt of its run (from 1).
+//! Attempts go through the strict [`Attempts`] state machine, and a
+//! session keeps at most its declared run capacity live at once. A report
+//! about an older attempt than the run's newest is recorded for that attempt
+//! but never repaints the run. A run is announced stopped only when a
+//! confirmed Stop ended it; when the session ends any other way its live
+//! runs become unknown — nothing proves their work stopped (P4).
+//!
 //! Call order: feed events with the `handle_*` methods (each takes `now` and
 //! returns the [`Effect`]s to carry out), ask [`Session::poll_timeout`] when
 //! to call back, and call [`Session::handle_timeout`] then. After a release
@@ -16,7 +24,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::attempt::{AttemptId, Attempts, Ending};
 use crate::ids::{Millis, RequestId, RunId, TurnId};
+
+/// Most runs a session keeps live at once unless its machine declares
+/// another capacity.
+pub const DEFAULT_RUN_CAPACITY: usize = 8;
 
 /// `PLANNER_IDLE_MS` by default: 30 minutes.
 pub const DEFAULT_IDLE: Millis = Millis::minutes(30);
@@ -71,6 +84,8 @@ pub enum ReleaseTrigger {
 pub enum ReleaseReason {
     /// An explicit act.
     Trigger(ReleaseTrigger),
+    /// The link of a machine that did not ask to resume closed (SPEC L1).
+    LinkClosed,
     /// No reply, question or run, nobody viewing, for the idle period.
     Idle,
 }
@@ -93,6 +108,14 @@ pub enum Effect {
     PublishReply(TurnId),
     /// Announce that the turn's reply was withheld; never publish its text.
     AnnounceWithheld(TurnId),
+    /// A live run ended with the session without a confirmed stop: its
+    /// work may still be going on (R2). `after` is its age so far.
+    RunUnknown {
+        /// The run.
+        run: RunId,
+        /// How long it had been live.
+        after: Millis,
+    },
     /// A live run stopped with the session; `after` is its true age (P4).
     RunStopped {
         /// The run.
@@ -106,12 +129,57 @@ pub enum Effect {
     Released(ReleaseReason),
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Run {
     status: RunStatus,
+    /// When its newest attempt was first reported.
     started: Millis,
     ended: Option<Millis>,
+    /// The newest attempt reported.
+    attempt: u32,
+    /// Each reported attempt's record in the session's [`Attempts`].
+    attempts: BTreeMap<u32, AttemptId>,
 }
+
+/// Why a run report was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunRefusal {
+    /// Attempts are numbered from 1.
+    NoAttemptZero,
+    /// Starting another attempt would exceed the declared capacity; nothing
+    /// changed.
+    CapacityFull {
+        /// The capacity.
+        capacity: usize,
+    },
+    /// The report is about an older attempt than the run's newest: an end it
+    /// reports frees that attempt's slot, but the run keeps the newer
+    /// attempt's state (T4).
+    Superseded {
+        /// The attempt reported.
+        attempt: u32,
+        /// The run's newest attempt.
+        newest: u32,
+    },
+}
+
+impl std::fmt::Display for RunRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunRefusal::NoAttemptZero => f.write_str("attempts are numbered from 1"),
+            RunRefusal::CapacityFull { capacity } => write!(
+                f,
+                "the session already has {capacity} live run attempts, its declared capacity"
+            ),
+            RunRefusal::Superseded { attempt, newest } => write!(
+                f,
+                "attempt {attempt} is older than the run's attempt {newest}; the run keeps the newer state"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RunRefusal {}
 
 /// A run as a card shows it (SPEC R1).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -130,6 +198,7 @@ pub struct Session {
     idle_after: Millis,
     replying: Option<TurnId>,
     runs: BTreeMap<RunId, Run>,
+    attempts: Attempts,
     requests: BTreeSet<RequestId>,
     viewers: usize,
     /// The end of the last activity (or the last viewer leaving): idle time
@@ -145,11 +214,19 @@ impl Session {
             idle_after,
             replying: None,
             runs: BTreeMap::new(),
+            attempts: Attempts::new(DEFAULT_RUN_CAPACITY),
             requests: BTreeSet::new(),
             viewers: 0,
             quiet_since: now,
             released: None,
         }
+    }
+
+    /// The same session with room for `capacity` live run attempts (the
+    /// machine's declaration; R2).
+    pub fn with_run_capacity(mut self, capacity: usize) -> Self {
+        self.attempts = Attempts::new(capacity);
+        self
     }
 
     /// Whether the session is replying, owns a live run or waits on a
@@ -210,27 +287,83 @@ impl Session {
         vec![effect]
     }
 
-    /// The Planner reported `run` with `status`.
-    pub fn handle_run(&mut self, run: RunId, status: RunStatus, now: Millis) -> Vec<Effect> {
+    /// The Planner reported `attempt` of `run` with `status` (R1, R2, T4).
+    pub fn handle_run(
+        &mut self,
+        run: RunId,
+        attempt: u32,
+        status: RunStatus,
+        now: Millis,
+    ) -> Result<Vec<Effect>, RunRefusal> {
         if self.released.is_some() {
-            return Vec::new();
+            return Ok(Vec::new());
         }
-        let entry = self.runs.entry(run).or_insert(Run {
-            status,
-            started: now,
-            ended: None,
-        });
-        // A run that has ended stays ended: a late report never revives it.
-        if entry.status.is_live() {
-            entry.status = status;
-            if !status.is_live() {
-                entry.ended = Some(now);
+        if attempt == 0 {
+            return Err(RunRefusal::NoAttemptZero);
+        }
+        let attempts = &mut self.attempts;
+        match self.runs.get_mut(&run) {
+            Some(known) if attempt < known.attempt => {
+                if let (Some(id), Some(ending)) = (known.attempts.get(&attempt), ending(status)) {
+                    // Frees its slot; the run is not repainted.
+                    let _ = attempts.handle_ended(*id, ending);
+                }
+                return Err(RunRefusal::Superseded {
+                    attempt,
+                    newest: known.attempt,
+                });
+            }
+            Some(known) if attempt == known.attempt => {
+                // An attempt that has ended stays ended: a late report
+                // never revives it.
+                if known.status.is_live() {
+                    known.status = status;
+                    if let (Some(id), Some(ending)) = (known.attempts.get(&attempt), ending(status))
+                    {
+                        end(attempts, *id, ending);
+                        known.ended = Some(now);
+                    }
+                }
+            }
+            known => {
+                let id =
+                    attempts
+                        .handle_prepare(run.clone())
+                        .map_err(|_| RunRefusal::CapacityFull {
+                            capacity: attempts.capacity(),
+                        })?;
+                let _ = attempts.handle_launch(id);
+                let _ = attempts.handle_started(id);
+                let mut earlier = known
+                    .map(|k| std::mem::take(&mut k.attempts))
+                    .unwrap_or_default();
+                earlier.insert(attempt, id);
+                let ended = ending(status).map(|ending| {
+                    end(attempts, id, ending);
+                    now
+                });
+                self.runs.insert(
+                    run,
+                    Run {
+                        status,
+                        started: now,
+                        ended,
+                        attempt,
+                        attempts: earlier,
+                    },
+                );
             }
         }
         if !status.is_live() {
             self.quiet_since = self.quiet_since.max(now);
         }
-        Vec::new()
+        Ok(Vec::new())
+    }
+
+    /// The link of a machine that did not ask to resume closed: the session
+    /// ends, and its live runs become unknown.
+    pub fn handle_link_closed(&mut self, now: Millis) -> Vec<Effect> {
+        self.release(ReleaseReason::LinkClosed, now)
     }
 
     /// A question the Planner asked opened.
@@ -289,14 +422,32 @@ impl Session {
         }
         self.released = Some(reason);
         self.replying = None;
+        // Only a Stop the machine confirmed proves the work stopped (P4).
+        let confirmed = reason == ReleaseReason::Trigger(ReleaseTrigger::Stop);
         let mut effects: Vec<Effect> = Vec::new();
         for (id, run) in &mut self.runs {
-            if run.status.is_live() {
+            if !run.status.is_live() {
+                continue;
+            }
+            let after = now.since(run.started);
+            run.ended = Some(now);
+            let newest = run.attempts.get(&run.attempt).copied();
+            if confirmed {
                 run.status = RunStatus::Stopped;
-                run.ended = Some(now);
+                if let Some(attempt) = newest {
+                    end(&mut self.attempts, attempt, Ending::Interrupted);
+                }
                 effects.push(Effect::RunStopped {
                     run: id.clone(),
-                    after: now.since(run.started),
+                    after,
+                });
+            } else {
+                if let Some(attempt) = newest {
+                    let _ = self.attempts.handle_lost(attempt);
+                }
+                effects.push(Effect::RunUnknown {
+                    run: id.clone(),
+                    after,
                 });
             }
         }
@@ -307,5 +458,24 @@ impl Session {
         );
         effects.push(Effect::Released(reason));
         effects
+    }
+}
+
+/// The attempt ending a terminal status reports; none for a live one.
+fn ending(status: RunStatus) -> Option<Ending> {
+    match status {
+        RunStatus::Running | RunStatus::Paused => None,
+        RunStatus::Completed => Some(Ending::Completed),
+        RunStatus::Failed => Some(Ending::Failed),
+        RunStatus::Stopped => Some(Ending::Interrupted),
+    }
+}
+
+/// Ends an attempt by the Planner's report, accepting a completed result.
+/// The newest attempt is never obsolete, so acceptance cannot be refused.
+fn end(attempts: &mut Attempts, attempt: AttemptId, ending: Ending) {
+    let _ = attempts.handle_ended(attempt, ending);
+    if ending == Ending::Completed {
+        let _ = attempts.handle_accept(attempt);
     }
 }

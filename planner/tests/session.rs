@@ -1,8 +1,8 @@
 //! Session lifecycle on a virtual clock (SPEC P1–P4).
 
 use margin_planner::{
-    Effect, Millis, ReleaseReason, ReleaseTrigger, ReplyOutcome, RequestId, RunId, RunStatus,
-    Session, TurnId, DEFAULT_IDLE,
+    Effect, Millis, ReleaseReason, ReleaseTrigger, ReplyOutcome, RequestId, RunId, RunRefusal,
+    RunStatus, Session, TurnId, DEFAULT_IDLE,
 };
 use pretty_assertions::assert_eq;
 
@@ -54,8 +54,16 @@ impl Sim {
     }
 
     fn run(&mut self, run: &str, status: RunStatus) {
-        let effects = self.session.handle_run(RunId::from(run), status, self.now);
+        self.attempt(run, 1, status)
+            .expect("the report is accepted");
+    }
+
+    fn attempt(&mut self, run: &str, attempt: u32, status: RunStatus) -> Result<(), RunRefusal> {
+        let effects = self
+            .session
+            .handle_run(RunId::from(run), attempt, status, self.now)?;
         self.effects.extend(effects);
+        Ok(())
     }
 
     fn ask(&mut self, request: &str) {
@@ -257,4 +265,104 @@ fn run_cards_show_the_true_age_and_freeze_it_when_the_run_ends() {
         (cards[0].status, cards[0].age.whole_minutes()),
         (RunStatus::Completed, 12)
     );
+}
+
+fn run_cards(sim: &Sim) -> Vec<(String, RunStatus)> {
+    sim.session
+        .runs(sim.now)
+        .into_iter()
+        .map(|card| (card.run.0, card.status))
+        .collect()
+}
+
+#[test]
+fn a_run_beyond_the_declared_capacity_is_refused_and_changes_nothing() {
+    let mut sim = Sim::new();
+    sim.session = Session::new(Millis(0), DEFAULT_IDLE).with_run_capacity(2);
+    sim.run("a", RunStatus::Running);
+    sim.run("b", RunStatus::Paused);
+    assert_eq!(
+        sim.attempt("c", 1, RunStatus::Running),
+        Err(RunRefusal::CapacityFull { capacity: 2 })
+    );
+    assert_eq!(run_cards(&sim).len(), 2);
+    // An ended run frees its slot.
+    sim.run("a", RunStatus::Completed);
+    sim.run("c", RunStatus::Running);
+    assert_eq!(
+        run_cards(&sim),
+        [
+            ("a".to_owned(), RunStatus::Completed),
+            ("b".to_owned(), RunStatus::Paused),
+            ("c".to_owned(), RunStatus::Running)
+        ]
+    );
+}
+
+#[test]
+fn a_late_report_of_an_older_attempt_never_repaints_the_run_but_frees_its_slot() {
+    let mut sim = Sim::new();
+    sim.session = Session::new(Millis(0), DEFAULT_IDLE).with_run_capacity(2);
+    sim.run("deploy", RunStatus::Running);
+    sim.wait(3);
+    sim.attempt("deploy", 2, RunStatus::Running).unwrap();
+    // Attempt 1 still holds a slot: it may be running.
+    assert_eq!(
+        sim.attempt("other", 1, RunStatus::Running),
+        Err(RunRefusal::CapacityFull { capacity: 2 })
+    );
+    assert_eq!(
+        sim.attempt("deploy", 1, RunStatus::Failed),
+        Err(RunRefusal::Superseded {
+            attempt: 1,
+            newest: 2
+        })
+    );
+    assert_eq!(run_cards(&sim), [("deploy".to_owned(), RunStatus::Running)]);
+    sim.run("other", RunStatus::Running);
+    assert_eq!(
+        sim.session.runs(sim.now)[0].age,
+        Millis(0),
+        "attempt 2's age"
+    );
+    assert_eq!(
+        sim.attempt("deploy", 0, RunStatus::Running),
+        Err(RunRefusal::NoAttemptZero)
+    );
+}
+
+#[test]
+fn a_session_ended_without_a_confirmed_stop_calls_its_live_runs_unknown_not_stopped() {
+    for end in [
+        Some(ReleaseTrigger::MachineRevoked),
+        Some(ReleaseTrigger::DocumentArchived),
+        None,
+    ] {
+        let mut sim = Sim::new();
+        sim.run("build", RunStatus::Running);
+        sim.run("done", RunStatus::Completed);
+        sim.wait(12);
+        match end {
+            Some(trigger) => sim.release(trigger),
+            None => {
+                let effects = sim.session.handle_link_closed(sim.now);
+                sim.effects.extend(effects);
+            }
+        }
+        assert!(
+            !sim.effects
+                .iter()
+                .any(|e| matches!(e, Effect::RunStopped { .. })),
+            "{end:?}: {:?}",
+            sim.effects
+        );
+        assert_eq!(
+            sim.effects[0],
+            Effect::RunUnknown {
+                run: RunId::from("build"),
+                after: Millis::minutes(12)
+            },
+            "{end:?}"
+        );
+    }
 }

@@ -15,6 +15,7 @@
 //! assert_eq!(hello, ClientMessage::Hello {
 //!     protocol_version: PROTOCOL_VERSION,
 //!     features: vec!["resumable-sessions".into()],
+//!     run_capacity: None,
 //! });
 //! let ack = serde_json::to_string(&ServerMessage::Heartbeat { seq: 7 }).unwrap();
 //! assert_eq!(ack, r#"{"type":"heartbeat","seq":7}"#);
@@ -34,6 +35,9 @@ pub const MAX_FEATURES: usize = 32;
 /// Longest feature name, in bytes.
 pub const MAX_FEATURE_BYTES: usize = 64;
 
+/// Largest run capacity a `hello` may declare.
+pub const MAX_RUN_CAPACITY: u32 = 64;
+
 /// A message from a machine.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
@@ -46,6 +50,10 @@ pub enum ClientMessage {
         /// unknown ones are ignored and not echoed back.
         #[serde(default)]
         features: Vec<String>,
+        /// Most run attempts each session keeps live at once (1–64;
+        /// default 8, SPEC R2). A `run` that would start one more is refused.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        run_capacity: Option<u32>,
     },
     /// Answers a `heartbeat`.
     HeartbeatAck {
@@ -82,6 +90,11 @@ pub enum ClientMessage {
         name: String,
         /// Its status now.
         status: RunStatus,
+        /// Which attempt of the run this is about, from 1 (default 1). A
+        /// higher number starts a new attempt; a report about an older
+        /// attempt than the newest never repaints the run (SPEC R2, T4).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt: Option<u32>,
     },
     /// Confirms a `stop`: the session's work has stopped.
     Stopped {
@@ -302,8 +315,27 @@ mod tests {
             ClientMessage::Hello {
                 protocol_version: 1,
                 features: vec!["resumable-sessions".into()],
+                run_capacity: None,
             },
             r#"{"type":"hello","protocol_version":1,"features":["resumable-sessions"]}"#,
+        );
+        round_trip(
+            ClientMessage::Hello {
+                protocol_version: 1,
+                features: vec![],
+                run_capacity: Some(2),
+            },
+            r#"{"type":"hello","protocol_version":1,"features":[],"run_capacity":2}"#,
+        );
+        round_trip(
+            ClientMessage::Run {
+                session: "s".into(),
+                run: "deploy".into(),
+                name: "Deploy".into(),
+                status: RunStatus::Running,
+                attempt: Some(2),
+            },
+            r#"{"type":"run","session":"s","run":"deploy","name":"Deploy","status":"running","attempt":2}"#,
         );
         round_trip(
             ClientMessage::HeartbeatAck { seq: 3 },

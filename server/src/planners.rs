@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use margin_planner::reply::{judge, repaired, Verdict};
 use margin_planner::{
-    Effect, Millis, ReleaseReason, ReleaseTrigger, ReplyOutcome, RequestId, RunId, RunStatus,
-    Session, Steering, TurnId,
+    Effect, Millis, ReleaseReason, ReleaseTrigger, ReplyOutcome, RequestId, RunId, RunRefusal,
+    RunStatus, Session, Steering, TurnId,
 };
 use margin_protocol::chat::{ChatKind, ChatMessageView, MAX_CHAT_BYTES};
 use margin_protocol::decisions::{AnswerBody, CaptureStatus, OpenDecisionsOutput, ToolRefusal};
@@ -101,7 +101,8 @@ struct Turn {
 struct Released {
     session: String,
     link: Link,
-    /// Its live runs, stopped with it: name and true age (P4).
+    /// Its runs that were live: name and age. Stopped with it only when the
+    /// trigger was a confirmed Stop; otherwise their state is unknown (P4).
     runs: Vec<(String, Millis)>,
     /// Its questions (card ids), to withdraw.
     questions: Vec<String>,
@@ -121,7 +122,7 @@ fn release(
     let mut questions = Vec::new();
     for effect in planner.lifecycle.handle_release(trigger, now) {
         match effect {
-            Effect::RunStopped { run, after } => {
+            Effect::RunStopped { run, after } | Effect::RunUnknown { run, after } => {
                 let name = planner.run_names.remove(&run.0).unwrap_or(run.0);
                 runs.push((name, after));
             }
@@ -196,8 +197,9 @@ impl Planners {
                         document.to_owned(),
                         DocumentPlanner {
                             session: Uuid::new_v4().to_string(),
+                            lifecycle: Session::new(now, self.inner.idle)
+                                .with_run_capacity(link.run_capacity),
                             link,
-                            lifecycle: Session::new(now, self.inner.idle),
                             steering: Steering::default(),
                             turn: None,
                             run_names: HashMap::new(),
@@ -399,6 +401,7 @@ impl Planners {
         run: String,
         name: String,
         status: LinkRunStatus,
+        attempt: Option<u32>,
     ) -> Option<ServerMessage> {
         if run.is_empty() || run.len() > 128 || name.trim().is_empty() || name.len() > 200 {
             return Some(refusal(
@@ -418,9 +421,24 @@ impl Planners {
             LinkRunStatus::Failed => RunStatus::Failed,
             LinkRunStatus::Stopped => RunStatus::Stopped,
         };
-        planner.run_names.entry(run.clone()).or_insert(name);
-        let _ = planner.lifecycle.handle_run(RunId(run), status, now);
-        None
+        let attempt = attempt.unwrap_or(1);
+        match planner
+            .lifecycle
+            .handle_run(RunId(run.clone()), attempt, status, now)
+        {
+            Ok(_) => {
+                planner.run_names.entry(run).or_insert(name);
+                None
+            }
+            Err(refused) => {
+                let code = match refused {
+                    RunRefusal::NoAttemptZero => "malformed_message",
+                    RunRefusal::CapacityFull { .. } => "run_capacity",
+                    RunRefusal::Superseded { .. } => "superseded_attempt",
+                };
+                Some(refusal(code, format!("run {run:?}: {refused}")))
+            }
+        }
     }
 
     /// A member pressed Stop: the machine is asked, and Chat says it was
@@ -642,7 +660,8 @@ impl Planners {
     /// arrives with `resumable-sessions`). A turn cut short says so.
     pub async fn link_closed(&self, link: &Link) {
         self.ended().sessions.retain(|_, id| *id != link.id);
-        let ended: Vec<(String, bool, Vec<String>)> = {
+        let now = self.now();
+        let ended: Vec<(String, bool, Vec<String>, Vec<String>)> = {
             let mut planners = self.lock();
             let gone: Vec<String> = planners
                 .iter()
@@ -651,31 +670,35 @@ impl Planners {
                 .collect();
             gone.into_iter()
                 .filter_map(|document| {
-                    let planner = planners.remove(&document)?;
+                    let mut planner = planners.remove(&document)?;
+                    let mut unknown = Vec::new();
+                    for effect in planner.lifecycle.handle_link_closed(now) {
+                        if let Effect::RunUnknown { run, .. } = effect {
+                            unknown.push(planner.run_names.remove(&run.0).unwrap_or(run.0));
+                        }
+                    }
                     let questions = planner.requests.into_iter().collect();
-                    Some((document, planner.turn.is_some(), questions))
+                    Some((document, planner.turn.is_some(), questions, unknown))
                 })
                 .collect()
         };
-        let mut cut = Vec::new();
-        for (document, in_turn, questions) in ended {
+        for (document, in_turn, questions, unknown) in ended {
             // The session's questions end with it: nobody is left to read
             // the answers.
             self.withdraw(&document, questions).await;
+            let mut lines = Vec::new();
             if in_turn {
-                cut.push(document);
+                lines.push(
+                    "The Planner disconnected during its turn; its reply was not posted."
+                        .to_owned(),
+                );
             }
-        }
-        for document in cut {
-            let line =
-                "The Planner disconnected during its turn; its reply was not posted.".to_owned();
-            let outcome = Outcome {
-                chat: vec![(SYSTEM_AUTHOR, ChatKind::System, line)],
-                send: None,
-            };
-            if let Err(error) = self.carry_out(&document, outcome).await {
-                warn!(%error, "chat write failed");
-            }
+            // Nothing says these runs stopped: say so rather than call them
+            // stopped (SPEC R2, P4).
+            lines.extend(unknown.into_iter().map(|name| {
+                format!("{name} was live when the Planner disconnected; whether it stopped is not known.")
+            }));
+            self.system_lines(&document, lines).await;
         }
     }
 

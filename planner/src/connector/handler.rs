@@ -65,14 +65,40 @@ impl SessionHandle {
     }
 
     /// Reports a run of this session and its status now (SPEC R1). A live
-    /// (running or paused) run keeps the session in use.
+    /// (running or paused) run keeps the session in use. The server refuses
+    /// a report that would exceed the declared run capacity (a `refusal`
+    /// with code `run_capacity`, logged by the SDK).
     pub async fn run(&self, run: &str, name: &str, status: RunStatus) -> Result<(), ToolError> {
+        self.report(run, None, name, status).await
+    }
+
+    /// Reports `attempt` (from 1) of a run: a higher number than before
+    /// starts a new attempt, and a late report about an older one never
+    /// repaints the run (SPEC R2, T4).
+    pub async fn run_attempt(
+        &self,
+        run: &str,
+        attempt: u32,
+        name: &str,
+        status: RunStatus,
+    ) -> Result<(), ToolError> {
+        self.report(run, Some(attempt), name, status).await
+    }
+
+    async fn report(
+        &self,
+        run: &str,
+        attempt: Option<u32>,
+        name: &str,
+        status: RunStatus,
+    ) -> Result<(), ToolError> {
         self.calls
             .send(ClientMessage::Run {
                 session: self.id.clone(),
                 run: run.to_owned(),
                 name: name.to_owned(),
                 status,
+                attempt,
             })
             .await
     }

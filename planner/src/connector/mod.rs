@@ -47,6 +47,7 @@ pub struct Connector {
     server: String,
     credential: String,
     resumable: bool,
+    run_capacity: Option<u32>,
 }
 
 /// Why a link could not be opened.
@@ -86,7 +87,15 @@ impl Connector {
             server: server.into(),
             credential: credential.into(),
             resumable: true,
+            run_capacity: None,
         }
+    }
+
+    /// Declares the most run attempts each session keeps live at once
+    /// (1–64; the server's default is 8, SPEC R2).
+    pub fn run_capacity(mut self, capacity: u32) -> Self {
+        self.run_capacity = Some(capacity);
+        self
     }
 
     /// `resumable: false` opts out of `resumable-sessions` (SPEC L1): a drop
@@ -136,6 +145,7 @@ impl Connector {
         let hello = ClientMessage::Hello {
             protocol_version: PROTOCOL_VERSION,
             features: self.features(),
+            run_capacity: self.run_capacity,
         };
         ws.send(Message::Text(link::encode(&hello).into())).await?;
         loop {

@@ -51,6 +51,9 @@ pub struct Link {
     pub id: u64,
     /// The machine.
     pub machine: Machine,
+    /// Most run attempts each of its sessions keeps live at once, as its
+    /// `hello` declared (SPEC R2).
+    pub run_capacity: usize,
     outbox: mpsc::Sender<ServerMessage>,
     closer: Closer,
 }
@@ -110,11 +113,17 @@ impl Links {
 
     /// Registers a link of `machine` once its `hello` is accepted; returns
     /// it and the messages to write to it.
-    pub fn open(&self, machine: &Machine, closer: Closer) -> (Link, mpsc::Receiver<ServerMessage>) {
+    pub fn open(
+        &self,
+        machine: &Machine,
+        run_capacity: usize,
+        closer: Closer,
+    ) -> (Link, mpsc::Receiver<ServerMessage>) {
         let (outbox, rx) = mpsc::channel(LINK_OUTBOX);
         let link = Link {
             id: self.inner.next.fetch_add(1, Ordering::Relaxed),
             machine: machine.clone(),
+            run_capacity,
             outbox,
             closer,
         };

@@ -8,7 +8,7 @@ use axum::extract::ws::{Message, WebSocket};
 use futures_util::{SinkExt, StreamExt};
 use margin_protocol::link::{
     close, Capabilities, ClientMessage, ServerMessage, MAX_FEATURES, MAX_FEATURE_BYTES,
-    PROTOCOL_VERSION,
+    MAX_RUN_CAPACITY, PROTOCOL_VERSION,
 };
 use tokio::time::{interval_at, Instant, MissedTickBehavior};
 use tracing::{debug, info, Instrument};
@@ -58,7 +58,7 @@ pub async fn serve(socket: WebSocket, links: Links, planners: Planners, machine:
                 return;
             };
             match hello(&first) {
-                Ok(features) => {
+                Ok((features, run_capacity)) => {
                     let welcome = ServerMessage::Welcome {
                         protocol_version: PROTOCOL_VERSION,
                         machine: machine.name.clone(),
@@ -68,7 +68,7 @@ pub async fn serve(socket: WebSocket, links: Links, planners: Planners, machine:
                         return;
                     }
                     info!("machine linked");
-                    opened = Some(links.open(&machine, closer.clone()));
+                    opened = Some(links.open(&machine, run_capacity, closer.clone()));
                 }
                 Err((code, message)) => {
                     let _ = send(&mut sink, &refusal(code, message.clone())).await;
@@ -146,8 +146,8 @@ pub async fn serve(socket: WebSocket, links: Links, planners: Planners, machine:
                                 let result = planners.tool_call(link, session, turn, call_id, &name, arguments).await;
                                 if send(&mut sink, &result).await.is_err() { return; }
                             }
-                            Ok(ClientMessage::Run { session, run, name, status }) => {
-                                if let Some(refusal) = planners.run(link, &session, run, name, status) {
+                            Ok(ClientMessage::Run { session, run, name, status, attempt }) => {
+                                if let Some(refusal) = planners.run(link, &session, run, name, status, attempt) {
                                     if send(&mut sink, &refusal).await.is_err() { return; }
                                 }
                             }
@@ -197,11 +197,13 @@ async fn next_text(stream: &mut futures_util::stream::SplitStream<WebSocket>) ->
 }
 
 /// Checks a `hello`; returns the features granted, or a refusal.
-fn hello(text: &str) -> Result<Vec<String>, (&'static str, String)> {
+/// Checks a `hello`; the features granted and the declared run capacity.
+fn hello(text: &str) -> Result<(Vec<String>, usize), (&'static str, String)> {
     match parse(text) {
         Ok(ClientMessage::Hello {
             protocol_version,
             features,
+            run_capacity,
         }) => {
             if protocol_version != PROTOCOL_VERSION {
                 return Err((
@@ -219,8 +221,17 @@ fn hello(text: &str) -> Result<Vec<String>, (&'static str, String)> {
                     format!("hello lists at most {MAX_FEATURES} features of 1 to {MAX_FEATURE_BYTES} bytes"),
                 ));
             }
+            let run_capacity = run_capacity.unwrap_or(margin_planner::DEFAULT_RUN_CAPACITY as u32);
+            if !(1..=MAX_RUN_CAPACITY).contains(&run_capacity) {
+                return Err((
+                    "invalid_hello",
+                    format!(
+                        "run_capacity is 1 to {MAX_RUN_CAPACITY}; the machine sent {run_capacity}"
+                    ),
+                ));
+            }
             // No optional feature is offered yet; unknown ones are ignored.
-            Ok(Vec::new())
+            Ok((Vec::new(), run_capacity as usize))
         }
         Ok(_) => Err(("hello_expected", "the first message must be hello".into())),
         Err((_, message)) => Err((

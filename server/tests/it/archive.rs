@@ -177,6 +177,7 @@ impl Scene {
             run: "r1".into(),
             name: "plan-review".into(),
             status: margin_protocol::link::RunStatus::Running,
+            attempt: None,
         })
         .await;
         let question = json!({"revision": read["revision"], "card": {"key": "launch-date",

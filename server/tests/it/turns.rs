@@ -260,6 +260,7 @@ on_both_backends! {
             run: "r1".into(),
             name: "plan-review".into(),
             status: margin_protocol::link::RunStatus::Running,
+            attempt: None,
         })
         .await;
         reply(&mut planner, &session, &turn, "Reviewing.").await;
@@ -298,6 +299,7 @@ on_both_backends! {
             run: "r1".into(),
             name: "x".into(),
             status: margin_protocol::link::RunStatus::Running,
+            attempt: None,
         })
         .await;
         let refused = planner.next_work().await;
@@ -450,5 +452,110 @@ on_both_backends! {
         reply(&mut planner, &session, &turn, "Asked.").await;
         s.chat_len(2).await;
         assert!(!bound_becomes(&s, false, std::time::Duration::from_millis(1500)).await);
+    }
+}
+
+/// Reports `attempt` of `run` with `status`.
+async fn report(
+    link: &mut LinkClient,
+    session: &str,
+    run: &str,
+    attempt: u32,
+    status: margin_protocol::link::RunStatus,
+) {
+    link.send_message(&ClientMessage::Run {
+        session: session.into(),
+        run: run.into(),
+        name: format!("{run} job"),
+        status,
+        attempt: Some(attempt),
+    })
+    .await;
+}
+
+/// The planner view's runs as (run, status) pairs.
+async fn run_cards(s: &Scene) -> Vec<(String, String)> {
+    let (_, view) = s
+        .server
+        .get(Some(&s.token), &format!("/documents/{}/planner", s.doc))
+        .await;
+    view["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["run"].as_str().unwrap().to_owned(),
+                r["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+on_both_backends! {
+    async fn a_run_beyond_the_capacity_the_machine_declared_is_refused_and_not_shown(db) {
+        use margin_protocol::link::RunStatus::*;
+        let s = Scene::new(&db).await;
+        let (_, paired) = s.server.post(Some(&s.token), "/machines", json!({"name": "laptop"})).await;
+        let mut planner = LinkClient::connect(s.server.addr, paired["credential"].as_str().unwrap()).await.unwrap();
+        planner.send_text(r#"{"type":"hello","protocol_version":1,"features":[],"run_capacity":1}"#).await;
+        assert!(matches!(planner.next().await, Some(ServerMessage::Welcome { .. })));
+        s.say("@planner build both").await;
+        let (session, _, _, _) = invoked(&mut planner).await;
+        report(&mut planner, &session, "a", 1, Running).await;
+        report(&mut planner, &session, "b", 1, Running).await;
+        let refused = planner.next_work().await;
+        assert!(matches!(refused, Some(ServerMessage::Refusal { ref code, ref message, .. })
+            if code == "run_capacity" && message.contains("\"b\"")), "{refused:?}");
+        assert_eq!(run_cards(&s).await, [("a".to_owned(), "running".to_owned())]);
+        // When a ends, b has room.
+        report(&mut planner, &session, "a", 1, Completed).await;
+        report(&mut planner, &session, "b", 1, Running).await;
+        for _ in 0..500 {
+            if run_cards(&s).await.len() == 2 { break; }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(run_cards(&s).await, [("a".to_owned(), "completed".to_owned()), ("b".to_owned(), "running".to_owned())]);
+    }
+
+    async fn a_late_result_of_an_older_attempt_never_repaints_the_run_card(db) {
+        use margin_protocol::link::RunStatus::*;
+        let s = Scene::new(&db).await;
+        let mut planner = s.planner().await;
+        s.say("@planner deploy").await;
+        let (session, _, _, _) = invoked(&mut planner).await;
+        report(&mut planner, &session, "deploy", 1, Running).await;
+        report(&mut planner, &session, "deploy", 2, Running).await;
+        report(&mut planner, &session, "deploy", 1, Failed).await;
+        let refused = planner.next_work().await;
+        assert!(matches!(refused, Some(ServerMessage::Refusal { ref code, .. }) if code == "superseded_attempt"), "{refused:?}");
+        assert_eq!(run_cards(&s).await, [("deploy".to_owned(), "running".to_owned())]);
+    }
+
+    async fn hello_with_a_run_capacity_out_of_bounds_is_refused(db) {
+        let s = Scene::new(&db).await;
+        let (_, paired) = s.server.post(Some(&s.token), "/machines", json!({"name": "laptop"})).await;
+        for capacity in [0, 65] {
+            let mut planner = LinkClient::connect(s.server.addr, paired["credential"].as_str().unwrap()).await.unwrap();
+            planner.send_text(&format!(r#"{{"type":"hello","protocol_version":1,"run_capacity":{capacity}}}"#)).await;
+            let refused = planner.next().await;
+            assert!(matches!(refused, Some(ServerMessage::Refusal { ref code, ref message, .. })
+                if code == "invalid_hello" && message.contains("run_capacity")), "{refused:?}");
+        }
+    }
+
+    async fn a_link_that_closes_under_a_live_run_says_its_state_is_unknown_not_stopped(db) {
+        use margin_protocol::link::RunStatus::*;
+        let s = Scene::new(&db).await;
+        let mut planner = s.planner().await;
+        s.say("@planner build").await;
+        let (session, turn, _, _) = invoked(&mut planner).await;
+        report(&mut planner, &session, "build", 1, Running).await;
+        reply(&mut planner, &session, &turn, "Building.").await;
+        s.chat_len(2).await;
+        drop(planner);
+        let chat = s.chat_len(3).await;
+        assert_eq!(chat[2], (ChatKind::System, "build job was live when the Planner disconnected; whether it stopped is not known.".to_owned()));
+        assert!(!chat.iter().any(|(_, text)| text.contains("stopped after")), "{chat:?}");
     }
 }
