@@ -17,6 +17,16 @@
 //! confirmed Stop ended it; when the session ends any other way its live
 //! runs become unknown — nothing proves their work stopped (P4).
 //!
+//! Links (SPEC L2, L4, L5, L7): when a resumable link drops unexpectedly, a
+//! session in use is kept **with no deadline** — no timer, the idle period
+//! included, ends it while its machine is away. A detached link, or a drop
+//! with nothing to keep, only leases the session for the attach grace.
+//! Answers to questions are delivered while linked and held while away; an
+//! answer stays with the session until the machine acknowledges it, and is
+//! sent again when the machine comes back. A Stop pressed while away, or
+//! sent and unconfirmed when the link dropped, is held and sent first when
+//! it comes back.
+//!
 //! Call order: feed events with the `handle_*` methods (each takes `now` and
 //! returns the [`Effect`]s to carry out), ask [`Session::poll_timeout`] when
 //! to call back, and call [`Session::handle_timeout`] then. After a release
@@ -30,6 +40,9 @@ use crate::ids::{Millis, RequestId, RunId, TurnId};
 /// Most runs a session keeps live at once unless its machine declares
 /// another capacity.
 pub const DEFAULT_RUN_CAPACITY: usize = 8;
+
+/// `PLANNER_ATTACH_GRACE_MS` by default: 60 seconds.
+pub const DEFAULT_ATTACH_GRACE: Millis = Millis(60_000);
 
 /// `PLANNER_IDLE_MS` by default: 30 minutes.
 pub const DEFAULT_IDLE: Millis = Millis::minutes(30);
@@ -90,6 +103,19 @@ pub enum ReleaseReason {
     Idle,
 }
 
+/// How the session's link went away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LinkLoss {
+    /// A resumable link dropped unexpectedly: closed without `detach` or a
+    /// refusal, or closed by the server as unresponsive (L2).
+    Dropped,
+    /// The machine detached on purpose.
+    Detached,
+    /// A link without `resumable-sessions` closed, or one closed for a
+    /// refusal: its sessions end (L1).
+    Ended,
+}
+
 /// How a turn's reply ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReplyOutcome {
@@ -125,6 +151,19 @@ pub enum Effect {
     },
     /// Withdraw a question that no longer has a session to answer.
     WithdrawRequest(RequestId),
+    /// Say once that the Planner disconnected; its work is kept (L2).
+    AnnounceDisconnected,
+    /// Say once that the Planner is back (L2).
+    AnnounceReconnected,
+    /// Send `stop` to the machine now (L4).
+    SendStop,
+    /// A Stop was pressed while the machine is away: say it is held (L4).
+    StopHeld,
+    /// The link dropped before the machine confirmed a Stop: say it was not
+    /// confirmed and is held (L4).
+    StopUnconfirmed,
+    /// Send this question's answer to the machine (`input-result`, L5).
+    DeliverAnswer(RequestId),
     /// The session is gone.
     Released(ReleaseReason),
 }
@@ -192,6 +231,15 @@ pub struct RunCard {
     pub age: Millis,
 }
 
+/// A session whose machine is away.
+#[derive(Clone, Copy, Debug)]
+struct Away {
+    /// When a lease ends the session; `None`: kept with no deadline.
+    until: Option<Millis>,
+    /// Whether the disconnection was announced.
+    announced: bool,
+}
+
 /// One Planner session. See the module documentation for the call order.
 #[derive(Debug)]
 pub struct Session {
@@ -200,6 +248,13 @@ pub struct Session {
     runs: BTreeMap<RunId, Run>,
     attempts: Attempts,
     requests: BTreeSet<RequestId>,
+    /// Answered questions whose answer the machine has not acknowledged.
+    answers: BTreeSet<RequestId>,
+    /// A Stop was asked and not yet confirmed.
+    stop_pending: bool,
+    /// The machine is away: when the lease ends, if it has one.
+    away: Option<Away>,
+    attach_grace: Millis,
     viewers: usize,
     /// The end of the last activity (or the last viewer leaving): idle time
     /// counts from here.
@@ -216,6 +271,10 @@ impl Session {
             runs: BTreeMap::new(),
             attempts: Attempts::new(DEFAULT_RUN_CAPACITY),
             requests: BTreeSet::new(),
+            answers: BTreeSet::new(),
+            stop_pending: false,
+            away: None,
+            attach_grace: DEFAULT_ATTACH_GRACE,
             viewers: 0,
             quiet_since: now,
             released: None,
@@ -235,6 +294,111 @@ impl Session {
         self.replying.is_some()
             || self.runs.values().any(|run| run.status.is_live())
             || !self.requests.is_empty()
+            || !self.answers.is_empty()
+    }
+
+    /// The same session with `grace` as its attach grace (L7).
+    pub fn with_attach_grace(mut self, grace: Millis) -> Self {
+        self.attach_grace = grace;
+        self
+    }
+
+    /// Whether the machine is away (the link dropped or detached and has
+    /// not come back).
+    pub fn is_away(&self) -> bool {
+        self.away.is_some()
+    }
+
+    /// Whether a Stop was asked and not yet confirmed.
+    pub fn stop_pending(&self) -> bool {
+        self.stop_pending
+    }
+
+    /// The questions the session asked that wait on a person or on the
+    /// machine's acknowledgement of their answer.
+    pub fn questions(&self) -> impl Iterator<Item = &RequestId> {
+        self.requests.iter().chain(self.answers.iter())
+    }
+
+    /// The link went away (L1, L2, L7).
+    pub fn handle_link_lost(&mut self, loss: LinkLoss, now: Millis) -> Vec<Effect> {
+        if self.released.is_some() || self.away.is_some() {
+            return Vec::new();
+        }
+        let kept = loss == LinkLoss::Dropped && self.in_use();
+        match loss {
+            LinkLoss::Ended => self.release(ReleaseReason::LinkClosed, now),
+            _ if kept => {
+                self.away = Some(Away {
+                    until: None,
+                    announced: true,
+                });
+                let mut effects = vec![Effect::AnnounceDisconnected];
+                if self.stop_pending {
+                    effects.push(Effect::StopUnconfirmed);
+                }
+                effects
+            }
+            _ => {
+                self.away = Some(Away {
+                    until: Some(now.plus(self.attach_grace)),
+                    announced: false,
+                });
+                Vec::new()
+            }
+        }
+    }
+
+    /// The machine is back (its `resume` named this session): a held Stop
+    /// first, then every answer it has not acknowledged (L3, L4, L5).
+    pub fn handle_link_back(&mut self, _now: Millis) -> Vec<Effect> {
+        if self.released.is_some() {
+            return Vec::new();
+        }
+        let mut effects = Vec::new();
+        if let Some(away) = self.away.take() {
+            if away.announced {
+                effects.push(Effect::AnnounceReconnected);
+            }
+        }
+        if self.stop_pending {
+            effects.push(Effect::SendStop);
+        }
+        effects.extend(self.answers.iter().cloned().map(Effect::DeliverAnswer));
+        effects
+    }
+
+    /// A member pressed Stop: sent now, or held while the machine is away.
+    pub fn handle_stop_requested(&mut self, _now: Millis) -> Vec<Effect> {
+        if self.released.is_some() || self.stop_pending {
+            return Vec::new();
+        }
+        self.stop_pending = true;
+        match self.away {
+            None => vec![Effect::SendStop],
+            Some(_) => vec![Effect::StopHeld],
+        }
+    }
+
+    /// A member answered `request`: delivered now, or held while away. It
+    /// stays with the session until the machine acknowledges it (L5).
+    pub fn handle_answered(&mut self, request: &RequestId, _now: Millis) -> Vec<Effect> {
+        if self.released.is_some() || !self.requests.remove(request) {
+            return Vec::new();
+        }
+        self.answers.insert(request.clone());
+        match self.away {
+            None => vec![Effect::DeliverAnswer(request.clone())],
+            Some(_) => Vec::new(),
+        }
+    }
+
+    /// The machine acknowledged the answer to `request` (`input-received`).
+    pub fn handle_answer_received(&mut self, request: &RequestId, now: Millis) -> Vec<Effect> {
+        if self.answers.remove(request) {
+            self.quiet_since = self.quiet_since.max(now);
+        }
+        Vec::new()
     }
 
     /// The run cards at `now`, in run-id order.
@@ -378,8 +542,20 @@ impl Session {
     pub fn handle_request_settled(&mut self, request: &RequestId, now: Millis) -> Vec<Effect> {
         if self.released.is_none() && self.requests.remove(request) {
             self.quiet_since = self.quiet_since.max(now);
+            self.lease_if_nothing_kept(now);
         }
         Vec::new()
+    }
+
+    /// While away with nothing left to keep, the session is only leased for
+    /// the attach grace (L7).
+    fn lease_if_nothing_kept(&mut self, now: Millis) {
+        let in_use = self.in_use();
+        if let Some(away) = self.away.as_mut() {
+            if away.until.is_none() && !in_use {
+                away.until = Some(now.plus(self.attach_grace));
+            }
+        }
     }
 
     /// How many people view the document now.
@@ -402,7 +578,15 @@ impl Session {
     /// When to call [`Session::handle_timeout`]: the moment idle release is
     /// due, if the session is idle and unviewed; `None` while in use.
     pub fn poll_timeout(&self) -> Option<Millis> {
-        if self.released.is_some() || self.in_use() || self.viewers > 0 {
+        if self.released.is_some() {
+            return None;
+        }
+        // Away, only a lease ends the session: no idle period, no other
+        // timer (L2, L7).
+        if let Some(away) = self.away {
+            return away.until;
+        }
+        if self.in_use() || self.viewers > 0 {
             return None;
         }
         Some(self.quiet_since.plus(self.idle_after))
@@ -411,6 +595,9 @@ impl Session {
     /// Releases the session if its idle period has passed.
     pub fn handle_timeout(&mut self, now: Millis) -> Vec<Effect> {
         match self.poll_timeout() {
+            Some(due) if now >= due && self.away.is_some() => {
+                self.release(ReleaseReason::LinkClosed, now)
+            }
             Some(due) if now >= due => self.release(ReleaseReason::Idle, now),
             _ => Vec::new(),
         }
@@ -451,6 +638,8 @@ impl Session {
                 });
             }
         }
+        self.answers.clear();
+        self.stop_pending = false;
         effects.extend(
             std::mem::take(&mut self.requests)
                 .into_iter()

@@ -1,8 +1,8 @@
 //! Session lifecycle on a virtual clock (SPEC P1–P4).
 
 use margin_planner::{
-    Effect, Millis, ReleaseReason, ReleaseTrigger, ReplyOutcome, RequestId, RunId, RunRefusal,
-    RunStatus, Session, TurnId, DEFAULT_IDLE,
+    Effect, LinkLoss, Millis, ReleaseReason, ReleaseTrigger, ReplyOutcome, RequestId, RunId,
+    RunRefusal, RunStatus, Session, TurnId, DEFAULT_IDLE,
 };
 use pretty_assertions::assert_eq;
 
@@ -365,4 +365,193 @@ fn a_session_ended_without_a_confirmed_stop_calls_its_live_runs_unknown_not_stop
             "{end:?}"
         );
     }
+}
+
+impl Sim {
+    fn lose_link(&mut self, loss: LinkLoss) {
+        let effects = self.session.handle_link_lost(loss, self.now);
+        self.effects.extend(effects);
+    }
+
+    fn link_back(&mut self) -> Vec<Effect> {
+        let effects = self.session.handle_link_back(self.now);
+        self.effects.extend(effects.clone());
+        effects
+    }
+
+    fn answer(&mut self, request: &str) -> Vec<Effect> {
+        let effects = self
+            .session
+            .handle_answered(&RequestId::from(request), self.now);
+        self.effects.extend(effects.clone());
+        effects
+    }
+
+    fn stop(&mut self) -> Vec<Effect> {
+        let effects = self.session.handle_stop_requested(self.now);
+        self.effects.extend(effects.clone());
+        effects
+    }
+
+    fn count(&self, effect: &Effect) -> usize {
+        self.effects.iter().filter(|e| *e == effect).count()
+    }
+}
+
+const DAYS: u64 = 24 * 60;
+
+#[test]
+fn a_dropped_resumable_link_keeps_a_session_with_a_live_run_for_days_with_no_deadline() {
+    let mut sim = Sim::new();
+    sim.run("build", RunStatus::Running);
+    sim.lose_link(LinkLoss::Dropped);
+    assert!(sim.session.is_away());
+    assert_eq!(sim.session.poll_timeout(), None, "no timer while away");
+    sim.wait(3 * DAYS);
+    assert_eq!(sim.released(), None);
+    assert_eq!(sim.link_back(), [Effect::AnnounceReconnected]);
+    assert_eq!(sim.count(&Effect::AnnounceDisconnected), 1);
+    assert_eq!(run_cards(&sim), [("build".to_owned(), RunStatus::Running)]);
+}
+
+#[test]
+fn a_dropped_resumable_link_keeps_a_session_with_only_an_open_question() {
+    let mut sim = Sim::new();
+    sim.turn("t1");
+    sim.ask("q1");
+    sim.reply("t1", ReplyOutcome::Accepted);
+    sim.lose_link(LinkLoss::Dropped);
+    sim.wait(2 * DAYS);
+    assert_eq!(sim.released(), None);
+    // People answer while it is away: the answer is held, not sent.
+    assert_eq!(sim.answer("q1"), []);
+    sim.wait(DAYS);
+    assert_eq!(sim.released(), None, "a held answer keeps the session");
+    assert_eq!(
+        sim.link_back(),
+        [
+            Effect::AnnounceReconnected,
+            Effect::DeliverAnswer(RequestId::from("q1"))
+        ]
+    );
+}
+
+#[test]
+fn an_answer_is_sent_again_after_a_drop_until_the_machine_acknowledges_it() {
+    let mut sim = Sim::new();
+    sim.ask("q1");
+    assert_eq!(
+        sim.answer("q1"),
+        [Effect::DeliverAnswer(RequestId::from("q1"))]
+    );
+    // Written into a socket that was already dead: not acknowledged. This is
+    // the only question of a Planner with no run; the session is kept.
+    sim.lose_link(LinkLoss::Dropped);
+    sim.wait(DAYS);
+    assert_eq!(sim.released(), None);
+    assert_eq!(
+        sim.link_back(),
+        [
+            Effect::AnnounceReconnected,
+            Effect::DeliverAnswer(RequestId::from("q1"))
+        ]
+    );
+    let _ = sim
+        .session
+        .handle_answer_received(&RequestId::from("q1"), sim.now);
+    assert!(!sim.session.in_use());
+    sim.lose_link(LinkLoss::Dropped);
+    assert_eq!(
+        sim.link_back(),
+        [],
+        "an acknowledged answer is not sent again"
+    );
+}
+
+#[test]
+fn a_drop_with_nothing_to_keep_or_a_detach_is_leased_for_the_attach_grace_only() {
+    for (loss, work) in [(LinkLoss::Dropped, false), (LinkLoss::Detached, true)] {
+        let mut sim = Sim::new();
+        sim.session = Session::new(Millis(0), DEFAULT_IDLE).with_attach_grace(Millis(60_000));
+        if work {
+            sim.run("build", RunStatus::Running);
+        }
+        sim.lose_link(loss);
+        assert_eq!(sim.count(&Effect::AnnounceDisconnected), 0, "{loss:?}");
+        let at = sim.now;
+        assert_eq!(sim.session.poll_timeout(), Some(at.plus(Millis(60_000))));
+        sim.now = at.plus(Millis(59_999));
+        let early = sim.session.handle_timeout(sim.now);
+        assert_eq!(early, [], "{loss:?}");
+        sim.now = at.plus(Millis(60_000));
+        let effects = sim.session.handle_timeout(sim.now);
+        assert_eq!(sim.released(), Some(ReleaseReason::LinkClosed), "{loss:?}");
+        assert!(
+            !effects
+                .iter()
+                .any(|e| matches!(e, Effect::RunStopped { .. })),
+            "{effects:?}"
+        );
+    }
+}
+
+#[test]
+fn a_link_without_resumable_sessions_ends_its_sessions_when_it_closes() {
+    let mut sim = Sim::new();
+    sim.ask("q1");
+    sim.lose_link(LinkLoss::Ended);
+    assert_eq!(sim.released(), Some(ReleaseReason::LinkClosed));
+    assert_eq!(
+        sim.effects[0],
+        Effect::WithdrawRequest(RequestId::from("q1"))
+    );
+}
+
+#[test]
+fn a_question_withdrawn_while_away_leaves_only_the_lease() {
+    let mut sim = Sim::new();
+    sim.ask("q1");
+    sim.lose_link(LinkLoss::Dropped);
+    sim.wait(DAYS);
+    let _ = sim
+        .session
+        .handle_request_settled(&RequestId::from("q1"), sim.now);
+    let due = sim.session.poll_timeout().expect("a lease");
+    assert_eq!(due, sim.now.plus(margin_planner::DEFAULT_ATTACH_GRACE));
+}
+
+#[test]
+fn a_stop_pressed_while_away_is_held_and_sent_first_when_the_machine_is_back() {
+    let mut sim = Sim::new();
+    sim.run("build", RunStatus::Running);
+    sim.ask("q1");
+    sim.lose_link(LinkLoss::Dropped);
+    assert_eq!(sim.stop(), [Effect::StopHeld]);
+    assert_eq!(sim.stop(), [], "pressed twice, held once");
+    sim.answer("q1");
+    assert_eq!(
+        sim.link_back(),
+        [
+            Effect::AnnounceReconnected,
+            Effect::SendStop,
+            Effect::DeliverAnswer(RequestId::from("q1"))
+        ]
+    );
+    assert!(sim.session.stop_pending());
+}
+
+#[test]
+fn a_stop_unconfirmed_when_the_link_drops_is_said_so_and_sent_again() {
+    let mut sim = Sim::new();
+    sim.run("build", RunStatus::Running);
+    assert_eq!(sim.stop(), [Effect::SendStop]);
+    sim.lose_link(LinkLoss::Dropped);
+    assert_eq!(
+        sim.effects[sim.effects.len() - 2..],
+        [Effect::AnnounceDisconnected, Effect::StopUnconfirmed]
+    );
+    assert_eq!(
+        sim.link_back(),
+        [Effect::AnnounceReconnected, Effect::SendStop]
+    );
 }
