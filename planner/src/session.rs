@@ -368,6 +368,13 @@ impl Session {
         effects
     }
 
+    /// The machine came back without naming this session in its `resume`:
+    /// it no longer holds the session's work, so the session ends (its live
+    /// runs unknown, its questions withdrawn).
+    pub fn handle_not_resumed(&mut self, now: Millis) -> Vec<Effect> {
+        self.release(ReleaseReason::LinkClosed, now)
+    }
+
     /// A member pressed Stop: sent now, or held while the machine is away.
     pub fn handle_stop_requested(&mut self, _now: Millis) -> Vec<Effect> {
         if self.released.is_some() || self.stop_pending {

@@ -38,6 +38,27 @@ pub const MAX_FEATURE_BYTES: usize = 64;
 /// Largest run capacity a `hello` may declare.
 pub const MAX_RUN_CAPACITY: u32 = 64;
 
+/// The feature that keeps a session's work through a dropped link (SPEC L1).
+pub const RESUMABLE_SESSIONS: &str = "resumable-sessions";
+/// Most sessions a `resume` may name.
+pub const MAX_RESUME_SESSIONS: usize = 256;
+/// Most questions a `resume` may name per session.
+pub const MAX_HELD_QUESTIONS: usize = 256;
+
+/// Every `type` a machine may send, so a receiver can tell an unknown type
+/// from a malformed known one.
+pub const CLIENT_MESSAGE_TYPES: [&str; 9] = [
+    "hello",
+    "heartbeat-ack",
+    "detach",
+    "tool-call",
+    "run",
+    "stopped",
+    "resume",
+    "input-received",
+    "reply",
+];
+
 /// A message from a machine.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
@@ -100,6 +121,22 @@ pub enum ClientMessage {
     Stopped {
         /// The session.
         session: String,
+    },
+    /// Sent first on a new link, after `welcome`, by a machine that asked
+    /// for `resumable-sessions`: the sessions and questions it still holds
+    /// (SPEC L3). The server answers `resumed`. A session this machine ran
+    /// that the list leaves out has ended on the machine, and ends here.
+    Resume {
+        /// At most 256 sessions.
+        sessions: Vec<HeldSession>,
+    },
+    /// Acknowledges an `input-result` (SPEC L5): until it arrives, the answer
+    /// stays with the session and is sent again after the next `resumed`.
+    InputReceived {
+        /// The session.
+        session: String,
+        /// The request the answer was for.
+        request: String,
     },
     /// The turn's reply, for Chat (subject to the reply policy, SPEC T2).
     Reply {
@@ -174,6 +211,16 @@ pub enum ServerMessage {
         /// Who answered.
         answered_by: String,
     },
+    /// Answers `resume` (SPEC L3): what carries on and what ended. After it
+    /// come, in order, any held `stop` and every unacknowledged
+    /// `input-result`.
+    Resumed {
+        /// Sessions that carry on, on this link.
+        sessions: Vec<ResumedSession>,
+        /// Sessions the machine named that the server no longer has (a
+        /// restart, or an end while away): settle their questions.
+        ended: Vec<String>,
+    },
     /// Stop the session's work, then send `stopped`: a member pressed Stop,
     /// or the document was archived or deleted — then the session has
     /// already ended, and `stopped` is accepted without effect.
@@ -197,6 +244,31 @@ pub enum ServerMessage {
     },
 }
 
+/// A session a machine holds, in `resume`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HeldSession {
+    /// The session's id.
+    pub session: String,
+    /// The questions (`ask` card ids) it still waits on; at most 256. One
+    /// the server has open that is not listed was withdrawn by the machine.
+    #[serde(default)]
+    pub questions: Vec<String>,
+}
+
+/// A session that carries on, in `resumed`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ResumedSession {
+    /// The session's id.
+    pub session: String,
+    /// Its document.
+    pub document: String,
+    /// Questions the machine listed that no longer wait (people discarded
+    /// them, or the server withdrew them): settle them. Answered ones come
+    /// as `input-result` instead.
+    pub withdrawn: Vec<String>,
+}
+
 /// A run's status as a machine reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -218,6 +290,10 @@ pub enum RunStatus {
 pub struct PlannerView {
     /// Whether a Planner session is bound to a linked machine.
     pub connected: bool,
+    /// Whether the session's machine dropped its link and its work is kept
+    /// until it reconnects (SPEC L2).
+    #[serde(default)]
+    pub disconnected: bool,
     /// The machine's name, when connected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine: Option<String>,
@@ -242,6 +318,9 @@ pub struct RunView {
     pub status: RunStatus,
     /// Its true age: since first reported, to now or to when it ended.
     pub age_ms: u64,
+    /// The Planner is disconnected: `status` is the last one reported.
+    #[serde(default)]
+    pub disconnected: bool,
 }
 
 /// What the server offers a machine.
@@ -302,6 +381,9 @@ pub mod close {
     pub const BAD_HELLO: u16 = 4400;
     /// The machine's credential was revoked while linked.
     pub const REVOKED: u16 = 4403;
+    /// Another link of the same account took this link's work over with
+    /// `resume` (SPEC L3).
+    pub const SUPERSEDED: u16 = 4409;
 }
 
 #[cfg(test)]
@@ -398,6 +480,37 @@ mod tests {
     }
 
     #[test]
+    fn resume_messages_round_trip() {
+        round_trip(
+            ClientMessage::Resume {
+                sessions: vec![HeldSession {
+                    session: "s".into(),
+                    questions: vec!["q1".into()],
+                }],
+            },
+            r#"{"type":"resume","sessions":[{"session":"s","questions":["q1"]}]}"#,
+        );
+        round_trip(
+            ClientMessage::InputReceived {
+                session: "s".into(),
+                request: "q1".into(),
+            },
+            r#"{"type":"input-received","session":"s","request":"q1"}"#,
+        );
+        round_trip(
+            ServerMessage::Resumed {
+                sessions: vec![ResumedSession {
+                    session: "s".into(),
+                    document: "d".into(),
+                    withdrawn: vec!["q2".into()],
+                }],
+                ended: vec!["old".into()],
+            },
+            r#"{"type":"resumed","sessions":[{"session":"s","document":"d","withdrawn":["q2"]}],"ended":["old"]}"#,
+        );
+    }
+
+    #[test]
     fn machine_bodies_round_trip() {
         round_trip(
             PairMachine {
@@ -416,6 +529,39 @@ mod tests {
             },
             r#"{"machine":{"id":"m1","name":"laptop","revoked":false},"credential":"mgm_x"}"#,
         );
+    }
+
+    #[test]
+    fn client_message_types_name_every_variant() {
+        let one_of_each = [
+            r#"{"type":"hello","protocol_version":1}"#,
+            r#"{"type":"heartbeat-ack","seq":1}"#,
+            r#"{"type":"detach"}"#,
+            r#"{"type":"tool-call","session":"s","turn":"t","call_id":"c","name":"n"}"#,
+            r#"{"type":"run","session":"s","run":"r","name":"n","status":"running"}"#,
+            r#"{"type":"stopped","session":"s"}"#,
+            r#"{"type":"resume","sessions":[]}"#,
+            r#"{"type":"input-received","session":"s","request":"q"}"#,
+            r#"{"type":"reply","session":"s","turn":"t","text":"x"}"#,
+        ];
+        for (json, kind) in one_of_each.iter().zip(CLIENT_MESSAGE_TYPES) {
+            let message: ClientMessage = serde_json::from_str(json).unwrap();
+            let back = serde_json::to_value(&message).unwrap();
+            assert_eq!(back["type"], kind);
+        }
+        // A variant added without listing its type fails to match here.
+        let count = |m: &ClientMessage| match m {
+            ClientMessage::Hello { .. }
+            | ClientMessage::HeartbeatAck { .. }
+            | ClientMessage::Detach {}
+            | ClientMessage::ToolCall { .. }
+            | ClientMessage::Run { .. }
+            | ClientMessage::Stopped { .. }
+            | ClientMessage::Resume { .. }
+            | ClientMessage::InputReceived { .. }
+            | ClientMessage::Reply { .. } => CLIENT_MESSAGE_TYPES.len(),
+        };
+        assert_eq!(count(&ClientMessage::Detach {}), one_of_each.len());
     }
 
     #[test]

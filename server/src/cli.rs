@@ -39,6 +39,10 @@ enum Command {
         /// (SPEC P3).
         #[arg(long, env = "PLANNER_IDLE_MS", default_value_t = margin_planner::DEFAULT_IDLE.0)]
         planner_idle_ms: u64,
+        /// How long a detached link's Planner sessions (or a dropped link's
+        /// with nothing to keep) wait for the machine, in ms (SPEC L7).
+        #[arg(long, env = "PLANNER_ATTACH_GRACE_MS", default_value_t = margin_planner::DEFAULT_ATTACH_GRACE.0)]
+        planner_attach_grace_ms: u64,
         /// How many Planner reads each document remembers (SPEC S5).
         #[arg(long, env = "MARGIN_REMEMBERED_READS", default_value_t = NonZeroUsize::new(margin_decisions::DEFAULT_READS).unwrap_or(NonZeroUsize::MIN))]
         remembered_reads: NonZeroUsize,
@@ -206,6 +210,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             database,
             listen,
             planner_idle_ms,
+            planner_attach_grace_ms,
             remembered_reads,
             demo_planner,
         } => {
@@ -213,6 +218,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             let mut options = ServeOptions::new(listen);
             options.hub.read_capacity = remembered_reads;
             options.planner_idle = std::time::Duration::from_millis(planner_idle_ms);
+            options.attach_grace = std::time::Duration::from_millis(planner_attach_grace_ms);
             let running = start(store, options).await?;
             // Tests and scripts read the bound address (useful with port 0).
             println!("margin listening on http://{}", running.addr);

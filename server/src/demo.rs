@@ -142,38 +142,24 @@ fn one_line(text: &str) -> String {
     format!("{}…", &line[..end])
 }
 
-/// Keeps `connector` linked, serving the demo Planner, until `shutdown`;
-/// after a link ends it reconnects with a growing pause (1 s to 30 s).
-/// `first` hears when the first link is welcomed.
+/// Keeps `connector` linked, serving the demo Planner, until `shutdown`:
+/// the SDK links again after every drop and resumes. `first` hears when the
+/// first link is welcomed.
 pub async fn keep_linked(
     connector: Connector,
     shutdown: CancellationToken,
-    mut first: Option<oneshot::Sender<()>>,
+    first: Option<oneshot::Sender<()>>,
 ) {
-    let mut pause = Duration::from_secs(1);
-    loop {
-        let ended = match connector.connect().await {
-            Ok(linked) => {
-                info!(machine = %linked.welcome().machine, "demo Planner linked");
-                if let Some(first) = first.take() {
-                    let _ = first.send(());
-                }
-                pause = Duration::from_secs(1);
-                linked
-                    .serve(DemoPlanner, shutdown.clone().cancelled_owned())
-                    .await
-            }
-            Err(e) => Ended::Dropped(e.to_string()),
-        };
-        if shutdown.is_cancelled() {
-            return;
+    let first = std::sync::Mutex::new(first);
+    let connector = connector.on_link(move |welcome| {
+        info!(machine = %welcome.machine, "demo Planner linked");
+        if let Some(first) = first.lock().ok().and_then(|mut f| f.take()) {
+            let _ = first.send(());
         }
-        warn!(%ended, retry_in_ms = pause.as_millis() as u64, "demo Planner link ended");
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(pause) => {}
-        }
-        pause = (pause * 2).min(Duration::from_secs(30));
+    });
+    let ended = connector.run(DemoPlanner, shutdown.cancelled_owned()).await;
+    if ended != Ended::Detached {
+        warn!(%ended, "the demo Planner stopped linking");
     }
 }
 

@@ -31,6 +31,10 @@ pub struct ServeOptions {
     /// `PLANNER_IDLE_MS`: how long a Planner session with nothing to do and
     /// nobody viewing is kept (SPEC P3).
     pub planner_idle: Duration,
+    /// `PLANNER_ATTACH_GRACE_MS`: how long a detached link's sessions, or a
+    /// dropped link's sessions with nothing to keep, wait for the machine
+    /// (SPEC L7).
+    pub attach_grace: Duration,
 }
 
 impl ServeOptions {
@@ -41,6 +45,7 @@ impl ServeOptions {
             hub: HubSettings::default(),
             links: LinkSettings::default(),
             planner_idle: Duration::from_millis(margin_planner::DEFAULT_IDLE.0),
+            attach_grace: Duration::from_millis(margin_planner::DEFAULT_ATTACH_GRACE.0),
         }
     }
 }
@@ -91,7 +96,12 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
         options.hub,
     );
     let links = Links::new(options.links, shutdown.clone());
-    let planners = Planners::new(hub.clone(), links.clone(), options.planner_idle);
+    let planners = Planners::new(
+        hub.clone(),
+        links.clone(),
+        options.planner_idle,
+        options.attach_grace,
+    );
     tracker.spawn(idle_releases(planners.clone(), shutdown.clone()));
     let app = router(AppState {
         hub: hub.clone(),
@@ -139,7 +149,7 @@ async fn idle_releases(planners: Planners, shutdown: CancellationToken) {
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(every) => planners.tick(),
+            _ = tokio::time::sleep(every) => planners.tick().await,
         }
     }
 }

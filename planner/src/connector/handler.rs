@@ -150,7 +150,14 @@ impl Turn {
     /// `ask`: a question that waits on a member (a host request). The
     /// answer arrives later through [`Handler::answered`], naming the card.
     pub async fn ask(&self, input: &OpenDecisionInput) -> Result<OpenDecisionsOutput, ToolError> {
-        self.call("ask", input).await
+        let asked: OpenDecisionsOutput = self.call("ask", input).await?;
+        // Named in the next `resume` until answered or withdrawn (SPEC L3).
+        for capture in asked.captures.iter().filter(|c| c.captured) {
+            self.session
+                .calls
+                .hold_question(&self.session.id, &capture.card_id);
+        }
+        Ok(asked)
     }
 
     /// Reports a run of the session (see [`SessionHandle::run`]).

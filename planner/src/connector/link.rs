@@ -1,16 +1,18 @@
 //! The link's I/O loop: reads server messages, answers heartbeats, runs one
-//! task per turn, answer and Stop, matches tool results to their calls, and
-//! writes what the tasks send.
+//! task per turn, answer and Stop, matches tool results to their calls,
+//! writes what the tasks send, and keeps what a `resume` needs — the
+//! sessions and questions this machine holds — across links.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures_util::{SinkExt, StreamExt};
 use margin_protocol::decisions::ToolRefusal;
-use margin_protocol::link::{Capabilities, ClientMessage, ServerMessage};
+use margin_protocol::link::{Capabilities, ClientMessage, HeldSession, ServerMessage};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
@@ -21,15 +23,17 @@ use tracing::{warn, Instrument};
 use super::handler::{Answer, Handler, SessionHandle, ToolError, Turn};
 use super::Welcome;
 
-type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+pub(super) type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 type Pending = HashMap<String, oneshot::Sender<Result<serde_json::Value, ToolError>>>;
+/// Sessions this machine holds, with the questions each waits on.
+type Held = BTreeMap<String, BTreeSet<String>>;
 
 /// Messages the tasks may queue before they wait for the socket.
 const OUTBOX: usize = 256;
 
 /// An open link, welcomed; [`Linked::serve`] runs it.
 pub struct Linked {
-    socket: Socket,
+    pub(super) socket: Socket,
     welcome: Welcome,
 }
 
@@ -39,7 +43,7 @@ pub enum Ended {
     /// The machine detached (the `until` future completed).
     Detached,
     /// The server closed the link with this code and reason (e.g. 4403
-    /// revoked, 4002 unresponsive, 1001 shutting down).
+    /// revoked, 4002 unresponsive, 4409 taken over, 1001 shutting down).
     Closed {
         /// The close code.
         code: u16,
@@ -48,6 +52,25 @@ pub enum Ended {
     },
     /// The connection broke without a close.
     Dropped(String),
+    /// The server refused to link again, for good (an unknown or revoked
+    /// credential, a refused `hello`): [`super::Connector::run`] gave up.
+    Refused(String),
+}
+
+impl Ended {
+    /// Whether linking again cannot help: the machine left, or the server
+    /// ended this machine's link on purpose (revoked, bad `hello`, taken
+    /// over by another link).
+    pub fn is_final(&self) -> bool {
+        use margin_protocol::link::close;
+        match self {
+            Ended::Detached | Ended::Refused(_) => true,
+            Ended::Closed { code, .. } => {
+                matches!(*code, close::REVOKED | close::BAD_HELLO | close::SUPERSEDED)
+            }
+            Ended::Dropped(_) => false,
+        }
+    }
 }
 
 impl fmt::Display for Ended {
@@ -56,6 +79,7 @@ impl fmt::Display for Ended {
             Ended::Detached => f.write_str("detached"),
             Ended::Closed { code, reason } => write!(f, "closed by the server ({code}: {reason})"),
             Ended::Dropped(why) => write!(f, "dropped ({why})"),
+            Ended::Refused(why) => write!(f, "refused ({why})"),
         }
     }
 }
@@ -76,19 +100,61 @@ impl Linked {
         &self.welcome
     }
 
-    /// Serves `handler` until the server closes the link or `until`
-    /// completes (then the machine sends `detach`). Turns still running
-    /// when the link ends are aborted.
+    /// Serves `handler` on this one link until the server closes it or
+    /// `until` completes (then the machine sends `detach`). Turns still
+    /// running when the link ends are aborted. [`super::Connector::run`]
+    /// instead links again and resumes.
     pub async fn serve<H: Handler>(self, handler: H, until: impl Future<Output = ()>) -> Ended {
-        let (mut sink, mut stream) = self.socket.split();
-        let (out, mut outbox) = mpsc::channel(OUTBOX);
-        let mut serving = Serving {
+        let mut serving = Serving::new(handler);
+        tokio::pin!(until);
+        let ended = serving.drive(self.socket, until.as_mut(), false).await;
+        serving.finish();
+        ended
+    }
+}
+
+/// A Planner served across one or more links.
+pub(super) struct Serving<H> {
+    handler: Arc<H>,
+    calls: Calls,
+    outbox: mpsc::Receiver<ClientMessage>,
+    tasks: JoinSet<()>,
+    /// The running turn of each session, to abort on Stop.
+    turns: HashMap<String, JoinHandle<()>>,
+    /// Answers already given to the handler: one sent again after a
+    /// `resumed` is acknowledged, not delivered twice.
+    delivered: HashSet<String>,
+}
+
+impl<H: Handler> Serving<H> {
+    pub(super) fn new(handler: H) -> Self {
+        let (out, outbox) = mpsc::channel(OUTBOX);
+        Serving {
             handler: Arc::new(handler),
             calls: Calls::new(out),
+            outbox,
             tasks: JoinSet::new(),
             turns: HashMap::new(),
-        };
-        tokio::pin!(until);
+            delivered: HashSet::new(),
+        }
+    }
+
+    /// Runs one link until it ends or `until` completes. With `resume`, the
+    /// first message is `resume` and the link's end keeps running turns
+    /// (their calls in flight fail; the server keeps the sessions).
+    pub(super) async fn drive<F: Future<Output = ()>>(
+        &mut self,
+        socket: Socket,
+        mut until: Pin<&mut F>,
+        resume: bool,
+    ) -> Ended {
+        let (mut sink, mut stream) = socket.split();
+        if resume {
+            let held = self.calls.resume();
+            if let Err(e) = sink.send(Message::Text(encode(&held).into())).await {
+                return Ended::Dropped(e.to_string());
+            }
+        }
         let ended = loop {
             tokio::select! {
                 () = &mut until => {
@@ -96,16 +162,16 @@ impl Linked {
                     let _ = sink.close().await;
                     break Ended::Detached;
                 }
-                Some(message) = outbox.recv() => {
+                Some(message) = self.outbox.recv() => {
                     if let Err(e) = sink.send(Message::Text(encode(&message).into())).await {
                         break Ended::Dropped(e.to_string());
                     }
                 }
-                Some(_) = serving.tasks.join_next(), if !serving.tasks.is_empty() => {}
+                Some(_) = self.tasks.join_next(), if !self.tasks.is_empty() => {}
                 frame = stream.next() => match frame {
                     Some(Ok(Message::Text(text))) => match serde_json::from_str(&text) {
                         Ok(message) => {
-                            if let Some(answer) = serving.dispatch(message) {
+                            if let Some(answer) = self.dispatch(message) {
                                 if let Err(e) = sink.send(Message::Text(encode(&answer).into())).await {
                                     break Ended::Dropped(e.to_string());
                                 }
@@ -125,25 +191,25 @@ impl Linked {
                 },
             }
         };
-        serving.tasks.abort_all();
-        for turn in serving.turns.values() {
-            turn.abort();
+        // A result that was on its way is lost with the link.
+        self.calls.fail_in_flight();
+        if !resume || ended.is_final() {
+            self.finish();
         }
-        serving.calls.close();
         ended
     }
-}
 
-/// The state of a served link.
-struct Serving<H> {
-    handler: Arc<H>,
-    calls: Calls,
-    tasks: JoinSet<()>,
-    /// The running turn of each session, to abort on Stop.
-    turns: HashMap<String, JoinHandle<()>>,
-}
+    /// Ends everything: running turns and tasks, calls in flight, and what
+    /// a resume would name.
+    pub(super) fn finish(&mut self) {
+        self.tasks.abort_all();
+        for turn in self.turns.values() {
+            turn.abort();
+        }
+        self.calls.fail_in_flight();
+        self.calls.forget_all();
+    }
 
-impl<H: Handler> Serving<H> {
     /// Handles one server message; returns an answer to send at once.
     fn dispatch(&mut self, message: ServerMessage) -> Option<ClientMessage> {
         match message {
@@ -156,6 +222,7 @@ impl<H: Handler> Serving<H> {
                 repair,
             } => {
                 let span = tracing::info_span!("turn", %session, %turn, %document);
+                self.calls.hold_session(&session);
                 let turn = Turn {
                     session: self.session(&session),
                     id: turn,
@@ -188,15 +255,25 @@ impl<H: Handler> Serving<H> {
                 answer,
                 answered_by,
             } => {
-                let answer = Answer {
-                    session: self.session(&session),
-                    request,
-                    answer,
-                    answered_by,
+                self.calls.settle_question(&session, &request);
+                let received = ClientMessage::InputReceived {
+                    session: session.clone(),
+                    request: request.clone(),
                 };
-                let handler = self.handler.clone();
-                self.tasks
-                    .spawn(async move { handler.answered(answer).await });
+                // Sent again after a `resumed` if the acknowledgement was
+                // lost: acknowledged again, delivered once.
+                if self.delivered.insert(request.clone()) {
+                    let answer = Answer {
+                        session: self.session(&session),
+                        request,
+                        answer,
+                        answered_by,
+                    };
+                    let handler = self.handler.clone();
+                    self.tasks
+                        .spawn(async move { handler.answered(answer).await });
+                }
+                return Some(received);
             }
             ServerMessage::Stop { session } => {
                 let turn = self.turns.remove(&session);
@@ -209,8 +286,29 @@ impl<H: Handler> Serving<H> {
                         let _ = turn.await;
                     }
                     handler.stop(handle).await;
-                    let _ = calls.send(ClientMessage::Stopped { session }).await;
+                    if calls
+                        .send(ClientMessage::Stopped {
+                            session: session.clone(),
+                        })
+                        .await
+                        .is_ok()
+                    {
+                        calls.forget_session(&session);
+                    }
                 });
+            }
+            ServerMessage::Resumed { sessions, ended } => {
+                for session in ended {
+                    if let Some(turn) = self.turns.remove(&session) {
+                        turn.abort();
+                    }
+                    self.calls.forget_session(&session);
+                }
+                for carried in sessions {
+                    for request in carried.withdrawn {
+                        self.calls.settle_question(&carried.session, &request);
+                    }
+                }
             }
             ServerMessage::Refusal {
                 code,
@@ -241,12 +339,15 @@ impl<H: Handler> Serving<H> {
 }
 
 /// Runs a turn and sends its reply. A turn that fails still replies, so the
-/// people waiting in Chat learn why; one cut off by the link sends nothing.
+/// people waiting in Chat learn why — after the next `resume` if the link
+/// is down meanwhile.
 async fn run_turn<H: Handler>(handler: Arc<H>, calls: Calls, turn: Turn) {
     let (session, id) = (turn.session.id.clone(), turn.id.clone());
     let text = match handler.turn(turn).await {
         Ok(text) => text,
-        Err(ToolError::LinkClosed) => return,
+        Err(ToolError::LinkClosed) => {
+            "The Planner lost its link during this turn and did not finish it.".to_owned()
+        }
         Err(e) => {
             warn!(error = %e, "turn failed");
             format!("The Planner could not finish this turn: {e}")
@@ -261,11 +362,13 @@ async fn run_turn<H: Handler>(handler: Arc<H>, calls: Calls, turn: Turn) {
         .await;
 }
 
-/// The way out to the socket, and the tool calls waiting for results.
+/// The way out to the socket, the tool calls waiting for results, and the
+/// sessions and questions a `resume` names.
 #[derive(Clone, Debug)]
 pub(super) struct Calls {
     out: mpsc::Sender<ClientMessage>,
     pending: Arc<Mutex<Pending>>,
+    held: Arc<Mutex<Held>>,
     next: Arc<AtomicU64>,
 }
 
@@ -274,11 +377,12 @@ impl Calls {
         Calls {
             out,
             pending: Arc::default(),
+            held: Arc::default(),
             next: Arc::default(),
         }
     }
 
-    /// Queues a message for the socket.
+    /// Queues a message for the socket (sent once a link is up).
     pub(super) async fn send(&self, message: ClientMessage) -> Result<(), ToolError> {
         self.out
             .send(message)
@@ -296,7 +400,7 @@ impl Calls {
     ) -> Result<serde_json::Value, ToolError> {
         let call_id = format!("c{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
         let (result, waiting) = oneshot::channel();
-        self.lock().insert(call_id.clone(), result);
+        self.pending().insert(call_id.clone(), result);
         let sent = self
             .send(ClientMessage::ToolCall {
                 session: session.to_owned(),
@@ -307,14 +411,54 @@ impl Calls {
             })
             .await;
         if let Err(e) = sent {
-            self.lock().remove(&call_id);
+            self.pending().remove(&call_id);
             return Err(e);
         }
         waiting.await.map_err(|_| ToolError::LinkClosed)?
     }
 
+    /// Remembers a question `session` asked, for the next `resume`.
+    pub(super) fn hold_question(&self, session: &str, request: &str) {
+        self.held()
+            .entry(session.to_owned())
+            .or_default()
+            .insert(request.to_owned());
+    }
+
+    fn hold_session(&self, session: &str) {
+        self.held().entry(session.to_owned()).or_default();
+    }
+
+    fn settle_question(&self, session: &str, request: &str) {
+        if let Some(questions) = self.held().get_mut(session) {
+            questions.remove(request);
+        }
+    }
+
+    fn forget_session(&self, session: &str) {
+        self.held().remove(session);
+    }
+
+    fn forget_all(&self) {
+        self.held().clear();
+    }
+
+    /// The `resume` naming what this machine holds.
+    fn resume(&self) -> ClientMessage {
+        ClientMessage::Resume {
+            sessions: self
+                .held()
+                .iter()
+                .map(|(session, questions)| HeldSession {
+                    session: session.clone(),
+                    questions: questions.iter().cloned().collect(),
+                })
+                .collect(),
+        }
+    }
+
     fn settle(&self, call_id: &str, result: Result<serde_json::Value, ToolError>) {
-        match self.lock().remove(call_id) {
+        match self.pending().remove(call_id) {
             Some(waiting) => {
                 let _ = waiting.send(result);
             }
@@ -322,13 +466,17 @@ impl Calls {
         }
     }
 
-    /// Fails every call in flight: the link is gone.
-    fn close(&self) {
-        self.lock().clear();
+    /// Fails every call in flight: its result, if any, went with the link.
+    fn fail_in_flight(&self) {
+        self.pending().clear();
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 

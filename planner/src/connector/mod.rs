@@ -32,23 +32,45 @@ mod link;
 pub use handler::{Answer, Handler, SessionHandle, ToolError, Turn};
 pub use link::{Ended, Linked};
 
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
 use futures_util::{SinkExt, StreamExt};
 use margin_protocol::link::{Capabilities, ClientMessage, ServerMessage, PROTOCOL_VERSION};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::Message;
 
-/// The feature that keeps a session's work through a dropped link (SPEC L1).
-pub const RESUMABLE_SESSIONS: &str = "resumable-sessions";
+pub use margin_protocol::link::RESUMABLE_SESSIONS;
+
+/// Called with each link's `welcome`.
+type OnLink = Arc<dyn Fn(&Welcome) + Send + Sync>;
 
 /// How to reach a server: its address and the machine's credential.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Connector {
     server: String,
     credential: String,
     resumable: bool,
     run_capacity: Option<u32>,
+    on_link: Option<OnLink>,
 }
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connector")
+            .field("server", &self.server)
+            .field("resumable", &self.resumable)
+            .field("run_capacity", &self.run_capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The first pause before linking again; it doubles up to [`MAX_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(250);
+/// The longest pause between attempts to link again.
+const MAX_PAUSE: Duration = Duration::from_secs(30);
 
 /// Why a link could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -88,6 +110,56 @@ impl Connector {
             credential: credential.into(),
             resumable: true,
             run_capacity: None,
+            on_link: None,
+        }
+    }
+
+    /// Calls `on_link` with each link's `welcome` in [`Connector::run`].
+    pub fn on_link(mut self, on_link: impl Fn(&Welcome) + Send + Sync + 'static) -> Self {
+        self.on_link = Some(Arc::new(on_link));
+        self
+    }
+
+    /// Serves `handler` until `until` completes (then it detaches) or the
+    /// server ends the link for good, linking again after every drop with
+    /// backoff and jitter. With resumable sessions (the default) each new
+    /// link starts with `resume`: the server keeps the sessions through the
+    /// drop, running turns carry on, held answers and Stops arrive after
+    /// `resumed`, and no answer is delivered twice (SPEC L3, L5).
+    pub async fn run<H: Handler>(&self, handler: H, until: impl Future<Output = ()>) -> Ended {
+        let mut serving = link::Serving::new(handler);
+        tokio::pin!(until);
+        let mut failures = 0u32;
+        loop {
+            match self.connect().await {
+                Ok(linked) => {
+                    failures = 0;
+                    if let Some(on_link) = &self.on_link {
+                        on_link(linked.welcome());
+                    }
+                    let ended = serving
+                        .drive(linked.socket, until.as_mut(), self.resumable)
+                        .await;
+                    if ended.is_final() {
+                        return ended;
+                    }
+                    tracing::warn!(%ended, "link ended; linking again");
+                }
+                Err(e) if e.is_final() => {
+                    serving.finish();
+                    return Ended::Refused(e.to_string());
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot link; trying again"),
+            }
+            let pause = backoff(failures);
+            failures = failures.saturating_add(1);
+            tokio::select! {
+                () = &mut until => {
+                    serving.finish();
+                    return Ended::Detached;
+                }
+                () = tokio::time::sleep(pause) => {}
+            }
         }
     }
 
@@ -179,6 +251,35 @@ impl Connector {
     }
 }
 
+impl ConnectError {
+    /// Whether trying again cannot help: the address, credential or
+    /// `hello` is wrong, not the network.
+    pub fn is_final(&self) -> bool {
+        match self {
+            ConnectError::Address(_) | ConnectError::Credential | ConnectError::Hello { .. } => {
+                true
+            }
+            ConnectError::Refused(status) => matches!(status, 401 | 403 | 404),
+            ConnectError::Network(_) | ConnectError::NoWelcome(_) => false,
+        }
+    }
+}
+
+/// The pause before the next attempt after `failures` failed ones: doubling
+/// from [`FIRST_PAUSE`] to [`MAX_PAUSE`], with up to half of it as jitter so
+/// a fleet of machines dropped at once does not return at once.
+fn backoff(failures: u32) -> Duration {
+    let base = FIRST_PAUSE
+        .saturating_mul(1u32 << failures.min(8))
+        .min(MAX_PAUSE);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let jitter = base.mul_f64(f64::from(nanos % 1000) / 2000.0);
+    base - jitter / 2 + jitter
+}
+
 /// What `welcome` said.
 #[derive(Clone, Debug)]
 pub struct Welcome {
@@ -205,6 +306,21 @@ mod tests {
         );
         assert_eq!(url("ws://h:1").as_deref(), Some("ws://h:1/machine"));
         assert_eq!(url("margin.example"), None);
+    }
+
+    #[test]
+    fn backoff_doubles_to_its_cap_with_bounded_jitter() {
+        for failures in 0..20 {
+            let base = FIRST_PAUSE
+                .saturating_mul(1u32 << failures.min(8))
+                .min(MAX_PAUSE);
+            let pause = backoff(failures);
+            assert!(
+                pause >= base.mul_f64(0.75) && pause <= base.mul_f64(1.25),
+                "{failures}: {pause:?}"
+            );
+        }
+        assert!(backoff(30) <= MAX_PAUSE.mul_f64(1.25));
     }
 
     #[test]

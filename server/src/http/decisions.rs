@@ -116,13 +116,17 @@ async fn change(
     })?;
     state.hub.store().update_card(id, &stored).await?;
     mirror(state, id, &stored.card).await;
-    if let (CardState::Answered, Some(answer)) = (stored.card.state, &stored.card.answer) {
-        state.planners.answered(
+    match (stored.card.state, &stored.card.answer) {
+        (CardState::Answered, Some(answer)) => state.planners.answered(
             id,
             &stored.card.id,
             wire::answer_body(answer),
             &account.name,
-        );
+        ),
+        // A discarded question no longer waits on anyone; a machine that
+        // comes back is told it was withdrawn (SPEC L3).
+        (CardState::Discarded, _) => state.planners.discarded(id, &stored.card.id),
+        _ => {}
     }
     tracing::info!(
         document = id,

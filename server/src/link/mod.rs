@@ -6,6 +6,35 @@ pub mod socket;
 
 pub(crate) use socket::refusal;
 
+/// How a link ended, as its sessions see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkEnd {
+    /// Closed with no `detach` or refusal, or by the server as unresponsive:
+    /// a resumable link's sessions in use are kept (SPEC L2).
+    Dropped,
+    /// The machine detached on purpose.
+    Detached,
+    /// The server closed it for a refusal (a bad frame, revocation).
+    Refused,
+    /// Another link of the account took its work over (`resume`).
+    Superseded,
+    /// The server is shutting down: nothing is announced (SPEC L9).
+    Shutdown,
+}
+
+impl LinkEnd {
+    /// The end a link's close code (if the server closed it) means.
+    pub fn of(closed_with: Option<(u16, String)>) -> Self {
+        match closed_with.map(|(code, _)| code) {
+            None | Some(close::UNRESPONSIVE) => LinkEnd::Dropped,
+            Some(close::DETACHED) => LinkEnd::Detached,
+            Some(close::SUPERSEDED) => LinkEnd::Superseded,
+            Some(close::GOING_AWAY) => LinkEnd::Shutdown,
+            Some(_) => LinkEnd::Refused,
+        }
+    }
+}
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -54,6 +83,9 @@ pub struct Link {
     /// Most run attempts each of its sessions keeps live at once, as its
     /// `hello` declared (SPEC R2).
     pub run_capacity: usize,
+    /// Whether `resumable-sessions` was granted: an unexpected drop then
+    /// keeps the sessions in use (SPEC L1, L2).
+    pub resumable: bool,
     outbox: mpsc::Sender<ServerMessage>,
     closer: Closer,
 }
@@ -117,6 +149,7 @@ impl Links {
         &self,
         machine: &Machine,
         run_capacity: usize,
+        resumable: bool,
         closer: Closer,
     ) -> (Link, mpsc::Receiver<ServerMessage>) {
         let (outbox, rx) = mpsc::channel(LINK_OUTBOX);
@@ -124,6 +157,7 @@ impl Links {
             id: self.inner.next.fetch_add(1, Ordering::Relaxed),
             machine: machine.clone(),
             run_capacity,
+            resumable,
             outbox,
             closer,
         };
@@ -156,6 +190,13 @@ impl Links {
             .filter(|link| link.machine.account.id == account)
             .min_by_key(|link| link.id)
             .cloned()
+    }
+
+    /// Closes `link`: another link took its work over (SPEC L3).
+    pub fn supersede(&self, link: &Link) {
+        link.closer
+            .close(close::SUPERSEDED, "another link took this link's work over");
+        self.close(link);
     }
 
     /// Whether link `id` is still open.

@@ -7,29 +7,17 @@ use std::time::Duration;
 use axum::extract::ws::{Message, WebSocket};
 use futures_util::{SinkExt, StreamExt};
 use margin_protocol::link::{
-    close, Capabilities, ClientMessage, ServerMessage, MAX_FEATURES, MAX_FEATURE_BYTES,
-    MAX_RUN_CAPACITY, PROTOCOL_VERSION,
+    close, Capabilities, ClientMessage, ServerMessage, CLIENT_MESSAGE_TYPES, MAX_FEATURES,
+    MAX_FEATURE_BYTES, MAX_RUN_CAPACITY, PROTOCOL_VERSION, RESUMABLE_SESSIONS,
 };
 use tokio::time::{interval_at, Instant, MissedTickBehavior};
 use tracing::{debug, info, Instrument};
 
-use super::Links;
+use super::{LinkEnd, Links};
 use crate::planners::Planners;
 use crate::storage::Machine;
 use crate::sync::conn::Closer;
 use crate::sync::socket::close_message;
-
-/// The message types a machine may send, for telling an unknown type from a
-/// malformed known one.
-const KNOWN_TYPES: [&str; 7] = [
-    "hello",
-    "heartbeat-ack",
-    "detach",
-    "tool-call",
-    "reply",
-    "run",
-    "stopped",
-];
 
 /// How long a close frame may wait behind a machine that is not reading.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -59,6 +47,7 @@ pub async fn serve(socket: WebSocket, links: Links, planners: Planners, machine:
             };
             match hello(&first) {
                 Ok((features, run_capacity)) => {
+                    let resumable = features.iter().any(|f| f == RESUMABLE_SESSIONS);
                     let welcome = ServerMessage::Welcome {
                         protocol_version: PROTOCOL_VERSION,
                         machine: machine.name.clone(),
@@ -68,7 +57,7 @@ pub async fn serve(socket: WebSocket, links: Links, planners: Planners, machine:
                         return;
                     }
                     info!("machine linked");
-                    opened = Some(links.open(&machine, run_capacity, closer.clone()));
+                    opened = Some(links.open(&machine, run_capacity, resumable, closer.clone()));
                 }
                 Err((code, message)) => {
                     let _ = send(&mut sink, &refusal(code, message.clone())).await;
@@ -151,6 +140,17 @@ pub async fn serve(socket: WebSocket, links: Links, planners: Planners, machine:
                                     if send(&mut sink, &refusal).await.is_err() { return; }
                                 }
                             }
+                            Ok(ClientMessage::Resume { sessions }) => {
+                                // `resumed` and what follows it go out through the outbox, in order.
+                                if let Err(refused) = planners.resume(link, sessions).await {
+                                    if send(&mut sink, &refused).await.is_err() { return; }
+                                }
+                            }
+                            Ok(ClientMessage::InputReceived { session, request }) => {
+                                if let Some(refusal) = planners.input_received(link, &session, &request) {
+                                    if send(&mut sink, &refusal).await.is_err() { return; }
+                                }
+                            }
                             Ok(ClientMessage::Stopped { session }) => {
                                 if let Some(refusal) = planners.stopped(link, &session).await {
                                     if send(&mut sink, &refusal).await.is_err() { return; }
@@ -172,7 +172,7 @@ pub async fn serve(socket: WebSocket, links: Links, planners: Planners, machine:
         outcome.await;
         if let Some((link, _)) = opened.take() {
             links.close(&link);
-            planners.link_closed(&link).await;
+            planners.link_closed(&link, LinkEnd::of(closer.reason())).await;
         }
         if let Some((code, reason)) = closer.reason() {
             let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.send(close_message(code, &reason))).await;
@@ -196,7 +196,6 @@ async fn next_text(stream: &mut futures_util::stream::SplitStream<WebSocket>) ->
     }
 }
 
-/// Checks a `hello`; returns the features granted, or a refusal.
 /// Checks a `hello`; the features granted and the declared run capacity.
 fn hello(text: &str) -> Result<(Vec<String>, usize), (&'static str, String)> {
     match parse(text) {
@@ -230,8 +229,14 @@ fn hello(text: &str) -> Result<(Vec<String>, usize), (&'static str, String)> {
                     ),
                 ));
             }
-            // No optional feature is offered yet; unknown ones are ignored.
-            Ok((Vec::new(), run_capacity as usize))
+            // The one optional feature is resumable sessions; unknown ones
+            // are ignored and not granted.
+            let granted = features
+                .into_iter()
+                .filter(|f| f == RESUMABLE_SESSIONS)
+                .take(1)
+                .collect();
+            Ok((granted, run_capacity as usize))
         }
         Ok(_) => Err(("hello_expected", "the first message must be hello".into())),
         Err((_, message)) => Err((
@@ -255,7 +260,7 @@ fn parse(text: &str) -> Result<ClientMessage, (&'static str, String)> {
             "malformed_message",
             "a message needs a string \"type\"".into(),
         )),
-        Some(kind) if !KNOWN_TYPES.contains(&kind.as_str()) => Err((
+        Some(kind) if !CLIENT_MESSAGE_TYPES.contains(&kind.as_str()) => Err((
             "unknown_message",
             format!("unknown message type {:?}", truncate(&kind)),
         )),

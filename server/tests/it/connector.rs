@@ -18,7 +18,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::harness::{Api, InProcess, Server, SyncClient};
+use crate::harness::{Api, InProcess, Proxy, Server, SyncClient};
 use crate::on_both_backends;
 
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -295,6 +295,48 @@ on_both_backends! {
         detach.cancel();
         let ended = tokio::time::timeout(PATIENCE, turn.read_document()).await.expect("the call settled");
         assert!(matches!(ended, Err(ToolError::LinkClosed)), "{ended:?}");
+    }
+
+    async fn connector_run_links_again_after_a_drop_resumes_and_delivers_the_held_answer_once(db) {
+        let s = Scene::new(&db, &["Launch in one region."]).await;
+        let proxy = Proxy::to(s.server.addr).await;
+        let (answers, mut answered) = mpsc::unbounded_channel();
+        let links = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = links.clone();
+        let connector = Connector::new(format!("http://{}", proxy.addr), &s.credential)
+            .on_link(move |_| { counted.fetch_add(1, Ordering::SeqCst); });
+        let detach = CancellationToken::new();
+        let running = tokio::spawn({
+            let detach = detach.clone();
+            async move { connector.run(Asks { answers }, detach.cancelled_owned()).await }
+        });
+        s.say("@planner ask about the region").await;
+        chat_until(&s.server, &s.token, &s.doc, 1, planner_replies).await;
+        let card = decisions(&s.server, &s.token, &s.doc).await.decisions.remove(0);
+
+        // Wi-Fi goes: no close frame reaches either side.
+        proxy.cut();
+        let mut view = s.planner_view().await;
+        for _ in 0..500 {
+            if view.disconnected { break; }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            view = s.planner_view().await;
+        }
+        // The SDK may already be back; either way nothing was released.
+        let (status, body) = s.server.post(Some(&s.token), &format!("/documents/{}/decisions/{}/answer", s.doc, card.id), json!({"yes": true})).await;
+        assert_eq!(status, 200, "{body}");
+        let got = tokio::time::timeout(PATIENCE, answered.recv()).await.expect("the held answer arrived").unwrap();
+        assert_eq!(got.0, card.id);
+        assert!(links.load(Ordering::SeqCst) >= 2, "the connector linked again");
+        // Acknowledged: a later drop and resume does not deliver it again.
+        proxy.cut();
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert!(tokio::time::timeout(Duration::from_millis(300), answered.recv()).await.is_err(), "delivered once");
+        let view = s.planner_view().await;
+        assert!(view.connected && !view.disconnected, "{view:?}");
+        assert_eq!(view.questions, 0);
+        detach.cancel();
+        assert_eq!(running.await.unwrap(), margin_planner::connector::Ended::Detached);
     }
 
     async fn serve_with_demo_planner_pairs_links_and_opens_cards_in_its_sample_plan(db) {

@@ -42,10 +42,15 @@ on_both_backends! {
             ServerMessage::Welcome {
                 protocol_version: 1,
                 machine: "ada's laptop".into(),
-                // No optional feature is offered yet, so none is granted.
-                capabilities: Capabilities { durable_plans: false, features: vec![] },
+                // Resumable sessions are granted (SPEC L1).
+                capabilities: Capabilities { durable_plans: false, features: vec!["resumable-sessions".into()] },
             }
         );
+        // Unknown features are ignored and not granted; none asked, none granted.
+        let mut plain = LinkClient::connect(server.addr, &credential).await.unwrap();
+        plain.send_text(r#"{"type":"hello","protocol_version":1,"features":["telepathy"]}"#).await;
+        assert!(matches!(plain.next().await,
+            Some(ServerMessage::Welcome { capabilities: Capabilities { ref features, .. }, .. }) if features.is_empty()));
         let (status, list) = server.get(Some(&token), "/machines").await;
         assert_eq!((status, list["machines"][0]["id"].as_str(), list["machines"][0]["revoked"].as_bool()), (200, Some(id.as_str()), Some(false)));
     }

@@ -9,6 +9,7 @@ mod crash;
 mod decisions;
 mod http;
 mod link;
+mod resume;
 mod storage;
 mod sync;
 mod turns;

@@ -8,18 +8,18 @@ use serde_json::json;
 use crate::harness::{InProcess, LinkClient, SyncClient};
 use crate::on_both_backends;
 
-struct Scene {
-    server: InProcess,
-    token: String,
-    doc: String,
+pub(crate) struct Scene {
+    pub server: InProcess,
+    pub token: String,
+    pub doc: String,
 }
 
 impl Scene {
-    async fn new(db: &crate::harness::TestDb) -> Scene {
+    pub async fn new(db: &crate::harness::TestDb) -> Scene {
         Self::with(db, |_| {}).await
     }
 
-    async fn with(
+    pub async fn with(
         db: &crate::harness::TestDb,
         adjust: impl FnOnce(&mut margin_server::serve::ServeOptions),
     ) -> Scene {
@@ -31,21 +31,34 @@ impl Scene {
         Scene { server, token, doc }
     }
 
-    async fn planner(&self) -> LinkClient {
+    pub async fn planner(&self) -> LinkClient {
+        let mut link = self.machine().await;
+        assert!(matches!(link.hello().await, ServerMessage::Welcome { .. }));
+        link
+    }
+
+    /// A Planner whose link does not ask for resumable sessions.
+    pub async fn planner_without_resume(&self) -> LinkClient {
+        let mut link = self.machine().await;
+        assert!(matches!(
+            link.hello_without_resume().await,
+            ServerMessage::Welcome { .. }
+        ));
+        link
+    }
+
+    pub async fn machine(&self) -> LinkClient {
         let (status, paired) = self
             .server
             .post(Some(&self.token), "/machines", json!({"name": "laptop"}))
             .await;
         assert_eq!(status, 201);
-        let mut link =
-            LinkClient::connect(self.server.addr, paired["credential"].as_str().unwrap())
-                .await
-                .unwrap();
-        assert!(matches!(link.hello().await, ServerMessage::Welcome { .. }));
-        link
+        LinkClient::connect(self.server.addr, paired["credential"].as_str().unwrap())
+            .await
+            .unwrap()
     }
 
-    async fn say(&self, text: &str) {
+    pub async fn say(&self, text: &str) {
         let (status, body) = self
             .server
             .post(
@@ -57,7 +70,7 @@ impl Scene {
         assert_eq!(status, 201, "{body}");
     }
 
-    async fn chat(&self) -> Vec<(ChatKind, String)> {
+    pub async fn chat(&self) -> Vec<(ChatKind, String)> {
         let (status, body) = self
             .server
             .get(Some(&self.token), &format!("/documents/{}/chat", self.doc))
@@ -71,7 +84,7 @@ impl Scene {
     }
 
     /// Waits until Chat has `count` lines.
-    async fn chat_len(&self, count: usize) -> Vec<(ChatKind, String)> {
+    pub async fn chat_len(&self, count: usize) -> Vec<(ChatKind, String)> {
         for _ in 0..500 {
             let chat = self.chat().await;
             if chat.len() >= count {
@@ -83,7 +96,7 @@ impl Scene {
     }
 }
 
-async fn invoked(link: &mut LinkClient) -> (String, String, Vec<String>, Vec<String>) {
+pub(crate) async fn invoked(link: &mut LinkClient) -> (String, String, Vec<String>, Vec<String>) {
     match link.next_work().await {
         Some(ServerMessage::Invoke {
             session,
@@ -101,7 +114,7 @@ async fn invoked(link: &mut LinkClient) -> (String, String, Vec<String>, Vec<Str
     }
 }
 
-async fn call(
+pub(crate) async fn call(
     link: &mut LinkClient,
     session: &str,
     turn: &str,
@@ -119,7 +132,7 @@ async fn call(
     link.next_work().await.expect("a tool result")
 }
 
-async fn reply(link: &mut LinkClient, session: &str, turn: &str, text: &str) {
+pub(crate) async fn reply(link: &mut LinkClient, session: &str, turn: &str, text: &str) {
     link.send_message(&ClientMessage::Reply {
         session: session.into(),
         turn: turn.into(),
@@ -344,7 +357,7 @@ on_both_backends! {
 /// "detach"), and checks the question's card is cancelled.
 async fn question_is_withdrawn_when(db: crate::harness::TestDb, ending: &str) {
     let s = Scene::new(&db).await;
-    let mut planner = s.planner().await;
+    let mut planner = s.planner_without_resume().await;
     s.say("@planner plan the launch").await;
     let (session, turn, _, _) = invoked(&mut planner).await;
     let ServerMessage::ToolResult {
@@ -456,7 +469,7 @@ on_both_backends! {
 }
 
 /// Reports `attempt` of `run` with `status`.
-async fn report(
+pub(crate) async fn report(
     link: &mut LinkClient,
     session: &str,
     run: &str,
@@ -474,7 +487,7 @@ async fn report(
 }
 
 /// The planner view's runs as (run, status) pairs.
-async fn run_cards(s: &Scene) -> Vec<(String, String)> {
+pub(crate) async fn run_cards(s: &Scene) -> Vec<(String, String)> {
     let (_, view) = s
         .server
         .get(Some(&s.token), &format!("/documents/{}/planner", s.doc))
@@ -547,7 +560,7 @@ on_both_backends! {
     async fn a_link_that_closes_under_a_live_run_says_its_state_is_unknown_not_stopped(db) {
         use margin_protocol::link::RunStatus::*;
         let s = Scene::new(&db).await;
-        let mut planner = s.planner().await;
+        let mut planner = s.planner_without_resume().await;
         s.say("@planner build").await;
         let (session, turn, _, _) = invoked(&mut planner).await;
         report(&mut planner, &session, "build", 1, Running).await;

@@ -53,6 +53,13 @@ impl LinkClient {
         self.next().await.expect("an answer to hello")
     }
 
+    /// A `hello` without `resumable-sessions`: a drop ends the sessions.
+    pub async fn hello_without_resume(&mut self) -> ServerMessage {
+        self.send_text(r#"{"type":"hello","protocol_version":1,"features":[]}"#)
+            .await;
+        self.next().await.expect("an answer to hello")
+    }
+
     /// The next server message, or `None` once the link is closed.
     pub async fn next(&mut self) -> Option<ServerMessage> {
         tokio::time::timeout(PATIENCE, async {
@@ -92,6 +99,14 @@ impl LinkClient {
         })
         .await
         .expect("no message but heartbeats within the time allowed")
+    }
+
+    /// The first message other than a heartbeat within `quiet`, if any.
+    pub async fn work_within(&mut self, quiet: Duration) -> Option<ServerMessage> {
+        tokio::time::timeout(quiet, self.next_work())
+            .await
+            .ok()
+            .flatten()
     }
 
     /// Sends a client message.

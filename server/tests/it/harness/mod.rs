@@ -6,6 +6,7 @@ pub mod client;
 pub mod db;
 pub mod inproc;
 pub mod link;
+pub mod proxy;
 pub mod server;
 
 pub use api::Api;
@@ -13,6 +14,7 @@ pub use client::SyncClient;
 pub use db::TestDb;
 pub use inproc::InProcess;
 pub use link::LinkClient;
+pub use proxy::Proxy;
 pub use server::Server;
 
 /// Declares each test once per backend: `name::sqlite` and `name::postgres`.

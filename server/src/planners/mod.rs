@@ -6,6 +6,9 @@
 //! this module is the wiring: it binds a document to a linked machine of its
 //! owner, sends `invoke`, runs the machine's tool calls for the session's
 //! document and account (never ones the machine names), and judges replies.
+//! What a link's end and `resume` do to sessions is in [`links`].
+
+mod links;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -44,6 +47,8 @@ struct Inner {
     links: Links,
     /// `PLANNER_IDLE_MS`.
     idle: Millis,
+    /// `PLANNER_ATTACH_GRACE_MS`.
+    attach_grace: Millis,
     started: Instant,
     by_document: Mutex<HashMap<String, DocumentPlanner>>,
     /// Lock order: `by_document` before `ended`, never the other way.
@@ -69,8 +74,9 @@ struct DocumentPlanner {
     turn: Option<Turn>,
     /// Run names by id, as the machine reported them.
     run_names: HashMap<String, String>,
-    /// A Stop was sent and not yet confirmed.
-    stop_pending: bool,
+    /// Answers to its questions the machine has not acknowledged, with who
+    /// gave them (SPEC L5).
+    answers: HashMap<String, (AnswerBody, String)>,
     /// Host requests (card ids) the session asked that wait on a person.
     requests: std::collections::BTreeSet<String>,
 }
@@ -148,12 +154,18 @@ struct Outcome {
 impl Planners {
     /// Planners over `hub`'s documents and `links`' machines, idle after
     /// `idle` with nothing to do and nobody viewing.
-    pub fn new(hub: Hub, links: Links, idle: std::time::Duration) -> Self {
+    pub fn new(
+        hub: Hub,
+        links: Links,
+        idle: std::time::Duration,
+        attach_grace: std::time::Duration,
+    ) -> Self {
         Planners {
             inner: Arc::new(Inner {
                 hub,
                 links,
                 idle: Millis(idle.as_millis() as u64),
+                attach_grace: Millis(attach_grace.as_millis() as u64),
                 started: Instant::now(),
                 by_document: Mutex::new(HashMap::new()),
                 ended: Mutex::new(Ended::default()),
@@ -188,7 +200,7 @@ impl Planners {
             }
             let bound = planners
                 .get(document)
-                .is_some_and(|p| self.inner.links.is_open(p.link.id));
+                .is_some_and(|p| p.lifecycle.is_away() || self.inner.links.is_open(p.link.id));
             if !bound {
                 planners.remove(document);
                 if let Some(link) = self.inner.links.of_account(&owner.id) {
@@ -198,18 +210,34 @@ impl Planners {
                         DocumentPlanner {
                             session: Uuid::new_v4().to_string(),
                             lifecycle: Session::new(now, self.inner.idle)
-                                .with_run_capacity(link.run_capacity),
+                                .with_run_capacity(link.run_capacity)
+                                .with_attach_grace(self.inner.attach_grace),
                             link,
                             steering: Steering::default(),
                             turn: None,
                             run_names: HashMap::new(),
-                            stop_pending: false,
+                            answers: HashMap::new(),
                             requests: Default::default(),
                         },
                     );
                 }
             }
             match planners.get_mut(document) {
+                // Away: the message waits for the machine, which is not
+                // replaced by another of the owner's (SPEC L2, L7).
+                Some(planner) if planner.lifecycle.is_away() => {
+                    if let Some(messages) = planner.steering.handle_message(message) {
+                        planner.steering.handle_start_failed(messages);
+                    }
+                    Outcome {
+                        chat: vec![(
+                            SYSTEM_AUTHOR,
+                            ChatKind::System,
+                            "The Planner is disconnected. Your message waits for it and reaches it when it reconnects.".to_owned(),
+                        )],
+                        send: None,
+                    }
+                }
                 Some(planner) => match planner.steering.handle_message(message) {
                     Some(messages) => start_turn(planner, document, messages, Vec::new(), now),
                     None => Outcome::default(),
@@ -441,41 +469,6 @@ impl Planners {
         }
     }
 
-    /// A member pressed Stop: the machine is asked, and Chat says it was
-    /// asked — "stopped" only once the machine confirms (SPEC L4, P4).
-    pub async fn stop(&self, document: &str) -> Result<bool, StorageError> {
-        let sent = {
-            let mut planners = self.lock();
-            match planners.get_mut(document) {
-                Some(planner) if !planner.stop_pending => {
-                    planner.stop_pending = true;
-                    Some((
-                        planner.link.clone(),
-                        ServerMessage::Stop {
-                            session: planner.session.clone(),
-                        },
-                    ))
-                }
-                Some(_) => return Ok(true),
-                None => None,
-            }
-        };
-        let Some((link, stop)) = sent else {
-            return Ok(false);
-        };
-        let line = if link.send(stop) {
-            "Stop was sent to the Planner; waiting for it to confirm."
-        } else {
-            "Stop was asked, but the Planner's link is down."
-        };
-        self.inner
-            .hub
-            .store()
-            .append_chat(document, SYSTEM_AUTHOR, ChatKind::System, line)
-            .await?;
-        Ok(true)
-    }
-
     /// The machine confirmed a Stop: the session is released, its live runs
     /// stop with their true age, and Chat says so (SPEC P3, P4). A `stopped`
     /// for a session the server already ended (archive, delete) is accepted
@@ -582,31 +575,38 @@ impl Planners {
     /// Feeds each session who is viewing its document and the time, and
     /// lets go of those idle for the idle period with nobody viewing (SPEC
     /// P3). A session in use is never released here.
-    pub fn tick(&self) {
+    pub async fn tick(&self) {
         let now = self.now();
-        let mut planners = self.lock();
-        let idle: Vec<String> = planners
-            .iter_mut()
-            .filter_map(|(document, planner)| {
+        let mut endings = Vec::new();
+        {
+            let mut planners = self.lock();
+            let mut gone = Vec::new();
+            for (document, planner) in planners.iter_mut() {
                 let _ = planner
                     .lifecycle
                     .handle_viewers(self.inner.hub.viewers(document), now);
-                let released = planner.lifecycle.handle_timeout(now);
-                released
-                    .contains(&Effect::Released(ReleaseReason::Idle))
-                    .then(|| document.clone())
-            })
-            .collect();
-        for document in idle {
-            info!(document, "Planner session released after its idle period");
-            planners.remove(&document);
+                let effects = planner.lifecycle.handle_timeout(now);
+                if effects.contains(&Effect::Released(ReleaseReason::Idle)) {
+                    info!(document, "Planner session released after its idle period");
+                    gone.push(document.clone());
+                } else if let Some(ending) = Self::lease_ended(planner, document, effects) {
+                    info!(document, "Planner session released: its machine did not come back within the attach grace");
+                    gone.push(document.clone());
+                    endings.push(ending);
+                }
+            }
+            for document in gone {
+                planners.remove(&document);
+            }
         }
+        self.carry_out_endings(endings).await;
     }
 
     /// How often [`Planners::tick`] should run: often enough to honour the
-    /// idle period closely, and at least every 5 s.
+    /// idle period and the attach grace closely, and at least every 5 s.
     pub fn tick_every(&self) -> std::time::Duration {
-        std::time::Duration::from_millis((self.inner.idle.0 / 4).clamp(10, 5_000))
+        let shortest = self.inner.idle.0.min(self.inner.attach_grace.0);
+        std::time::Duration::from_millis((shortest / 4).clamp(10, 5_000))
     }
 
     /// The document's Planner as people see it.
@@ -615,10 +615,11 @@ impl Planners {
         let planners = self.lock();
         match planners
             .get(document)
-            .filter(|p| self.inner.links.is_open(p.link.id))
+            .filter(|p| p.lifecycle.is_away() || self.inner.links.is_open(p.link.id))
         {
             None => PlannerView {
                 connected: false,
+                disconnected: false,
                 machine: None,
                 replying: false,
                 stop_pending: false,
@@ -626,10 +627,11 @@ impl Planners {
                 runs: Vec::new(),
             },
             Some(planner) => PlannerView {
-                connected: true,
+                connected: !planner.lifecycle.is_away(),
+                disconnected: planner.lifecycle.is_away(),
                 machine: Some(planner.link.machine.name.clone()),
                 replying: planner.lifecycle.replying(),
-                stop_pending: planner.stop_pending,
+                stop_pending: planner.lifecycle.stop_pending(),
                 questions: planner.requests.len(),
                 runs: planner
                     .lifecycle
@@ -650,55 +652,10 @@ impl Planners {
                             RunStatus::Stopped => LinkRunStatus::Stopped,
                         },
                         age_ms: card.age.0,
+                        disconnected: planner.lifecycle.is_away(),
                     })
                     .collect(),
             },
-        }
-    }
-
-    /// A link closed: its sessions end with it (a link that may resume
-    /// arrives with `resumable-sessions`). A turn cut short says so.
-    pub async fn link_closed(&self, link: &Link) {
-        self.ended().sessions.retain(|_, id| *id != link.id);
-        let now = self.now();
-        let ended: Vec<(String, bool, Vec<String>, Vec<String>)> = {
-            let mut planners = self.lock();
-            let gone: Vec<String> = planners
-                .iter()
-                .filter(|(_, p)| p.link.id == link.id)
-                .map(|(d, _)| d.clone())
-                .collect();
-            gone.into_iter()
-                .filter_map(|document| {
-                    let mut planner = planners.remove(&document)?;
-                    let mut unknown = Vec::new();
-                    for effect in planner.lifecycle.handle_link_closed(now) {
-                        if let Effect::RunUnknown { run, .. } = effect {
-                            unknown.push(planner.run_names.remove(&run.0).unwrap_or(run.0));
-                        }
-                    }
-                    let questions = planner.requests.into_iter().collect();
-                    Some((document, planner.turn.is_some(), questions, unknown))
-                })
-                .collect()
-        };
-        for (document, in_turn, questions, unknown) in ended {
-            // The session's questions end with it: nobody is left to read
-            // the answers.
-            self.withdraw(&document, questions).await;
-            let mut lines = Vec::new();
-            if in_turn {
-                lines.push(
-                    "The Planner disconnected during its turn; its reply was not posted."
-                        .to_owned(),
-                );
-            }
-            // Nothing says these runs stopped: say so rather than call them
-            // stopped (SPEC R2, P4).
-            lines.extend(unknown.into_iter().map(|name| {
-                format!("{name} was live when the Planner disconnected; whether it stopped is not known.")
-            }));
-            self.system_lines(&document, lines).await;
         }
     }
 
@@ -762,35 +719,6 @@ impl Planners {
             planner.requests.insert(card);
         }
         Vec::new()
-    }
-
-    /// A person answered card `card` of `document`: if a session asked it,
-    /// the answer goes to that session's machine as `input-result`.
-    pub fn answered(&self, document: &str, card: &str, answer: AnswerBody, answered_by: &str) {
-        let now = self.now();
-        let mut planners = self.lock();
-        let Some(planner) = planners
-            .get_mut(document)
-            .filter(|p| p.requests.contains(card))
-        else {
-            return;
-        };
-        planner.requests.remove(card);
-        let _ = planner
-            .lifecycle
-            .handle_request_settled(&RequestId(card.to_owned()), now);
-        let message = ServerMessage::InputResult {
-            session: planner.session.clone(),
-            request: card.to_owned(),
-            answer,
-            answered_by: answered_by.to_owned(),
-        };
-        if !planner.link.send(message) {
-            warn!(
-                document,
-                card, "answer could not reach the Planner's machine"
-            );
-        }
     }
 
     /// Counts what an `open_decisions`-like call captured toward the turn.
