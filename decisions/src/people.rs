@@ -139,9 +139,10 @@ pub fn act(card: &mut DecisionCard, account: &str, action: Action) -> Result<(),
 }
 
 /// The system withdraws a card's question (its session ended): a card that
-/// still holds its question becomes `cancelled`; returns whether it changed.
+/// still waits on a person (open or reopened) becomes `cancelled`; returns
+/// whether it changed. An answer a person gave is a decision and is kept.
 pub fn withdraw(card: &mut DecisionCard) -> bool {
-    if !card.state.holds_question() {
+    if !matches!(card.state, CardState::Open | CardState::Reopened) {
         return false;
     }
     card.state = CardState::Cancelled;

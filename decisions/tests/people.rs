@@ -194,3 +194,15 @@ fn withdrawing_cancels_only_a_card_that_holds_its_question() {
     assert!(!withdraw(&mut discarded));
     assert_eq!(discarded.state, CardState::Discarded);
 }
+
+#[test]
+fn withdrawing_never_cancels_an_answer_a_person_gave() {
+    use margin_decisions::withdraw;
+    let mut answered = card(ResponseKind::YesNo);
+    act(&mut answered, "bo", Action::Answer(Answer::YesNo(true))).unwrap();
+    assert!(!withdraw(&mut answered));
+    assert_eq!(answered.state, CardState::Answered);
+    let mut reopened = answered.clone();
+    act(&mut reopened, "bo", Action::Reopen).unwrap();
+    assert!(withdraw(&mut reopened), "a reopened card waits again");
+}

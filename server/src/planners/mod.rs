@@ -14,6 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use margin_decisions::{wire, CardState};
 use margin_planner::reply::{judge, repaired, Verdict};
 use margin_planner::{
     Effect, Millis, ReleaseReason, ReleaseTrigger, ReplyOutcome, RequestId, RunId, RunRefusal,
@@ -296,6 +297,7 @@ impl Planners {
                         // answer.
                         let orphans = self.asked(&document, &session, output);
                         self.withdraw(&document, orphans).await;
+                        self.answer_replays(&document, output).await;
                     }
                     self.captured(&document, &turn, asked)
                 }
@@ -719,6 +721,36 @@ impl Planners {
             planner.requests.insert(card);
         }
         Vec::new()
+    }
+
+    /// An `ask` that replays a question people already answered gets that
+    /// answer at once, as `input-result`: nobody is asked twice (SPEC D3).
+    async fn answer_replays(&self, document: &str, output: &OpenDecisionsOutput) {
+        let replayed = output
+            .captures
+            .iter()
+            .filter(|c| c.status == CaptureStatus::AlreadyInDocument);
+        for capture in replayed {
+            match self
+                .inner
+                .hub
+                .store()
+                .card(document, &capture.card_id)
+                .await
+            {
+                Ok(stored) => {
+                    let card = stored.card;
+                    if let (CardState::Answered, Some(answer), Some(by)) =
+                        (card.state, &card.answer, &card.answered_by)
+                    {
+                        self.answered(document, &card.id, wire::answer_body(answer), by);
+                    }
+                }
+                Err(error) => {
+                    warn!(%error, card = %capture.card_id, "could not read a replayed question")
+                }
+            }
+        }
     }
 
     /// Counts what an `open_decisions`-like call captured toward the turn.

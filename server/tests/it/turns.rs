@@ -572,3 +572,49 @@ on_both_backends! {
         assert!(!chat.iter().any(|(_, text)| text.contains("stopped after")), "{chat:?}");
     }
 }
+
+on_both_backends! {
+    async fn asking_again_a_question_people_already_answered_delivers_their_answer_and_keeps_it(db) {
+        let s = Scene::new(&db).await;
+        // Not resumable: its detach ends the session at once.
+        let mut planner = s.planner_without_resume().await;
+        s.say("@planner ask about the date").await;
+        let (session, turn, _, _) = invoked(&mut planner).await;
+        let ServerMessage::ToolResult { output: Some(read), .. } = call(&mut planner, &session, &turn, "read_document", json!({})).await else { panic!() };
+        let question = json!({"revision": read["revision"], "card": {"key": "launch-date", "question": "Ship on March 3?",
+            "response": "yes_no", "passages": [{"index": 0, "digest": read["outline"][0]["digest"]}]}});
+        let ServerMessage::ToolResult { output: Some(asked), .. } = call(&mut planner, &session, &turn, "ask", question.clone()).await else { panic!() };
+        let card = asked["captures"][0]["card_id"].as_str().unwrap().to_owned();
+        reply(&mut planner, &session, &turn, "Asked.").await;
+        s.chat_len(2).await;
+        let (status, _) = s.server.post(Some(&s.token), &format!("/documents/{}/decisions/{card}/answer", s.doc), json!({"yes": true})).await;
+        assert_eq!(status, 200);
+        assert!(matches!(planner.next_work().await, Some(ServerMessage::InputResult { .. })));
+        planner.send_message(&ClientMessage::InputReceived { session: session.clone(), request: card.clone() }).await;
+
+        // The next turn asks the same question again (a replay, SPEC D3).
+        s.say("@planner and the date?").await;
+        let (_, turn, _, _) = invoked(&mut planner).await;
+        let ServerMessage::ToolResult { output: Some(read), .. } = call(&mut planner, &session, &turn, "read_document", json!({})).await else { panic!() };
+        let mut question = question;
+        question["revision"] = read["revision"].clone();
+        let result = call(&mut planner, &session, &turn, "ask", question).await;
+        assert!(matches!(result, ServerMessage::ToolResult { error: None, .. }), "{result:?}");
+        // Its answer comes at once; nobody is asked twice.
+        match planner.next_work().await {
+            Some(ServerMessage::InputResult { request, answer, .. }) => {
+                assert_eq!((request, answer), (card.clone(), margin_protocol::decisions::AnswerBody::Yes(true)));
+            }
+            other => panic!("expected the answer, got {other:?}"),
+        }
+        planner.send_message(&ClientMessage::InputReceived { session: session.clone(), request: card.clone() }).await;
+        reply(&mut planner, &session, &turn, "Noted.").await;
+        s.chat_len(4).await;
+        // The session ends; the answer a person gave is kept.
+        planner.send_message(&ClientMessage::Detach {}).await;
+        drop(planner);
+        assert!(bound_becomes(&s, false, std::time::Duration::from_secs(5)).await);
+        let (_, cards) = s.server.get(Some(&s.token), &format!("/documents/{}/decisions", s.doc)).await;
+        assert_eq!(cards["decisions"][0]["state"], "answered");
+    }
+}
