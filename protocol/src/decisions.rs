@@ -119,12 +119,18 @@ pub struct ToolRefusal {
     /// Stable code: `read_evicted`, `address_mismatch`, `repeated_when_read`,
     /// `block_rewritten`, `block_removed_or_moved`, `twin_now`,
     /// `different_decision`, `stale_revision`, `no_access`, `invalid_input`,
-    /// `archived` (a write to an archived document).
+    /// `archived` (a write to an archived document), `internal` (the
+    /// server failed).
     pub code: String,
     /// Names the key and the cause.
     pub message: String,
     /// Whether reading the document again is the remedy.
     pub read_again: bool,
+    /// Set only when the server could not decide (it failed; nothing was
+    /// acknowledged): the same call may succeed later (SPEC L6). Every
+    /// other refusal is a decision, and retrying it changes nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retry: bool,
 }
 
 /// `read_document` result.
@@ -359,8 +365,18 @@ mod tests {
                 code: "twin_now".into(),
                 message: "m".into(),
                 read_again: true,
+                retry: false,
             },
             r#"{"code":"twin_now","message":"m","read_again":true}"#,
+        );
+        round_trip(
+            ToolRefusal {
+                code: "internal".into(),
+                message: "m".into(),
+                read_again: false,
+                retry: true,
+            },
+            r#"{"code":"internal","message":"m","read_again":false,"retry":true}"#,
         );
     }
 

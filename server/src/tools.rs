@@ -40,6 +40,7 @@ impl ToolError {
             code: code.to_owned(),
             message: message.into(),
             read_again,
+            retry: false,
         })
     }
 

@@ -15,6 +15,11 @@ use serde::Serialize;
 
 use super::link::Calls;
 
+/// How many times a tool call the server could not decide is tried.
+const TRIES: u32 = 4;
+/// The pause before the first retry; it doubles after each.
+const FIRST_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// A Planner: the SDK calls it for each turn, answer and Stop.
 pub trait Handler: Send + Sync + 'static {
     /// Does a turn's work and returns the reply for Chat. Questions belong
@@ -165,22 +170,33 @@ impl Turn {
         self.session.run(run, name, status).await
     }
 
+    /// Calls a tool. A refusal marked `retry` (the server could not decide,
+    /// SPEC L6) is tried again after a pause, a few times; every other
+    /// refusal is the server's decision and is returned at once.
     async fn call<T: DeserializeOwned>(
         &self,
         name: &str,
         arguments: impl Serialize,
     ) -> Result<T, ToolError> {
-        let output = self
-            .session
-            .calls
-            .call(
-                &self.session.id,
-                &self.id,
-                name,
-                serde_json::to_value(arguments)?,
-            )
-            .await?;
-        Ok(serde_json::from_value(output)?)
+        let arguments = serde_json::to_value(arguments)?;
+        let mut pause = FIRST_RETRY;
+        let mut tries = 1;
+        loop {
+            let result = self
+                .session
+                .calls
+                .call(&self.session.id, &self.id, name, arguments.clone())
+                .await;
+            match result {
+                Err(ToolError::Refused(refusal)) if refusal.retry && tries < TRIES => {
+                    tracing::warn!(tool = name, code = %refusal.code, "the server could not decide; trying again");
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                    tries += 1;
+                }
+                result => return Ok(serde_json::from_value(result?)?),
+            }
+        }
     }
 }
 

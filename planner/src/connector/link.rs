@@ -320,6 +320,7 @@ impl<H: Handler> Serving<H> {
                     code,
                     message,
                     read_again: false,
+                    retry: false,
                 })),
             ),
             ServerMessage::Refusal { code, message, .. } => {

@@ -307,6 +307,7 @@ impl Planners {
                 code: "unknown_tool".into(),
                 message: format!("no tool named {other:?}; tools: read_document, edit_plan, open_decisions, open_decision, ask"),
                 read_again: false,
+                retry: false,
             })),
         };
         let (output, error) = match result {
@@ -314,10 +315,12 @@ impl Planners {
             Err(ToolError::Refused(refusal)) => (None, Some(refusal)),
             Err(ToolError::Internal(detail)) => {
                 warn!(%detail, tool = name, "tool call failed");
+                // The one refusal that is not a decision (SPEC L6).
                 let refusal = ToolRefusal {
                     code: "internal".into(),
-                    message: "the server failed; nothing was acknowledged".into(),
+                    message: "the server failed and could not decide; nothing was acknowledged, so the same call may succeed later".into(),
                     read_again: false,
+                    retry: true,
                 };
                 (None, Some(refusal))
             }
@@ -847,6 +850,7 @@ fn input<T: DeserializeOwned>(arguments: serde_json::Value) -> Result<T, ToolErr
             code: "invalid_input".into(),
             message: format!("malformed arguments: {e}"),
             read_again: false,
+            retry: false,
         })
     })
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use margin_planner::connector::{Answer, Connector, Handler, SessionHandle, ToolError, Turn};
 use margin_protocol::chat::{ChatKind, ChatList};
 use margin_protocol::decisions::{
-    AnswerBody, CardInput, DecisionList, OpenDecisionInput, PassageAddress,
+    AnswerBody, CardInput, DecisionList, OpenDecisionInput, PassageAddress, ToolRefusal,
 };
 use margin_protocol::link::{PlannerView, RunStatus};
 use margin_server::demo::DemoPlanner;
@@ -207,6 +207,111 @@ impl Handler for Keeps {
         *self.0.lock().unwrap() = Some(turn);
         Ok("Done.".into())
     }
+}
+
+/// Reads the document and says how many blocks it has.
+struct Reads;
+
+impl Handler for Reads {
+    async fn turn(&self, turn: Turn) -> Result<String, ToolError> {
+        let read = turn.read_document().await?;
+        Ok(format!("{} blocks.", read.outline.len()))
+    }
+}
+
+/// A scripted link server: welcomes one machine, starts one turn, and
+/// answers its tool calls with `results` in order. Yields how many tool
+/// calls it got and the turn's reply.
+async fn scripted_server(
+    results: Vec<Result<serde_json::Value, ToolRefusal>>,
+) -> (String, tokio::task::JoinHandle<(usize, String)>) {
+    use futures_util::{SinkExt, StreamExt};
+    use margin_protocol::link::{Capabilities, ClientMessage, ServerMessage};
+    use tokio_tungstenite::tungstenite::Message;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+        let text = |m: &ServerMessage| Message::Text(serde_json::to_string(m).unwrap().into());
+        let _hello = ws.next().await;
+        let welcome = ServerMessage::Welcome {
+            protocol_version: 1,
+            machine: "m".into(),
+            capabilities: Capabilities::default(),
+        };
+        ws.send(text(&welcome)).await.unwrap();
+        let invoke = ServerMessage::Invoke {
+            session: "s".into(),
+            turn: "t".into(),
+            document: "d".into(),
+            messages: vec![],
+            repair: vec![],
+        };
+        ws.send(text(&invoke)).await.unwrap();
+        let (mut results, mut calls) = (results.into_iter(), 0);
+        loop {
+            let Some(Ok(Message::Text(frame))) = ws.next().await else {
+                panic!("the machine went away")
+            };
+            match serde_json::from_str::<ClientMessage>(&frame).unwrap() {
+                ClientMessage::ToolCall { call_id, .. } => {
+                    calls += 1;
+                    let result = results.next().expect("no more scripted results");
+                    let (output, error) = match result {
+                        Ok(o) => (Some(o), None),
+                        Err(e) => (None, Some(e)),
+                    };
+                    let answer = ServerMessage::ToolResult {
+                        session: "s".into(),
+                        turn: "t".into(),
+                        call_id,
+                        output,
+                        error,
+                    };
+                    ws.send(text(&answer)).await.unwrap();
+                }
+                ClientMessage::Reply { text, .. } => return (calls, text),
+                _ => {}
+            }
+        }
+    });
+    (format!("http://{addr}"), task)
+}
+
+fn refusal(code: &str, retry: bool) -> ToolRefusal {
+    ToolRefusal {
+        code: code.into(),
+        message: format!("{code} happened"),
+        read_again: false,
+        retry,
+    }
+}
+
+#[tokio::test]
+async fn connector_tries_again_only_a_call_the_server_could_not_decide() {
+    let empty = json!({"revision": 1, "outline": []});
+    let (server, seen) = scripted_server(vec![
+        Err(refusal("internal", true)),
+        Err(refusal("internal", true)),
+        Ok(empty),
+    ])
+    .await;
+    let linked = Connector::new(server, "mgm_x").connect().await.unwrap();
+    tokio::spawn(linked.serve(Reads, std::future::pending()));
+    let (calls, reply) = tokio::time::timeout(PATIENCE, seen).await.unwrap().unwrap();
+    assert_eq!((calls, reply.as_str()), (3, "0 blocks."));
+
+    // A decision is returned at once, never tried again.
+    let (server, seen) = scripted_server(vec![Err(refusal("stale_revision", false))]).await;
+    let linked = Connector::new(server, "mgm_x").connect().await.unwrap();
+    tokio::spawn(linked.serve(Reads, std::future::pending()));
+    let (calls, reply) = tokio::time::timeout(PATIENCE, seen).await.unwrap().unwrap();
+    assert_eq!(calls, 1);
+    assert_eq!(
+        reply,
+        "The Planner could not finish this turn: refused (stale_revision): stale_revision happened"
+    );
 }
 
 on_both_backends! {

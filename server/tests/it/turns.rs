@@ -618,3 +618,28 @@ on_both_backends! {
         assert_eq!(cards["decisions"][0]["state"], "answered");
     }
 }
+
+on_both_backends! {
+    async fn a_tool_refusal_carries_retry_only_when_the_server_could_not_decide(db) {
+        let s = Scene::new(&db).await;
+        let mut planner = s.planner().await;
+        s.say("@planner plan").await;
+        let (session, turn, _, _) = invoked(&mut planner).await;
+        let ServerMessage::ToolResult { output: Some(read), .. } = call(&mut planner, &session, &turn, "read_document", json!({})).await else { panic!() };
+        let batch = |revision: serde_json::Value| json!({"revision": revision, "cards": [{"key": "k", "question": "Ship on March 3?",
+            "response": "yes_no", "passages": [{"index": 0, "digest": read["outline"][0]["digest"]}]}]});
+        // A decision: a revision the document never had.
+        match call(&mut planner, &session, &turn, "open_decisions", batch(json!(999))).await {
+            ServerMessage::ToolResult { error: Some(refusal), .. } => assert!(!refusal.retry, "{refusal:?}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        // The database goes away: the server cannot decide.
+        s.server.store().close().await;
+        match call(&mut planner, &session, &turn, "open_decisions", batch(read["revision"].clone())).await {
+            ServerMessage::ToolResult { error: Some(refusal), .. } => {
+                assert_eq!((refusal.code.as_str(), refusal.retry), ("internal", true), "{refusal:?}");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+}
