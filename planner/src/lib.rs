@@ -21,7 +21,7 @@ mod steering;
 pub use attempt::{AttemptError, AttemptId, AttemptState, Attempts, Ending};
 pub use ids::{Millis, RequestId, RunId, TurnId};
 pub use session::{
-    Effect, LinkLoss, ReleaseReason, ReleaseTrigger, ReplyOutcome, RunCard, RunRefusal, RunStatus,
-    Session, DEFAULT_ATTACH_GRACE, DEFAULT_IDLE, DEFAULT_RUN_CAPACITY,
+    Effect, LinkLoss, ReleaseReason, ReleaseTrigger, ReplyOutcome, ResumeRefusal, RunCard,
+    RunRefusal, RunStatus, Session, DEFAULT_ATTACH_GRACE, DEFAULT_IDLE, DEFAULT_RUN_CAPACITY,
 };
 pub use steering::Steering;

@@ -159,6 +159,9 @@ pub enum Effect {
     SendStop,
     /// A Stop was pressed while the machine is away: say it is held (L4).
     StopHeld,
+    /// A member pressed Resume before the Stop was confirmed: tell the
+    /// machine the Stop is withdrawn (L4).
+    WithdrawStop,
     /// The link dropped before the machine confirmed a Stop: say it was not
     /// confirmed and is held (L4).
     StopUnconfirmed,
@@ -178,6 +181,15 @@ struct Run {
     attempt: u32,
     /// Each reported attempt's record in the session's [`Attempts`].
     attempts: BTreeMap<u32, AttemptId>,
+}
+
+/// Why a Resume was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResumeRefusal {
+    /// No Stop is waiting to be confirmed.
+    NoStop,
+    /// The machine is away: a Resume is refused, not held (L4).
+    Away,
 }
 
 /// Why a run report was refused.
@@ -385,6 +397,20 @@ impl Session {
             None => vec![Effect::SendStop],
             Some(_) => vec![Effect::StopHeld],
         }
+    }
+
+    /// A member pressed Resume: it undoes the Stop pending now (the Stops it
+    /// covers), and only while the machine is linked — pressed while away
+    /// it is refused, not held (L4).
+    pub fn handle_resume_requested(&mut self, _now: Millis) -> Result<Vec<Effect>, ResumeRefusal> {
+        if self.released.is_some() || !self.stop_pending {
+            return Err(ResumeRefusal::NoStop);
+        }
+        if self.away.is_some() {
+            return Err(ResumeRefusal::Away);
+        }
+        self.stop_pending = false;
+        Ok(vec![Effect::WithdrawStop])
     }
 
     /// A member answered `request`: delivered now, or held while away. It

@@ -1,8 +1,8 @@
-//! Session lifecycle on a virtual clock (SPEC P1–P4).
+//! Session lifecycle on a virtual clock (SPEC P1–P4, R2, L2–L7).
 
 use margin_planner::{
-    Effect, LinkLoss, Millis, ReleaseReason, ReleaseTrigger, ReplyOutcome, RequestId, RunId,
-    RunRefusal, RunStatus, Session, TurnId, DEFAULT_IDLE,
+    Effect, LinkLoss, Millis, ReleaseReason, ReleaseTrigger, ReplyOutcome, RequestId,
+    ResumeRefusal, RunId, RunRefusal, RunStatus, Session, TurnId, DEFAULT_IDLE,
 };
 use pretty_assertions::assert_eq;
 
@@ -550,6 +550,34 @@ fn a_stop_unconfirmed_when_the_link_drops_is_said_so_and_sent_again() {
         sim.effects[sim.effects.len() - 2..],
         [Effect::AnnounceDisconnected, Effect::StopUnconfirmed]
     );
+    assert_eq!(
+        sim.link_back(),
+        [Effect::AnnounceReconnected, Effect::SendStop]
+    );
+}
+
+#[test]
+fn resume_undoes_only_the_stop_it_covers_and_is_refused_while_away() {
+    let mut sim = Sim::new();
+    sim.run("build", RunStatus::Running);
+    assert_eq!(
+        sim.session.handle_resume_requested(sim.now),
+        Err(ResumeRefusal::NoStop)
+    );
+    assert_eq!(sim.stop(), [Effect::SendStop]);
+    assert_eq!(
+        sim.session.handle_resume_requested(sim.now),
+        Ok(vec![Effect::WithdrawStop])
+    );
+    assert!(!sim.session.stop_pending());
+    // A Stop pressed after the Resume is a new one: not covered.
+    assert_eq!(sim.stop(), [Effect::SendStop]);
+    sim.lose_link(LinkLoss::Dropped);
+    assert_eq!(
+        sim.session.handle_resume_requested(sim.now),
+        Err(ResumeRefusal::Away)
+    );
+    // Refused, not held: the Stop still reaches the machine first.
     assert_eq!(
         sim.link_back(),
         [Effect::AnnounceReconnected, Effect::SendStop]

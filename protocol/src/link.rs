@@ -228,6 +228,13 @@ pub enum ServerMessage {
         /// The session.
         session: String,
     },
+    /// A member pressed Resume before the Stop was confirmed: the Stop is
+    /// withdrawn, carry on if the work still can (SPEC L4). A `stopped` sent
+    /// anyway is still taken as true.
+    StopWithdrawn {
+        /// The session.
+        session: String,
+    },
     /// A message was refused. The link stays open unless the server also
     /// closes it (bad `hello`, unresponsive, revoked).
     Refusal {
@@ -496,6 +503,12 @@ mod tests {
                 request: "q1".into(),
             },
             r#"{"type":"input-received","session":"s","request":"q1"}"#,
+        );
+        round_trip(
+            ServerMessage::StopWithdrawn {
+                session: "s".into(),
+            },
+            r#"{"type":"stop-withdrawn","session":"s"}"#,
         );
         round_trip(
             ServerMessage::Resumed {

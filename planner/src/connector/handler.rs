@@ -40,6 +40,15 @@ pub trait Handler: Send + Sync + 'static {
         let _ = session;
         async {}
     }
+
+    /// A member pressed Resume before this machine confirmed the Stop: the
+    /// Stop is withdrawn (SPEC L4). The turn it aborted stays aborted; carry
+    /// on with what can be, or confirm `stopped` anyway if the work is gone
+    /// (the SDK sends it when [`Handler::stop`] returns).
+    fn stop_withdrawn(&self, session: SessionHandle) -> impl Future<Output = ()> + Send {
+        let _ = session;
+        async {}
+    }
 }
 
 /// Why a tool call gave no output.

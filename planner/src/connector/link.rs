@@ -297,6 +297,11 @@ impl<H: Handler> Serving<H> {
                     }
                 });
             }
+            ServerMessage::StopWithdrawn { session } => {
+                let (handler, handle) = (self.handler.clone(), self.session(&session));
+                self.tasks
+                    .spawn(async move { handler.stop_withdrawn(handle).await });
+            }
             ServerMessage::Resumed { sessions, ended } => {
                 for session in ended {
                     if let Some(turn) = self.turns.remove(&session) {

@@ -51,6 +51,15 @@ pub enum AppError {
     /// The request conflicts with what exists.
     #[error("{0}")]
     Conflict(String),
+    /// The Planner's state does not allow the act (e.g. a Resume with no
+    /// Stop pending, or while the machine is away).
+    #[error("{message}")]
+    PlannerRefused {
+        /// Stable code.
+        code: &'static str,
+        /// What is wrong.
+        message: String,
+    },
     /// The document is archived: it is read-only until its owner
     /// unarchives it (SPEC P3).
     #[error("{0}")]
@@ -127,6 +136,7 @@ impl IntoResponse for AppError {
             AppError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
             AppError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             AppError::Archived(_) => (StatusCode::CONFLICT, "archived"),
+            AppError::PlannerRefused { code, .. } => (StatusCode::CONFLICT, *code),
             AppError::Gone(_) => (StatusCode::GONE, "revision_compacted"),
             AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };

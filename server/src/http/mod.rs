@@ -67,6 +67,7 @@ pub fn router(state: AppState) -> Router {
         .route("/documents/{id}/chat", post(chat::post).get(chat::list))
         .route("/documents/{id}/planner", get(planner::planner))
         .route("/documents/{id}/planner/stop", post(planner::stop))
+        .route("/documents/{id}/planner/resume", post(planner::resume))
         .route("/documents/{id}/decisions", get(decisions::list))
         .route(
             "/documents/{id}/decisions/{card}/answer",

@@ -8,6 +8,7 @@ use axum::Json;
 use super::documents::visible;
 use super::extract::Caller;
 use super::{AppError, AppState};
+use crate::planners::ResumeError;
 
 /// `GET /documents/{id}/planner`: whether the Planner is connected, its
 /// turn, and its run cards with their true age (SPEC R1).
@@ -18,6 +19,35 @@ pub async fn planner(
 ) -> Result<Json<margin_protocol::link::PlannerView>, AppError> {
     visible(&state, &account, &id).await?;
     Ok(Json(state.planners.view(&id)))
+}
+
+/// `POST /documents/{id}/planner/resume`: withdraws a Stop the machine has
+/// not confirmed (SPEC L4); refused while the machine is away.
+pub async fn resume(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, AppError> {
+    let document = visible(&state, &account, &id).await?;
+    if !document.role.can_edit() {
+        return Err(AppError::Forbidden(
+            "viewers cannot resume the Planner".into(),
+        ));
+    }
+    match state.planners.resume_work(&id).await {
+        Ok(()) => Ok(StatusCode::ACCEPTED),
+        Err(refused) => {
+            let code = match refused {
+                ResumeError::NoSession => "no_planner_session",
+                ResumeError::NoStop => "no_stop_pending",
+                ResumeError::Away => "planner_disconnected",
+            };
+            Err(AppError::PlannerRefused {
+                code,
+                message: refused.to_string(),
+            })
+        }
+    }
 }
 
 /// `POST /documents/{id}/planner/stop`: asks the Planner to stop (SPEC P3).

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use margin_planner::{Effect, LinkLoss, ReleaseReason, RequestId, RunId};
+use margin_planner::{Effect, LinkLoss, ReleaseReason, RequestId, ResumeRefusal, RunId};
 use margin_protocol::chat::ChatKind;
 use margin_protocol::decisions::AnswerBody;
 use margin_protocol::link::{
@@ -24,6 +24,22 @@ const DISCONNECTED: &str =
     "The Planner disconnected. Its runs and questions are kept until it reconnects; answers wait for it.";
 /// Chat's line when it comes back (said once).
 const RECONNECTED: &str = "The Planner reconnected.";
+
+/// Why a Resume was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ResumeError {
+    /// The document has no Planner session.
+    #[error("the document has no Planner session")]
+    NoSession,
+    /// No Stop waits to be confirmed.
+    #[error("no Stop is waiting to be confirmed; there is nothing to resume")]
+    NoStop,
+    /// The machine is away: refused, not held (SPEC L4).
+    #[error(
+        "the Planner is disconnected; a Resume is not held for it, press it again once it is back"
+    )]
+    Away,
+}
 
 /// What a session's end left to carry out outside the lock.
 pub(super) struct Ending {
@@ -389,6 +405,36 @@ impl Planners {
                 .await?;
         }
         Ok(true)
+    }
+
+    /// A member pressed Resume (SPEC L4): it withdraws the Stop pending now,
+    /// only while the machine is linked.
+    pub async fn resume_work(&self, document: &str) -> Result<(), ResumeError> {
+        let now = self.now();
+        {
+            let mut planners = self.lock();
+            let planner = planners.get_mut(document).ok_or(ResumeError::NoSession)?;
+            let effects = planner
+                .lifecycle
+                .handle_resume_requested(now)
+                .map_err(|refused| match refused {
+                    ResumeRefusal::NoStop => ResumeError::NoStop,
+                    ResumeRefusal::Away => ResumeError::Away,
+                })?;
+            for effect in effects {
+                if effect == Effect::WithdrawStop {
+                    planner.link.send(ServerMessage::StopWithdrawn {
+                        session: planner.session.clone(),
+                    });
+                }
+            }
+        }
+        self.system_lines(
+            document,
+            vec!["Resume was sent: the Stop is withdrawn.".to_owned()],
+        )
+        .await;
+        Ok(())
     }
 
     /// Sessions whose lease ran out while their machine was away (SPEC L7),

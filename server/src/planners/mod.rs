@@ -10,6 +10,8 @@
 
 mod links;
 
+pub use links::ResumeError;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;

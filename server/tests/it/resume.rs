@@ -403,4 +403,28 @@ on_both_backends! {
         a.until_line("The Planner is disconnected. Your message waits for it and reaches it when it reconnects.").await;
         assert!(other.work_within(Duration::from_millis(300)).await.is_none(), "no invoke on another machine");
     }
+
+    async fn resume_withdraws_a_stop_not_yet_confirmed_and_is_refused_while_away(db) {
+        let a = Away::new(&db).await;
+        let (mut link, session) = a.session_with_a_run().await;
+        let resume = format!("/documents/{}/planner/resume", a.s.doc);
+        let (status, body) = a.s.server.post(Some(&a.s.token), &resume, json!(null)).await;
+        assert_eq!((status, body["error"]["code"].as_str()), (409, Some("no_stop_pending")));
+        a.stop().await;
+        assert!(matches!(link.next_work().await, Some(ServerMessage::Stop { .. })));
+        let (status, _) = a.s.server.post(Some(&a.s.token), &resume, json!(null)).await;
+        assert_eq!(status, 202);
+        assert!(matches!(link.next_work().await, Some(ServerMessage::StopWithdrawn { session: ref s }) if *s == session));
+        a.until_line("Resume was sent: the Stop is withdrawn.").await;
+        assert_eq!(a.view().await["stop_pending"], json!(false));
+
+        // A new Stop, then the machine goes away: a Resume is refused, not held.
+        a.stop().await;
+        drop(link);
+        a.until_disconnected().await;
+        let (status, body) = a.s.server.post(Some(&a.s.token), &resume, json!(null)).await;
+        assert_eq!((status, body["error"]["code"].as_str()), (409, Some("planner_disconnected")));
+        let (mut back, _) = a.resume(json!([{"session": session}])).await;
+        assert!(matches!(back.next_work().await, Some(ServerMessage::Stop { .. })), "the Stop still comes first");
+    }
 }
