@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { serverTest, waitFor } from '../lib/server.mjs';
 import { useBrowser, openPage, text, TIMEOUT } from '../lib/browser.mjs';
+import { Machine } from '../lib/machine.mjs';
 
 const HOSTILE = '<img src=x onerror="window.__pwned=1">';
 
@@ -104,4 +105,47 @@ serverTest('the Planner status reads "not connected" with no machine, and Stop i
   assert.match(await text(page, '#chat-error'), /invalid_message.*\(400\)/);
   assert.equal(await page.locator('#chat-input').inputValue(), long);
   assert.equal(await page.locator('#chat-list .chat-line').count(), 0);
+});
+
+serverTest('a Planner whose link dropped shows as disconnected with its runs kept, a Stop is held, and it comes back', {}, async ({ server, onCleanup }) => {
+  const doc = await server.createDocument('alice', 'Away plan');
+  const paired = await server.api('POST', '/machines', { as: 'alice', body: { name: 'laptop' } });
+  assert.equal(paired.status, 201, JSON.stringify(paired.body));
+  const machine = await Machine.link(server, paired.body.credential);
+  const said = await server.api('POST', `/documents/${doc.id}/chat`, { as: 'alice', body: { text: '@planner build the site' } });
+  assert.equal(said.status, 201);
+  const invoke = await machine.expect('invoke');
+  machine.send({ type: 'run', session: invoke.session, run: 'r1', name: 'Build the site', status: 'running' });
+  machine.send({ type: 'reply', session: invoke.session, turn: invoke.turn, text: 'Building.' });
+
+  const page = await openPage(onCleanup, { token: server.tokens.alice, baseUrl: server.baseUrl });
+  await openDocument(page, server, doc.id);
+  await waitFor(async () => /Planner connected \(laptop\)/.test((await text(page, '#planner-status')) ?? ''), TIMEOUT, 'the Planner to show connected');
+  await page.locator('.run-card[data-status="running"]').waitFor();
+
+  machine.drop();
+  await waitFor(async () => (await page.locator('#planner-status').getAttribute('data-state')) === 'away', TIMEOUT, 'the Planner to show disconnected');
+  assert.match(await text(page, '#planner-status'), /Planner disconnected \(laptop\).*kept/);
+  const card = page.locator('.run-card[data-run="r1"]');
+  assert.equal(await card.getAttribute('data-disconnected'), 'true');
+  assert.match(await card.textContent(), /disconnected · running/);
+  await waitFor(async () => (await chatLines(page)).some((l) => l.kind === 'system' && l.text.startsWith('The Planner disconnected.')), TIMEOUT, 'the disconnected line');
+
+  // Stop is still offered, and held; Resume cannot be pressed while away.
+  await page.locator('#planner-stop').click();
+  await waitFor(async () => (await chatLines(page)).some((l) => l.text.startsWith('Stop was asked while the Planner is disconnected')), TIMEOUT, 'the held-Stop line');
+  await waitFor(async () => await page.locator('#planner-resume').isVisible(), TIMEOUT, 'Resume to show');
+  assert.equal(await page.locator('#planner-resume').isDisabled(), true, 'Resume is refused while away');
+
+  const back = await Machine.link(server, paired.body.credential);
+  back.send({ type: 'resume', sessions: [{ session: invoke.session, questions: [] }] });
+  await back.expect('resumed');
+  await back.expect('stop');
+  await waitFor(async () => (await page.locator('#planner-status').getAttribute('data-state')) === 'connected', TIMEOUT, 'the Planner to show connected again');
+  assert.equal(await page.locator('.run-card[data-run="r1"]').getAttribute('data-disconnected'), 'false');
+  assert.equal(await page.locator('#planner-resume').isDisabled(), false, 'Resume can be pressed once it is back');
+  await page.locator('#planner-resume').click();
+  await back.expect('stop-withdrawn');
+  await waitFor(async () => (await chatLines(page)).some((l) => l.text === 'Resume was sent: the Stop is withdrawn.'), TIMEOUT, 'the Resume line');
+  assert.deepEqual(page.pageErrors, []);
 });

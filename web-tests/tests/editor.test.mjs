@@ -238,3 +238,16 @@ serverTest('the editor shows the connection status and resyncs after a server re
   );
   assert.deepEqual(alice.pageErrors, []);
 });
+
+serverTest('an archived document opens read-only for its owner, with Chat closed', { accounts: ['alice'] }, async ({ server, onCleanup }) => {
+  const doc = await server.createDocument('alice', 'Old plan');
+  const archived = await server.api('POST', `/documents/${doc.id}/archive`, { as: 'alice' });
+  assert.equal(archived.status, 200, JSON.stringify(archived.body));
+  const alice = await openPage(onCleanup, { token: server.tokens.alice, baseUrl: server.baseUrl });
+  await alice.goto(`${server.baseUrl}/#/d/${doc.id}`);
+  await alice.locator('#editor .ProseMirror').waitFor();
+  assert.equal(await alice.locator('#editor .ProseMirror').getAttribute('contenteditable'), 'false');
+  assert.match(await text(alice, '#doc-role'), /archived · read-only/);
+  assert.equal(await alice.locator('#chat-form').isVisible(), false);
+  assert.deepEqual(alice.pageErrors, []);
+});

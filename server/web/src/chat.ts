@@ -1,6 +1,6 @@
 // The document's Chat and the Planner's status, below the document: polls
 // GET /documents/{id}/chat?after=SEQ and GET /documents/{id}/planner every
-// POLL_MS, posts Chat lines, and sends Stop (docs/protocol.md).
+// POLL_MS, posts Chat lines, and sends Stop and Resume (docs/protocol.md).
 //
 // Chat text is written by members and by the Planner (a model): it is
 // untrusted, and every string here is rendered with textContent, never
@@ -23,10 +23,14 @@ interface PlannerRun {
   name: string;
   status: string;
   age_ms: number;
+  /** The Planner is disconnected: `status` is the last one reported. */
+  disconnected?: boolean;
 }
 
 interface PlannerStatus {
   connected: boolean;
+  /** Its link dropped; its work is kept until it reconnects (SPEC L2). */
+  disconnected?: boolean;
   machine?: string;
   replying: boolean;
   stop_pending: boolean;
@@ -72,6 +76,7 @@ export class ChatPanel {
   private readonly status = byId<HTMLElement>('planner-status');
   private readonly runs = byId<HTMLElement>('planner-runs');
   private readonly stop = byId<HTMLButtonElement>('planner-stop');
+  private readonly resume = byId<HTMLButtonElement>('planner-resume');
   private readonly onSubmit = (ev: Event) => {
     ev.preventDefault();
     void this.post();
@@ -83,6 +88,7 @@ export class ChatPanel {
     }
   };
   private readonly onStop = () => void this.requestStop();
+  private readonly onResume = () => void this.requestResume();
 
   constructor(private readonly o: ChatOptions) {
     this.base = `/documents/${encodeURIComponent(o.docId)}`;
@@ -92,12 +98,14 @@ export class ChatPanel {
     this.form.hidden = o.readOnly;
     this.input.value = '';
     this.stop.hidden = true;
+    this.resume.hidden = true;
     this.runs.replaceChildren();
     this.status.dataset.state = 'unknown';
     this.status.textContent = 'Planner status loading…';
     this.form.addEventListener('submit', this.onSubmit);
     this.input.addEventListener('keydown', this.onKey);
     this.stop.addEventListener('click', this.onStop);
+    this.resume.addEventListener('click', this.onResume);
     void this.poll();
   }
 
@@ -108,9 +116,11 @@ export class ChatPanel {
     this.form.removeEventListener('submit', this.onSubmit);
     this.input.removeEventListener('keydown', this.onKey);
     this.stop.removeEventListener('click', this.onStop);
+    this.resume.removeEventListener('click', this.onResume);
     this.list.replaceChildren();
     this.runs.replaceChildren();
     this.stop.hidden = true;
+    this.resume.hidden = true;
   }
 
   private showError(message: string | null): void {
@@ -182,28 +192,42 @@ export class ChatPanel {
   private renderPlanner(p: PlannerStatus): void {
     this.planner = p;
     const parts: string[] = [];
-    if (p.connected) parts.push(p.machine ? `Planner connected (${p.machine})` : 'Planner connected');
+    const machine = p.machine ? ` (${p.machine})` : '';
+    if (p.connected) parts.push(`Planner connected${machine}`);
+    else if (p.disconnected) parts.push(`Planner disconnected${machine} — its work is kept until it reconnects`);
     else parts.push('Planner not connected');
     if (p.replying) parts.push('replying…');
     if (p.stop_pending) parts.push('stop requested');
     this.status.textContent = parts.join(' · ');
-    this.status.dataset.state = p.connected ? (p.replying ? 'replying' : 'connected') : 'disconnected';
+    this.status.dataset.state = p.connected
+      ? p.replying
+        ? 'replying'
+        : 'connected'
+      : p.disconnected
+        ? 'away'
+        : 'disconnected';
     this.runs.replaceChildren(
       ...(p.runs ?? []).map((r) => {
         const card = el('div', 'run-card');
         card.dataset.run = r.run;
         card.dataset.status = r.status;
+        card.dataset.disconnected = String(Boolean(r.disconnected));
         const minutes = Math.max(0, Math.floor((Number(r.age_ms) || 0) / 60000));
         card.append(
           el('span', 'run-name', r.name || r.run),
-          el('span', `run-status status-${r.status}`, r.status),
+          el('span', `run-status status-${r.status}`, r.disconnected ? `disconnected · ${r.status}` : r.status),
           el('span', 'run-age', `${minutes} min`),
         );
         return card;
       }),
     );
-    this.stop.hidden = this.o.readOnly || !p.connected;
+    // A Stop pressed while the Planner is away is held for it (SPEC L4).
+    this.stop.hidden = this.o.readOnly || !(p.connected || p.disconnected);
     this.stop.disabled = p.stop_pending;
+    // Resume undoes a Stop not yet confirmed; while away it is refused.
+    this.resume.hidden = this.o.readOnly || !p.stop_pending;
+    this.resume.disabled = Boolean(p.disconnected);
+    this.resume.title = p.disconnected ? 'The Planner is disconnected: a Resume is not held for it.' : '';
   }
 
   private async post(): Promise<void> {
@@ -232,8 +256,23 @@ export class ChatPanel {
     }
   }
 
+  private async requestResume(): Promise<void> {
+    if (this.o.readOnly || this.resume.disabled) return;
+    this.resume.disabled = true;
+    this.showError(null);
+    try {
+      await api('POST', `${this.base}/planner/resume`, this.o.token);
+      if (this.destroyed) return;
+      void this.poll();
+    } catch (e) {
+      if (this.destroyed || this.o.onAuthFailure(e)) return;
+      this.resume.disabled = false;
+      this.showError(`Could not resume the Planner: ${describe(e)}`);
+    }
+  }
+
   private async requestStop(): Promise<void> {
-    if (this.o.readOnly || !this.planner?.connected) return;
+    if (this.o.readOnly || !(this.planner?.connected || this.planner?.disconnected)) return;
     this.stop.disabled = true;
     this.showError(null);
     try {

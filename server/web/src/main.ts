@@ -23,6 +23,8 @@ interface DocumentSummary {
   title: string;
   revision: number;
   role: string;
+  /** Archived: read-only for everyone until its owner unarchives it. */
+  archived?: boolean;
 }
 
 function $(id: string): HTMLElement {
@@ -216,8 +218,12 @@ async function renderDocument(token: string, id: string, seq: number): Promise<v
   if (seq !== renderSeq) return;
 
   $('doc-title').textContent = doc.title || 'Untitled';
-  const readOnly = doc.role === 'viewer';
-  $('doc-role').textContent = readOnly ? 'viewer · read-only' : doc.role;
+  const readOnly = doc.role === 'viewer' || Boolean(doc.archived);
+  $('doc-role').textContent = doc.archived
+    ? 'archived · read-only'
+    : readOnly
+      ? 'viewer · read-only'
+      : doc.role;
   showOnly('document');
 
   const ydoc = new Y.Doc();
