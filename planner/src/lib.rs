@@ -14,6 +14,7 @@ mod attempt;
 #[cfg(feature = "connector")]
 pub mod connector;
 mod ids;
+pub mod plan;
 pub mod reply;
 mod session;
 mod steering;
