@@ -427,4 +427,25 @@ on_both_backends! {
         let (mut back, _) = a.resume(json!([{"session": session}])).await;
         assert!(matches!(back.next_work().await, Some(ServerMessage::Stop { .. })), "the Stop still comes first");
     }
+
+    async fn a_drop_mid_turn_keeps_the_turn_and_its_reply_is_posted_after_resume(db) {
+        let a = Away::new(&db).await;
+        let mut link = a.link().await;
+        a.s.say("@planner draft the risks").await;
+        let (session, turn, _, _) = invoked(&mut link).await;
+        // Mid tool call: the call goes out, the link drops before the result.
+        link.send_message(&ClientMessage::ToolCall { session: session.clone(), turn: turn.clone(), call_id: "c1".into(), name: "read_document".into(), arguments: json!({}) }).await;
+        drop(link);
+        let view = a.until_disconnected().await;
+        assert_eq!(view["replying"], json!(true), "the turn is kept");
+        a.until_line(DISCONNECTED).await;
+        let (mut back, _) = a.resume(json!([{"session": session}])).await;
+        // The turn carries on: its calls work, and its reply is posted.
+        let result = call(&mut back, &session, &turn, "read_document", json!({})).await;
+        assert!(matches!(result, ServerMessage::ToolResult { error: None, .. }), "{result:?}");
+        reply(&mut back, &session, &turn, "Drafted the risks.").await;
+        let chat = a.s.chat_len(4).await;
+        assert!(chat.iter().any(|(k, t)| *k == ChatKind::Planner && t == "Drafted the risks."), "{chat:?}");
+        assert!(!chat.iter().any(|(_, t)| t.contains("its reply was not posted")), "{chat:?}");
+    }
 }
