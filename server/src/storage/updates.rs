@@ -40,6 +40,16 @@ impl Store {
         revision: Option<i64>,
     ) -> Result<StoredState, StorageError> {
         let mut tx = self.pool.begin().await?;
+        // One snapshot of the database for all three reads. PostgreSQL's
+        // default (read committed) gives each statement its own: a
+        // compaction committing between the snapshot read and the log read
+        // would delete rows this load still needs (read skew). SQLite's read
+        // transaction is already one snapshot.
+        if self.backend() == super::Backend::Postgres {
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                .execute(&mut *tx)
+                .await?;
+        }
         let current = sqlx::query("SELECT revision FROM documents WHERE id = $1")
             .bind(id)
             .fetch_optional(&mut *tx)
