@@ -91,6 +91,8 @@ enum PlannerCommand {
 #[derive(Debug, Subcommand)]
 enum MachineCommand {
     /// Pair a machine to an account; prints its credential as the last line.
+    /// The credential lasts 15 minutes; once the Planner links with it, the
+    /// link keeps it renewed.
     Pair {
         /// The owner's account name.
         account: String,
@@ -285,13 +287,19 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             auth::valid_machine_name(&name).map_err(CliError::MachineName)?;
             let store = database.open().await?;
             let owner = store.account_by_name(&account).await?;
-            let (machine, credential) = auth::pair_machine(&store, &owner, name.trim()).await?;
+            let ttl = auth::MACHINE_CREDENTIAL_TTL;
+            let (machine, credential) =
+                auth::pair_machine(&store, &owner, name.trim(), ttl).await?;
+            store.close().await;
             println!(
                 "paired machine {} ({}) to {}",
                 machine.name, machine.id, owner.name
             );
-            println!("{credential}");
-            store.close().await;
+            println!(
+                "the credential lasts {}: link the Planner with it before then; while linked it is renewed",
+                auth::describe(ttl)
+            );
+            println!("{}", credential.secret);
         }
     }
     Ok(())

@@ -227,14 +227,15 @@ impl Demo {
                 store.revoke_machine(&account, &machine.id).await?;
             }
         }
-        let (_, credential) = auth::pair_machine(store, &account, MACHINE_NAME).await?;
+        let (_, credential) =
+            auth::pair_machine(store, &account, MACHINE_NAME, running.credential_ttl).await?;
         let document = if store.documents_of(&account).await?.is_empty() {
             Some(sample_document(running, &account).await?)
         } else {
             None
         };
         let shutdown = CancellationToken::new();
-        let connector = Connector::new(format!("http://{}", running.addr), credential);
+        let connector = Connector::new(format!("http://{}", running.addr), credential.secret);
         let (linked, first_link) = oneshot::channel();
         let task = tokio::spawn(keep_linked(connector, shutdown.clone(), Some(linked)));
         // Say it is linked only once it is.

@@ -67,6 +67,8 @@ pub struct Running {
     pub addr: SocketAddr,
     /// Its documents, for in-process callers (the Planner tools).
     pub hub: Hub,
+    /// How long a machine credential it issues opens links (SPEC L8).
+    pub credential_ttl: Duration,
     store: Store,
     shutdown: CancellationToken,
     tracker: TaskTracker,
@@ -90,6 +92,7 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
         shutdown.clone(),
         options.hub,
     );
+    let credential_ttl = options.links.credential_ttl;
     let links = Links::new(options.links, shutdown.clone());
     let planners = Planners::new(hub.clone(), links.clone(), options.planner_idle);
     tracker.spawn(idle_releases(planners.clone(), shutdown.clone()));
@@ -108,6 +111,7 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
     Ok(Running {
         addr,
         hub,
+        credential_ttl,
         store,
         shutdown,
         tracker,

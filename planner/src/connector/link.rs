@@ -228,6 +228,8 @@ impl<H: Handler> Serving<H> {
                 warn!(%code, %message, "the server refused a message");
             }
             ServerMessage::Welcome { .. } => warn!("a second welcome ignored"),
+            // Not kept yet: the connector presents the credential it was given.
+            ServerMessage::Credential { .. } => {}
         }
         None
     }
