@@ -143,7 +143,9 @@ fn one_line(text: &str) -> String {
 }
 
 /// Keeps `connector` linked, serving the demo Planner, until `shutdown`;
-/// after a link ends it reconnects with a growing pause (1 s to 30 s).
+/// after a link ends it reconnects with a growing pause (1 s to 30 s),
+/// each time with the connector's current credential: the newest one the
+/// link sent, re-read from its credential file if it has one (SPEC L8).
 /// `first` hears when the first link is welcomed.
 pub async fn keep_linked(
     connector: Connector,
@@ -235,6 +237,8 @@ impl Demo {
             None
         };
         let shutdown = CancellationToken::new();
+        // The demo's credential lives in memory: the connector keeps the
+        // newest one the link sent for its next connect (SPEC L8).
         let connector = Connector::new(format!("http://{}", running.addr), credential.secret);
         let (linked, first_link) = oneshot::channel();
         let task = tokio::spawn(keep_linked(connector, shutdown.clone(), Some(linked)));

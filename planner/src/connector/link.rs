@@ -1,6 +1,7 @@
-//! The link's I/O loop: reads server messages, answers heartbeats, runs one
-//! task per turn, answer and Stop, matches tool results to their calls, and
-//! writes what the tasks send.
+//! The link's I/O loop: reads server messages, answers heartbeats, keeps
+//! each fresh credential (SPEC L8), runs one task per turn, answer and
+//! Stop, matches tool results to their calls, and writes what the tasks
+//! send.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -16,8 +17,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
-use tracing::{warn, Instrument};
+use tracing::{debug, warn, Instrument};
 
+use super::credential::Keeper;
 use super::handler::{Answer, Handler, SessionHandle, ToolError, Turn};
 use super::Welcome;
 
@@ -31,6 +33,7 @@ const OUTBOX: usize = 256;
 pub struct Linked {
     socket: Socket,
     welcome: Welcome,
+    credential: Keeper,
 }
 
 /// How a link ended.
@@ -61,13 +64,19 @@ impl fmt::Display for Ended {
 }
 
 impl Linked {
-    pub(super) fn new(socket: Socket, machine: String, capabilities: Capabilities) -> Self {
+    pub(super) fn new(
+        socket: Socket,
+        machine: String,
+        capabilities: Capabilities,
+        credential: Keeper,
+    ) -> Self {
         Linked {
             socket,
             welcome: Welcome {
                 machine,
                 capabilities,
             },
+            credential,
         }
     }
 
@@ -78,8 +87,11 @@ impl Linked {
 
     /// Serves `handler` until the server closes the link or `until`
     /// completes (then the machine sends `detach`). Turns still running
-    /// when the link ends are aborted.
+    /// when the link ends are aborted. Each fresh credential the server
+    /// sends is kept (in memory or in the credential file) before the next
+    /// message is read, so a link that ends has saved the newest.
     pub async fn serve<H: Handler>(self, handler: H, until: impl Future<Output = ()>) -> Ended {
+        let keeper = self.credential;
         let (mut sink, mut stream) = self.socket.split();
         let (out, mut outbox) = mpsc::channel(OUTBOX);
         let mut serving = Serving {
@@ -104,6 +116,9 @@ impl Linked {
                 Some(_) = serving.tasks.join_next(), if !serving.tasks.is_empty() => {}
                 frame = stream.next() => match frame {
                     Some(Ok(Message::Text(text))) => match serde_json::from_str(&text) {
+                        Ok(ServerMessage::Credential { credential, expires_at }) => {
+                            keep(&keeper, credential, expires_at).await;
+                        }
                         Ok(message) => {
                             if let Some(answer) = serving.dispatch(message) {
                                 if let Err(e) = sink.send(Message::Text(encode(&answer).into())).await {
@@ -228,7 +243,7 @@ impl<H: Handler> Serving<H> {
                 warn!(%code, %message, "the server refused a message");
             }
             ServerMessage::Welcome { .. } => warn!("a second welcome ignored"),
-            // Not kept yet: the connector presents the credential it was given.
+            // Kept by the read loop before it dispatches anything else.
             ServerMessage::Credential { .. } => {}
         }
         None
@@ -240,6 +255,20 @@ impl<H: Handler> Serving<H> {
             calls: self.calls.clone(),
         }
     }
+}
+
+/// Keeps a fresh credential as the newest, unless it could not be one of
+/// ours (it would never open a link, and must not replace one that does).
+async fn keep(keeper: &Keeper, credential: String, expires_at: i64) {
+    let plausible = credential.starts_with("mgm_")
+        && credential.len() <= 128
+        && credential.bytes().all(|b| b.is_ascii_graphic());
+    if !plausible {
+        warn!("a malformed credential from the server ignored");
+        return;
+    }
+    keeper.replace(credential).await;
+    debug!(expires_at, "credential renewed");
 }
 
 /// Runs a turn and sends its reply. A turn that fails still replies, so the

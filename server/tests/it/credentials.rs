@@ -1,16 +1,20 @@
 //! Short-lived machine credentials renewed over the link (SPEC L8, A1): the
-//! refusals at `/machine` and their codes, renewal on the link, and
-//! machines paired before credentials expired — on both backends.
+//! refusals at `/machine` and their codes, renewal on the link, the
+//! connector SDK's credential file, the CLI, and machines paired before
+//! credentials expired — on both backends where storage is involved.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use margin_planner::connector::{ConnectError, Connector, Ended, Handler, ToolError, Turn};
 use margin_protocol::chat::{ChatKind, ChatList};
 use margin_protocol::link::{refused, ClientMessage, ServerMessage};
 use margin_server::serve::ServeOptions;
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
-use crate::harness::{InProcess, LinkClient, SyncClient, TestDb};
+use crate::harness::{InProcess, LinkClient, Server, SyncClient, TestDb};
 use crate::on_both_backends;
 
 /// How long a test waits for something that should happen promptly.
@@ -57,6 +61,10 @@ impl Paired {
         }
     }
 
+    fn url(&self) -> String {
+        format!("http://{}", self.server.addr)
+    }
+
     /// Opens a link with `credential` and expects `welcome`.
     async fn link(&self, credential: &str) -> LinkClient {
         let mut link = LinkClient::connect(self.server.addr, credential)
@@ -87,6 +95,42 @@ async fn credentials(link: &mut LinkClient, count: usize) -> Vec<(String, i64)> 
     .await
     .unwrap_or_else(|_| panic!("fewer than {count} credentials arrived"));
     link.credentials.clone()
+}
+
+/// A Planner that does nothing but reply.
+struct Quiet;
+
+impl Handler for Quiet {
+    async fn turn(&self, _turn: Turn) -> Result<String, ToolError> {
+        Ok("Done.".into())
+    }
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+/// The file's credential once it differs from `old`.
+async fn file_changes(path: &Path, old: &str) -> String {
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let now = std::fs::read_to_string(path).unwrap_or_default();
+            if !now.trim().is_empty() && now.trim() != old {
+                return now.trim().to_owned();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the credential file was never renewed")
+}
+
+/// Writes a credential file the way a person might: readable by all.
+fn world_readable_file(dir: &Path, credential: &str) -> std::path::PathBuf {
+    let path = dir.join("laptop.credential");
+    std::fs::write(&path, format!("{credential}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    path
 }
 
 on_both_backends! {
@@ -201,6 +245,57 @@ on_both_backends! {
         assert!(link.stays_open_answering(Duration::from_millis(100)).await);
     }
 
+    async fn connector_keeps_its_credential_file_current_and_private_and_relinks_after_the_first_expired(db) {
+        let p = Paired::new(&db, Duration::from_millis(900)).await;
+        let dir = tempfile::tempdir().unwrap();
+        let path = world_readable_file(dir.path(), &p.credential);
+        let connector = Connector::with_credential_file(p.url(), &path);
+        let linked = connector.connect().await.expect("the connector links with the file's credential");
+        let detach = CancellationToken::new();
+        let serving = tokio::spawn(linked.serve(Quiet, detach.clone().cancelled_owned()));
+
+        let renewed = file_changes(&path, &p.credential).await;
+        assert!(renewed.starts_with("mgm_"), "{renewed}");
+        assert_eq!(mode(&path), 0o600, "the renewed file is private");
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, [path.file_name().unwrap()], "no temporary file is left behind");
+
+        sleep_past(p.expires_at).await;
+        assert_eq!(LinkClient::refused(p.server.addr, &p.credential).await.code, refused::CREDENTIAL_EXPIRED);
+        detach.cancel();
+        assert_eq!(serving.await.unwrap(), Ended::Detached);
+        let current = std::fs::read_to_string(&path).unwrap();
+        assert_ne!(current.trim(), p.credential);
+        let again = connector.connect().await.expect("it relinks with the renewed credential from its file");
+        assert_eq!(again.welcome().machine, "laptop");
+        assert_eq!(mode(&path), 0o600);
+    }
+
+    async fn connector_without_a_file_keeps_the_newest_credential_for_its_next_connect(db) {
+        let p = Paired::new(&db, Duration::from_millis(600)).await;
+        let connector = Connector::new(p.url(), &p.credential);
+        let linked = connector.connect().await.unwrap();
+        let detach = CancellationToken::new();
+        let serving = tokio::spawn(linked.serve(Quiet, detach.clone().cancelled_owned()));
+        sleep_past(p.expires_at).await;
+        assert_eq!(LinkClient::refused(p.server.addr, &p.credential).await.code, refused::CREDENTIAL_EXPIRED);
+        detach.cancel();
+        assert_eq!(serving.await.unwrap(), Ended::Detached);
+        connector.connect().await.expect("it relinks with the newest credential it was sent");
+    }
+
+    async fn connector_says_why_the_server_refused_its_credential(db) {
+        let p = Paired::new(&db, Duration::from_millis(300)).await;
+        sleep_past(p.expires_at).await;
+        match Connector::new(p.url(), &p.credential).connect().await {
+            Err(ConnectError::Refused { status: 401, code, message }) => {
+                assert_eq!(code, refused::CREDENTIAL_EXPIRED);
+                assert!(message.contains("expired"), "{message}");
+            }
+            other => panic!("expected a refusal, got {:?}", other.err()),
+        }
+    }
+
     async fn a_machine_paired_before_credentials_expired_still_links_then_renews(db) {
         // The database as it was before migration 0006: one credential per
         // machine, kept in `machines.credential_hash`.
@@ -233,4 +328,104 @@ on_both_backends! {
         let mut again = LinkClient::connect(server.addr, &newest.0).await.unwrap();
         assert!(matches!(again.hello().await, ServerMessage::Welcome { machine, .. } if machine == "old laptop"));
     }
+}
+
+#[tokio::test]
+async fn a_missing_or_empty_credential_file_is_a_clear_connect_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nowhere.credential");
+    match Connector::with_credential_file("http://127.0.0.1:9", &missing)
+        .connect()
+        .await
+    {
+        Err(error @ ConnectError::CredentialFile { .. }) => {
+            assert!(error.to_string().contains("nowhere.credential"), "{error}");
+        }
+        other => panic!("expected a credential file error, got {:?}", other.err()),
+    }
+    let empty = dir.path().join("empty.credential");
+    std::fs::write(&empty, "  \n").unwrap();
+    match Connector::with_credential_file("http://127.0.0.1:9", &empty)
+        .connect()
+        .await
+    {
+        Err(error @ ConnectError::EmptyCredentialFile { .. }) => {
+            assert!(error.to_string().contains("empty.credential"), "{error}");
+            assert!(error.to_string().contains("empty"), "{error}");
+        }
+        other => panic!("expected an empty file error, got {:?}", other.err()),
+    }
+}
+
+#[tokio::test]
+async fn machine_pair_on_the_cli_says_the_credential_is_short_lived_and_can_write_a_private_file() {
+    let db = TestDb::sqlite();
+    Server::account(&db, "ada").await;
+    let pair = |extra: Vec<String>| {
+        let db_args = db.cli_args();
+        async move {
+            let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_margin"))
+                .args(["machine", "pair", "ada", "build-box"])
+                .args(db_args)
+                .args(extra)
+                .env("RUST_LOG", "warn")
+                .output()
+                .await
+                .unwrap();
+            assert!(
+                output.status.success(),
+                "{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            String::from_utf8(output.stdout).unwrap()
+        }
+    };
+    let printed = pair(Vec::new()).await;
+    assert!(
+        printed.contains("15 minutes") && printed.contains("renewed"),
+        "{printed}"
+    );
+    assert!(
+        printed.lines().last().unwrap().starts_with("mgm_"),
+        "{printed}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("box.credential");
+    let printed = pair(vec!["--credential-file".into(), path.display().to_string()]).await;
+    assert!(
+        !printed.contains("mgm_"),
+        "the secret is not printed: {printed}"
+    );
+    assert!(printed.contains("box.credential"), "{printed}");
+    assert_eq!(mode(&path), 0o600);
+    let credential = std::fs::read_to_string(&path).unwrap();
+    let server = Server::start(&db).await;
+    let mut link = LinkClient::connect(server.addr, credential.trim())
+        .await
+        .unwrap();
+    assert!(matches!(link.hello().await, ServerMessage::Welcome { .. }));
+}
+
+#[tokio::test]
+async fn planner_demo_keeps_its_credential_file_renewed() {
+    let db = TestDb::sqlite();
+    let p = Paired::new(&db, Duration::from_millis(900)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = world_readable_file(dir.path(), &p.credential);
+    let mut demo = tokio::process::Command::new(env!("CARGO_BIN_EXE_margin"))
+        .args(["planner", "demo", "--server", &p.url(), "--credential"])
+        .arg(&path)
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let first = file_changes(&path, &p.credential).await;
+    assert_eq!(mode(&path), 0o600);
+    // It keeps renewing while linked, past the original's lifetime.
+    sleep_past(p.expires_at).await;
+    let later = file_changes(&path, &first).await;
+    let mut link = p.link(&later).await;
+    assert!(link.stays_open_answering(Duration::from_millis(50)).await);
+    demo.kill().await.unwrap();
 }
