@@ -5,7 +5,9 @@
 //! then opens the link with `hello`; the server answers `welcome`, or a
 //! `refusal` and a close. The server sends `heartbeat`s; a machine answers
 //! each with `heartbeat-ack`, and one that stays silent for several is closed
-//! as unresponsive. `detach` ends the link on purpose.
+//! as unresponsive. `detach` ends the link on purpose. Credentials are
+//! short-lived: right after `welcome`, and again well before it expires, the
+//! server sends a fresh one in `credential` (SPEC L8).
 //!
 //! ```
 //! use margin_protocol::link::{ClientMessage, ServerMessage, PROTOCOL_VERSION};
@@ -235,6 +237,20 @@ pub enum ServerMessage {
         /// The session.
         session: String,
     },
+    /// A fresh credential for this machine (SPEC L8), sent right after
+    /// `welcome` and again well before it expires (every third of its
+    /// lifetime: every 5 minutes for the default 15). Keep the newest one
+    /// privately (the SDK writes it to its credential file, mode 0600) and
+    /// present it at the next connect. Earlier credentials stay valid until
+    /// their own `expires_at`; an open link is never closed because a
+    /// credential expired, and a renewal changes nothing else on the link.
+    Credential {
+        /// The new bearer credential for `/machine` (`mgm_…`).
+        credential: String,
+        /// When it stops opening links, in milliseconds since the Unix
+        /// epoch.
+        expires_at: i64,
+    },
     /// A message was refused. The link stays open unless the server also
     /// closes it (bad `hello`, unresponsive, revoked).
     Refusal {
@@ -363,8 +379,12 @@ pub struct MachineInfo {
 pub struct PairedMachine {
     /// The machine.
     pub machine: MachineInfo,
-    /// Its bearer credential for `/machine`.
+    /// Its bearer credential for `/machine`. It is short-lived (SPEC L8):
+    /// open a link before `expires_at`, and the link then renews it.
     pub credential: String,
+    /// When the credential stops opening links, in milliseconds since the
+    /// Unix epoch (15 minutes after pairing by default).
+    pub expires_at: i64,
 }
 
 /// `GET /machines` response.
@@ -372,6 +392,19 @@ pub struct PairedMachine {
 pub struct MachineList {
     /// The caller's machines, newest first.
     pub machines: Vec<MachineInfo>,
+}
+
+/// The codes of a `401` refusing the upgrade at `/machine` (an
+/// [`ErrorBody`](crate::ErrorBody), SPEC L8).
+pub mod refused {
+    /// No credential, or one the server does not know (never issued, or
+    /// expired more than a day ago and pruned).
+    pub const UNAUTHENTICATED: &str = "unauthenticated";
+    /// The machine was revoked: all its credentials are refused.
+    pub const MACHINE_REVOKED: &str = "machine_revoked";
+    /// The credential's lifetime is over; use a newer one the link sent, or
+    /// pair the machine again.
+    pub const CREDENTIAL_EXPIRED: &str = "credential_expired";
 }
 
 /// Close codes on the machine link.
@@ -469,6 +502,13 @@ mod tests {
             r#"{"type":"heartbeat","seq":9}"#,
         );
         round_trip(
+            ServerMessage::Credential {
+                credential: "mgm_abc".into(),
+                expires_at: 1_764_400_900_000,
+            },
+            r#"{"type":"credential","credential":"mgm_abc","expires_at":1764400900000}"#,
+        );
+        round_trip(
             ServerMessage::Refusal {
                 code: "unknown_message".into(),
                 message: "m".into(),
@@ -539,8 +579,9 @@ mod tests {
                     revoked: false,
                 },
                 credential: "mgm_x".into(),
+                expires_at: 900_000,
             },
-            r#"{"machine":{"id":"m1","name":"laptop","revoked":false},"credential":"mgm_x"}"#,
+            r#"{"machine":{"id":"m1","name":"laptop","revoked":false},"credential":"mgm_x","expires_at":900000}"#,
         );
     }
 

@@ -1,10 +1,19 @@
-//! Bearer secrets (SPEC A1): member tokens and machine credentials, issued
-//! once in plain and stored only as hashes.
+//! Bearer secrets (SPEC A1, L8): member tokens and machine credentials,
+//! issued once in plain and stored only as hashes. Machine credentials are
+//! short-lived: each opens links for [`MACHINE_CREDENTIAL_TTL`], and a
+//! linked machine is sent fresh ones before the last expires.
 
-use crate::storage::{Account, Machine, StorageError, Store};
+use std::time::Duration;
+
+use crate::storage::{now_ms, Account, Machine, StorageError, Store};
 
 const TOKEN_PREFIX: &str = "mgn_";
 const CREDENTIAL_PREFIX: &str = "mgm_";
+
+/// How long a machine credential opens links (SPEC L8): 15 minutes. A link
+/// is sent a fresh one every third of it; `LinkSettings::credential_ttl`
+/// overrides it (tests use milliseconds).
+pub const MACHINE_CREDENTIAL_TTL: Duration = Duration::from_secs(15 * 60);
 
 /// Why a token could not be issued.
 #[derive(Debug, thiserror::Error)]
@@ -13,6 +22,51 @@ pub enum IssueError {
     #[error("no randomness available: {0}")]
     Random(#[from] getrandom::Error),
     /// Storage refused the token.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// A machine credential in plain (shown once; only its hash is kept) and
+/// when it stops opening links.
+#[derive(Clone, PartialEq, Eq)]
+pub struct IssuedCredential {
+    /// The bearer credential, `mgm_…`.
+    pub secret: String,
+    /// Milliseconds since the Unix epoch.
+    pub expires_at: i64,
+}
+
+impl std::fmt::Debug for IssuedCredential {
+    /// Never shows the secret.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IssuedCredential")
+            .field("expires_at", &self.expires_at)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a machine credential opens no link.
+#[derive(Debug, thiserror::Error)]
+pub enum MachineRefusal {
+    /// Not a credential the server knows (never issued, or expired more
+    /// than a day ago and pruned).
+    #[error("unknown machine credential")]
+    Unknown,
+    /// The machine was revoked: none of its credentials opens a link.
+    #[error("machine {name:?} was revoked")]
+    Revoked {
+        /// The machine's name.
+        name: String,
+    },
+    /// The credential's lifetime is over.
+    #[error("the machine credential expired {}", ago(*expired_at, *now))]
+    Expired {
+        /// When it expired (ms since the Unix epoch).
+        expired_at: i64,
+        /// When it was presented.
+        now: i64,
+    },
+    /// Storage failed.
     #[error(transparent)]
     Storage(#[from] StorageError),
 }
@@ -55,30 +109,107 @@ pub async fn authenticate(store: &Store, token: &str) -> Result<Account, Storage
     store.account_by_token(&hash_token(token)).await
 }
 
-/// Pairs a machine named `name` to `account`; returns it and its credential
-/// in plain (shown once; only its hash is kept).
+/// `ttl` from now, in milliseconds since the Unix epoch.
+fn expiry(now: i64, ttl: Duration) -> i64 {
+    now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Pairs a machine named `name` to `account`; returns it and its first
+/// credential, which opens links for `ttl` (SPEC L8).
 pub async fn pair_machine(
     store: &Store,
     account: &Account,
     name: &str,
-) -> Result<(Machine, String), IssueError> {
-    let credential = new_secret(CREDENTIAL_PREFIX)?;
+    ttl: Duration,
+) -> Result<(Machine, IssuedCredential), IssueError> {
+    let secret = new_secret(CREDENTIAL_PREFIX)?;
+    let expires_at = expiry(now_ms(), ttl);
     let machine = store
-        .pair_machine(account, name, &hash_token(&credential))
+        .pair_machine(account, name, &hash_token(&secret), expires_at)
         .await?;
-    Ok((machine, credential))
+    Ok((machine, IssuedCredential { secret, expires_at }))
 }
 
-/// The machine `credential` belongs to, revoked or not (the caller tells a
-/// revoked machine why it is refused); `NotFound` for an unknown one.
+/// A fresh credential for `machine`, valid for `ttl`; its earlier ones stay
+/// valid until their own expiry. `NotFound` once the machine is revoked.
+pub async fn renew_machine_credential(
+    store: &Store,
+    machine: &Machine,
+    ttl: Duration,
+) -> Result<IssuedCredential, IssueError> {
+    let secret = new_secret(CREDENTIAL_PREFIX)?;
+    let expires_at = expiry(now_ms(), ttl);
+    store
+        .add_machine_credential(&machine.id, &hash_token(&secret), expires_at)
+        .await?;
+    Ok(IssuedCredential { secret, expires_at })
+}
+
+/// The machine `credential` opens a link for, or why it opens none. A
+/// revoked machine is refused before an expired credential is: revoking
+/// refuses every credential of the machine. A credential paired before
+/// credentials expired (no expiry stored) starts its `ttl` now.
 pub async fn authenticate_machine(
     store: &Store,
     credential: &str,
-) -> Result<Machine, StorageError> {
+    ttl: Duration,
+) -> Result<Machine, MachineRefusal> {
     if !plausible(credential, CREDENTIAL_PREFIX) {
-        return Err(StorageError::NotFound("machine"));
+        return Err(MachineRefusal::Unknown);
     }
-    store.machine_by_credential(&hash_token(credential)).await
+    let hash = hash_token(credential);
+    let stored = match store.machine_by_credential(&hash).await {
+        Ok(stored) => stored,
+        Err(StorageError::NotFound(_)) => return Err(MachineRefusal::Unknown),
+        Err(other) => return Err(other.into()),
+    };
+    if stored.machine.revoked {
+        return Err(MachineRefusal::Revoked {
+            name: stored.machine.name,
+        });
+    }
+    let now = now_ms();
+    let expires_at = match stored.expires_at {
+        Some(expires_at) => expires_at,
+        None => {
+            let started = store
+                .start_credential_lifetime(&hash, expiry(now, ttl))
+                .await?;
+            tracing::info!(machine = %stored.machine.id, expires_at = started, "a credential paired before credentials expired started its lifetime");
+            started
+        }
+    };
+    if expires_at <= now {
+        return Err(MachineRefusal::Expired {
+            expired_at: expires_at,
+            now,
+        });
+    }
+    Ok(stored.machine)
+}
+
+/// A lifetime for people: "15 minutes", "1 minute", "90 s", "300 ms".
+pub fn describe(duration: Duration) -> String {
+    let secs = duration.as_secs();
+    let minutes = secs / 60;
+    if minutes >= 1 && Duration::from_secs(minutes * 60) == duration {
+        return format!("{minutes} minute{}", if minutes == 1 { "" } else { "s" });
+    }
+    if secs >= 1 {
+        return format!("{secs} s");
+    }
+    format!("{} ms", duration.as_millis())
+}
+
+/// How long ago `at` was, seen from `now`, for people.
+pub fn ago(at: i64, now: i64) -> String {
+    let ms = u64::try_from(now.saturating_sub(at)).unwrap_or(0);
+    let duration = Duration::from_millis(ms);
+    if ms >= 60_000 {
+        // Whole minutes read better than "5423 s".
+        return format!("{} ago", describe(Duration::from_secs(ms / 60_000 * 60)));
+    }
+    format!("{} ago", describe(duration))
 }
 
 /// Checks a machine name: 1–64 bytes, no control characters.
@@ -104,4 +235,28 @@ pub fn valid_account_name(name: &str) -> Result<(), String> {
         return Err("account names use only letters, digits, '.', '_' and '-'".into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lifetimes_read_as_people_say_them() {
+        assert_eq!(describe(MACHINE_CREDENTIAL_TTL), "15 minutes");
+        assert_eq!(describe(Duration::from_secs(60)), "1 minute");
+        assert_eq!(describe(Duration::from_secs(90)), "90 s");
+        assert_eq!(describe(Duration::from_millis(300)), "300 ms");
+        assert_eq!(ago(0, 3_725_000), "62 minutes ago");
+        assert_eq!(ago(1_000, 1_250), "250 ms ago");
+    }
+
+    #[test]
+    fn an_issued_credential_never_shows_its_secret_in_debug() {
+        let issued = IssuedCredential {
+            secret: "mgm_secret".into(),
+            expires_at: 5,
+        };
+        assert!(!format!("{issued:?}").contains("mgm_secret"));
+    }
 }

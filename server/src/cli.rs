@@ -1,4 +1,5 @@
-//! The command line: `serve`, `account add`, `token add`.
+//! The command line: `serve`, `planner demo`, `account add`, `token add`,
+//! `machine pair`.
 
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
@@ -7,7 +8,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::auth;
-use margin_planner::connector::Connector;
+use margin_planner::connector::{write_credential_file, ConnectError, Connector};
 use tokio_util::sync::CancellationToken;
 
 use crate::demo::{self, Demo, DemoError};
@@ -83,7 +84,9 @@ enum PlannerCommand {
         #[arg(long, env = "MARGIN_SERVER", default_value = "http://127.0.0.1:7070")]
         server: String,
         /// A file holding the machine's credential (from `margin machine
-        /// pair` or `POST /machines`).
+        /// pair --credential-file` or `POST /machines`). It is read at each
+        /// connect and replaced (mode 0600) with each fresh credential the
+        /// link sends, so it stays current while linked (SPEC L8).
         #[arg(long, value_name = "FILE")]
         credential: PathBuf,
         /// Do not ask for resumable sessions (SPEC L1).
@@ -94,12 +97,19 @@ enum PlannerCommand {
 
 #[derive(Debug, Subcommand)]
 enum MachineCommand {
-    /// Pair a machine to an account; prints its credential as the last line.
+    /// Pair a machine to an account; prints its credential as the last line,
+    /// or writes it to a private file. The credential lasts 15 minutes;
+    /// once the Planner links with it, the link keeps it renewed.
     Pair {
         /// The owner's account name.
         account: String,
         /// A name for the machine.
         name: String,
+        /// Write the credential to PATH (mode 0600, replacing the file
+        /// atomically) instead of printing it: the file a Planner reads,
+        /// e.g. `margin planner demo --credential PATH`.
+        #[arg(long, value_name = "PATH")]
+        credential_file: Option<PathBuf>,
         #[command(flatten)]
         database: Database,
     },
@@ -180,8 +190,13 @@ pub enum CliError {
     /// The demo Planner could not be set up.
     #[error("demo Planner: {0}")]
     Demo(#[from] DemoError),
-    /// The credential file could not be read.
-    #[error("cannot read the credential file {path:?}: {source}")]
+    /// The Planner has no usable credential (its file is missing or
+    /// empty).
+    #[error(transparent)]
+    Credential(#[from] ConnectError),
+    /// The credential file could not be written (the machine is paired;
+    /// its unused credential expires on its own).
+    #[error("cannot write the credential file {path:?}: {source}; the machine was paired, but its credential is lost: revoke it and pair again")]
     CredentialFile {
         /// The file.
         path: PathBuf,
@@ -246,13 +261,11 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                     no_resume,
                 },
         } => {
-            let secret = std::fs::read_to_string(&credential).map_err(|source| {
-                CliError::CredentialFile {
-                    path: credential.clone(),
-                    source,
-                }
-            })?;
-            let connector = Connector::new(server, secret.trim()).resumable(!no_resume);
+            // The file is read at each connect and kept current by each
+            // renewal, so the Planner relinks hours later (SPEC L8).
+            let connector =
+                Connector::with_credential_file(server, &credential).resumable(!no_resume);
+            connector.check_credential()?;
             let shutdown = CancellationToken::new();
             let linked = tokio::spawn(demo::keep_linked(connector, shutdown.clone(), None));
             wait_for_signal().await;
@@ -285,19 +298,37 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 MachineCommand::Pair {
                     account,
                     name,
+                    credential_file,
                     database,
                 },
         } => {
             auth::valid_machine_name(&name).map_err(CliError::MachineName)?;
             let store = database.open().await?;
             let owner = store.account_by_name(&account).await?;
-            let (machine, credential) = auth::pair_machine(&store, &owner, name.trim()).await?;
+            let ttl = auth::MACHINE_CREDENTIAL_TTL;
+            let (machine, credential) =
+                auth::pair_machine(&store, &owner, name.trim(), ttl).await?;
+            store.close().await;
             println!(
                 "paired machine {} ({}) to {}",
                 machine.name, machine.id, owner.name
             );
-            println!("{credential}");
-            store.close().await;
+            println!(
+                "the credential lasts {}: link the Planner with it before then; while linked it is renewed",
+                auth::describe(ttl)
+            );
+            match credential_file {
+                Some(path) => {
+                    write_credential_file(&path, &credential.secret).map_err(|source| {
+                        CliError::CredentialFile {
+                            path: path.clone(),
+                            source,
+                        }
+                    })?;
+                    println!("wrote it to {} (mode 0600)", path.display());
+                }
+                None => println!("{}", credential.secret),
+            }
         }
     }
     Ok(())

@@ -143,7 +143,9 @@ fn one_line(text: &str) -> String {
 }
 
 /// Keeps `connector` linked, serving the demo Planner, until `shutdown`:
-/// the SDK links again after every drop and resumes. `first` hears when the
+/// the SDK links again after every drop and resumes, each time with the
+/// connector's current credential — the newest one the link sent, re-read
+/// from its credential file if it has one (SPEC L8). `first` hears when the
 /// first link is welcomed.
 pub async fn keep_linked(
     connector: Connector,
@@ -213,14 +215,17 @@ impl Demo {
                 store.revoke_machine(&account, &machine.id).await?;
             }
         }
-        let (_, credential) = auth::pair_machine(store, &account, MACHINE_NAME).await?;
+        let (_, credential) =
+            auth::pair_machine(store, &account, MACHINE_NAME, running.credential_ttl).await?;
         let document = if store.documents_of(&account).await?.is_empty() {
             Some(sample_document(running, &account).await?)
         } else {
             None
         };
         let shutdown = CancellationToken::new();
-        let connector = Connector::new(format!("http://{}", running.addr), credential);
+        // The demo's credential lives in memory: the connector keeps the
+        // newest one the link sent for its next connect (SPEC L8).
+        let connector = Connector::new(format!("http://{}", running.addr), credential.secret);
         let (linked, first_link) = oneshot::channel();
         let task = tokio::spawn(keep_linked(connector, shutdown.clone(), Some(linked)));
         // Say it is linked only once it is.

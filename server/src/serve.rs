@@ -72,6 +72,8 @@ pub struct Running {
     pub addr: SocketAddr,
     /// Its documents, for in-process callers (the Planner tools).
     pub hub: Hub,
+    /// How long a machine credential it issues opens links (SPEC L8).
+    pub credential_ttl: Duration,
     store: Store,
     shutdown: CancellationToken,
     tracker: TaskTracker,
@@ -95,6 +97,7 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
         shutdown.clone(),
         options.hub,
     );
+    let credential_ttl = options.links.credential_ttl;
     let links = Links::new(options.links, shutdown.clone());
     let planners = Planners::new(
         hub.clone(),
@@ -118,6 +121,7 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
     Ok(Running {
         addr,
         hub,
+        credential_ttl,
         store,
         shutdown,
         tracker,

@@ -1,7 +1,8 @@
-//! The link's I/O loop: reads server messages, answers heartbeats, runs one
-//! task per turn, answer and Stop, matches tool results to their calls,
-//! writes what the tasks send, and keeps what a `resume` needs — the
-//! sessions and questions this machine holds — across links.
+//! The link's I/O loop: reads server messages, answers heartbeats, keeps
+//! each fresh credential (SPEC L8), runs one task per turn, answer and
+//! Stop, matches tool results to their calls, writes what the tasks send,
+//! and keeps what a `resume` needs — the sessions and questions this
+//! machine holds — across links.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
@@ -18,8 +19,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
-use tracing::{warn, Instrument};
+use tracing::{debug, warn, Instrument};
 
+use super::credential::Keeper;
 use super::handler::{Answer, Handler, SessionHandle, ToolError, Turn};
 use super::Welcome;
 
@@ -35,6 +37,7 @@ const OUTBOX: usize = 256;
 pub struct Linked {
     pub(super) socket: Socket,
     welcome: Welcome,
+    pub(super) credential: Keeper,
 }
 
 /// How a link ended.
@@ -85,13 +88,19 @@ impl fmt::Display for Ended {
 }
 
 impl Linked {
-    pub(super) fn new(socket: Socket, machine: String, capabilities: Capabilities) -> Self {
+    pub(super) fn new(
+        socket: Socket,
+        machine: String,
+        capabilities: Capabilities,
+        credential: Keeper,
+    ) -> Self {
         Linked {
             socket,
             welcome: Welcome {
                 machine,
                 capabilities,
             },
+            credential,
         }
     }
 
@@ -103,11 +112,15 @@ impl Linked {
     /// Serves `handler` on this one link until the server closes it or
     /// `until` completes (then the machine sends `detach`). Turns still
     /// running when the link ends are aborted. [`super::Connector::run`]
-    /// instead links again and resumes.
+    /// instead links again and resumes. Each fresh credential the server
+    /// sends is kept (in memory or in the credential file) before the next
+    /// message is read, so a link that ends has saved the newest.
     pub async fn serve<H: Handler>(self, handler: H, until: impl Future<Output = ()>) -> Ended {
         let mut serving = Serving::new(handler);
         tokio::pin!(until);
-        let ended = serving.drive(self.socket, until.as_mut(), false).await;
+        let ended = serving
+            .drive(self.socket, &self.credential, until.as_mut(), false)
+            .await;
         serving.finish();
         ended
     }
@@ -145,6 +158,7 @@ impl<H: Handler> Serving<H> {
     pub(super) async fn drive<F: Future<Output = ()>>(
         &mut self,
         socket: Socket,
+        keeper: &Keeper,
         mut until: Pin<&mut F>,
         resume: bool,
     ) -> Ended {
@@ -170,6 +184,9 @@ impl<H: Handler> Serving<H> {
                 Some(_) = self.tasks.join_next(), if !self.tasks.is_empty() => {}
                 frame = stream.next() => match frame {
                     Some(Ok(Message::Text(text))) => match serde_json::from_str(&text) {
+                        Ok(ServerMessage::Credential { credential, expires_at }) => {
+                            keep(keeper, credential, expires_at).await;
+                        }
                         Ok(message) => {
                             if let Some(answer) = self.dispatch(message) {
                                 if let Err(e) = sink.send(Message::Text(encode(&answer).into())).await {
@@ -332,6 +349,8 @@ impl<H: Handler> Serving<H> {
                 warn!(%code, %message, "the server refused a message");
             }
             ServerMessage::Welcome { .. } => warn!("a second welcome ignored"),
+            // Kept by the read loop before it dispatches anything else.
+            ServerMessage::Credential { .. } => {}
         }
         None
     }
@@ -342,6 +361,20 @@ impl<H: Handler> Serving<H> {
             calls: self.calls.clone(),
         }
     }
+}
+
+/// Keeps a fresh credential as the newest, unless it could not be one of
+/// ours (it would never open a link, and must not replace one that does).
+async fn keep(keeper: &Keeper, credential: String, expires_at: i64) {
+    let plausible = credential.starts_with("mgm_")
+        && credential.len() <= 128
+        && credential.bytes().all(|b| b.is_ascii_graphic());
+    if !plausible {
+        warn!("a malformed credential from the server ignored");
+        return;
+    }
+    keeper.replace(credential).await;
+    debug!(expires_at, "credential renewed");
 }
 
 /// Runs a turn and sends its reply. A turn that fails still replies, so the

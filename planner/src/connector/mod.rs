@@ -7,6 +7,13 @@
 //! turn's `reply`, answers to questions it asked, and Stop (the turn is
 //! aborted, [`Handler::stop`] runs, then `stopped` is sent).
 //!
+//! Machine credentials are short-lived (SPEC L8): the server sends a fresh
+//! one right after `welcome` and again well before it expires. The
+//! connector keeps the newest for its next connect — in memory, or, with
+//! [`Connector::credential_file`], in a file readable by its owner only
+//! (mode 0600) that each renewal replaces atomically, so a Planner backend
+//! that restarts re-attaches with a credential that is still valid.
+//!
 //! ```no_run
 //! use margin_planner::connector::{Connector, Handler, Turn, ToolError};
 //!
@@ -20,24 +27,31 @@
 //! }
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let linked = Connector::new("http://127.0.0.1:7070", "mgm_…").connect().await?;
+//! let connector = Connector::with_credential_file("http://127.0.0.1:7070", "laptop.credential");
+//! let linked = connector.connect().await?;
 //! let ended = linked.serve(Echo, std::future::pending()).await;
 //! println!("link ended: {ended}");
 //! # Ok(()) }
 //! ```
 
+mod credential;
 mod handler;
 mod link;
 
+pub use credential::write_credential_file;
 pub use handler::{Answer, Handler, SessionHandle, ToolError, Turn};
 pub use link::{Ended, Linked};
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use credential::Keeper;
+
 use futures_util::{SinkExt, StreamExt};
 use margin_protocol::link::{Capabilities, ClientMessage, ServerMessage, PROTOCOL_VERSION};
+use margin_protocol::ErrorBody;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::Message;
@@ -47,11 +61,13 @@ pub use margin_protocol::link::RESUMABLE_SESSIONS;
 /// Called with each link's `welcome`.
 type OnLink = Arc<dyn Fn(&Welcome) + Send + Sync>;
 
-/// How to reach a server: its address and the machine's credential.
+/// How to reach a server: its address and where the machine's credential
+/// is kept. Clones share that credential: a renewal one link receives is
+/// what every clone connects with next.
 #[derive(Clone)]
 pub struct Connector {
     server: String,
-    credential: String,
+    credential: Keeper,
     resumable: bool,
     run_capacity: Option<u32>,
     on_link: Option<OnLink>,
@@ -61,6 +77,7 @@ impl std::fmt::Debug for Connector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Connector")
             .field("server", &self.server)
+            .field("credential", &self.credential)
             .field("resumable", &self.resumable)
             .field("run_capacity", &self.run_capacity)
             .finish_non_exhaustive()
@@ -81,10 +98,32 @@ pub enum ConnectError {
     /// The credential cannot go in a header.
     #[error("the credential is not a valid header value")]
     Credential,
-    /// The server refused the upgrade (401: unknown, revoked or expired
-    /// credential).
-    #[error("the server refused the link with HTTP {0}")]
-    Refused(u16),
+    /// The server refused the upgrade. A 401's `code` names the cause
+    /// (`margin_protocol::link::refused`): `unauthenticated` (an unknown
+    /// credential), `machine_revoked` or `credential_expired`.
+    #[error("the server refused the link with HTTP {status} ({code}): {message}")]
+    Refused {
+        /// The HTTP status.
+        status: u16,
+        /// The error body's code (empty when the body was unreadable).
+        code: String,
+        /// The error body's message.
+        message: String,
+    },
+    /// The credential file could not be read (missing, or not readable).
+    #[error("cannot read the credential file {}: {source}", path.display())]
+    CredentialFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The credential file holds no credential.
+    #[error("the credential file {} is empty; write the machine's credential (mgm_…) into it", path.display())]
+    EmptyCredentialFile {
+        /// The file.
+        path: PathBuf,
+    },
     /// The connection failed.
     #[error("cannot reach the server: {0}")]
     Network(#[from] tokio_tungstenite::tungstenite::Error),
@@ -103,15 +142,43 @@ pub enum ConnectError {
 
 impl Connector {
     /// A connector for `server` (e.g. `http://127.0.0.1:7070`) with the
-    /// machine's `credential` (`mgm_…`). It asks for resumable sessions.
+    /// machine's `credential` (`mgm_…`), kept in memory: each fresh
+    /// credential a link sends replaces it for the next connect. It asks
+    /// for resumable sessions.
     pub fn new(server: impl Into<String>, credential: impl Into<String>) -> Self {
         Connector {
             server: server.into(),
-            credential: credential.into(),
+            credential: Keeper::memory(credential.into()),
             resumable: true,
             run_capacity: None,
             on_link: None,
         }
+    }
+
+    /// A connector for `server` whose credential lives in the file at
+    /// `path`: see [`Connector::credential_file`].
+    pub fn with_credential_file(server: impl Into<String>, path: impl Into<PathBuf>) -> Self {
+        Connector::new(server, String::new()).credential_file(path)
+    }
+
+    /// Keeps the machine's credential in the file at `path` instead of in
+    /// memory (the credential given to [`Connector::new`] is then not
+    /// used). Each connect reads the file (its content, trimmed); each
+    /// fresh credential a link sends replaces it atomically — a temporary
+    /// file in the same folder, created with mode 0600, flushed to disk and
+    /// renamed over it — so the file always holds a whole, current
+    /// credential and is never readable by others (SPEC L8). A file that
+    /// cannot be written is logged and keeps the previous credential, which
+    /// stays valid until its own expiry.
+    pub fn credential_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.credential = Keeper::File(path.into());
+        self
+    }
+
+    /// Checks that a credential is at hand — the credential file exists and
+    /// holds one — without connecting.
+    pub fn check_credential(&self) -> Result<(), ConnectError> {
+        self.credential.current().map(drop)
     }
 
     /// Calls `on_link` with each link's `welcome` in [`Connector::run`].
@@ -138,7 +205,12 @@ impl Connector {
                         on_link(linked.welcome());
                     }
                     let ended = serving
-                        .drive(linked.socket, until.as_mut(), self.resumable)
+                        .drive(
+                            linked.socket,
+                            &linked.credential,
+                            until.as_mut(),
+                            self.resumable,
+                        )
                         .await;
                     if ended.is_final() {
                         return ended;
@@ -201,16 +273,32 @@ impl Connector {
         Ok(format!("{rest}/machine"))
     }
 
-    /// Opens the link: connects, sends `hello`, waits for `welcome`.
+    /// Opens the link with the current credential (read from the
+    /// credential file, if there is one): connects, sends `hello`, waits
+    /// for `welcome`.
     pub async fn connect(&self) -> Result<Linked, ConnectError> {
-        let mut request = self.url()?.into_client_request()?;
-        let bearer = HeaderValue::from_str(&format!("Bearer {}", self.credential))
+        let url = self.url()?;
+        let credential = self.credential.current()?;
+        let mut request = url.into_client_request()?;
+        let bearer = HeaderValue::from_str(&format!("Bearer {credential}"))
             .map_err(|_| ConnectError::Credential)?;
         request.headers_mut().insert("Authorization", bearer);
         let (mut ws, _) = match tokio_tungstenite::connect_async(request).await {
             Ok(opened) => opened,
             Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
-                return Err(ConnectError::Refused(response.status().as_u16()))
+                let body = response
+                    .body()
+                    .as_deref()
+                    .and_then(|body| serde_json::from_slice::<ErrorBody>(body).ok());
+                let (code, message) = match body {
+                    Some(body) => (body.error.code, body.error.message),
+                    None => (String::new(), String::new()),
+                };
+                return Err(ConnectError::Refused {
+                    status: response.status().as_u16(),
+                    code,
+                    message,
+                });
             }
             Err(other) => return Err(other.into()),
         };
@@ -241,7 +329,12 @@ impl Connector {
                     machine,
                     capabilities,
                     ..
-                } => Ok(Linked::new(ws, machine, capabilities)),
+                } => Ok(Linked::new(
+                    ws,
+                    machine,
+                    capabilities,
+                    self.credential.clone(),
+                )),
                 ServerMessage::Refusal { code, message, .. } => {
                     Err(ConnectError::Hello { code, message })
                 }
@@ -259,7 +352,8 @@ impl ConnectError {
             ConnectError::Address(_) | ConnectError::Credential | ConnectError::Hello { .. } => {
                 true
             }
-            ConnectError::Refused(status) => matches!(status, 401 | 403 | 404),
+            ConnectError::Refused { status, .. } => matches!(status, 401 | 403 | 404),
+            ConnectError::CredentialFile { .. } | ConnectError::EmptyCredentialFile { .. } => false,
             ConnectError::Network(_) | ConnectError::NoWelcome(_) => false,
         }
     }

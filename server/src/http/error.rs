@@ -14,6 +14,16 @@ pub enum AppError {
     /// No credentials, or credentials that match no account.
     #[error("{0}")]
     Unauthenticated(&'static str),
+    /// A machine credential that opens no link for a known reason (SPEC
+    /// L8): `machine_revoked` or `credential_expired`, a 401 like
+    /// [`AppError::Unauthenticated`].
+    #[error("{message}")]
+    CredentialRefused {
+        /// Stable code.
+        code: &'static str,
+        /// For people: names the cause and what to do.
+        message: String,
+    },
     /// Authenticated, but the role does not allow it.
     #[error("{0}")]
     Forbidden(String),
@@ -125,6 +135,7 @@ impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let (status, code) = match &self {
             AppError::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, "unauthenticated"),
+            AppError::CredentialRefused { code, .. } => (StatusCode::UNAUTHORIZED, *code),
             AppError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             AppError::NotFound { code, .. } => (StatusCode::NOT_FOUND, *code),
             AppError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, *code),

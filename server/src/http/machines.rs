@@ -1,5 +1,5 @@
 //! Pairing and revoking machines, and the machine link upgrade (SPEC A1,
-//! L1, P3).
+//! L1, L8, P3).
 
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{Path, State};
@@ -8,12 +8,12 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::Json;
 use margin_protocol::link::{
-    MachineInfo, MachineList, PairMachine, PairedMachine, MAX_FRAME_BYTES,
+    refused, MachineInfo, MachineList, PairMachine, PairedMachine, MAX_FRAME_BYTES,
 };
 
 use super::extract::{Caller, JsonBody};
 use super::{AppError, AppState};
-use crate::auth;
+use crate::auth::{self, MachineRefusal};
 use crate::link::socket;
 use crate::storage::{Machine, StorageError};
 
@@ -31,15 +31,18 @@ pub async fn pair(
     JsonBody(body): JsonBody<PairMachine>,
 ) -> Result<(StatusCode, Json<PairedMachine>), AppError> {
     auth::valid_machine_name(&body.name).map_err(|m| AppError::bad_request("invalid_name", m))?;
-    let (machine, credential) = auth::pair_machine(state.hub.store(), &account, body.name.trim())
-        .await
-        .map_err(|e| AppError::Internal(e.to_string()))?;
-    tracing::info!(machine = %machine.id, account = %account.name, "machine paired");
+    let ttl = state.links.settings().credential_ttl;
+    let (machine, credential) =
+        auth::pair_machine(state.hub.store(), &account, body.name.trim(), ttl)
+            .await
+            .map_err(|e| AppError::Internal(e.to_string()))?;
+    tracing::info!(machine = %machine.id, account = %account.name, expires_at = credential.expires_at, "machine paired");
     Ok((
         StatusCode::CREATED,
         Json(PairedMachine {
             machine: info(&machine),
-            credential,
+            credential: credential.secret,
+            expires_at: credential.expires_at,
         }),
     ))
 }
@@ -74,7 +77,9 @@ pub async fn revoke(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `GET /machine`: a machine's link, authenticated by its credential.
+/// `GET /machine`: a machine's link, authenticated by its credential. A
+/// refused credential is a 401 naming the cause (SPEC L8): `unauthenticated`
+/// (unknown), `machine_revoked` or `credential_expired`.
 pub async fn link(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -87,21 +92,46 @@ pub async fn link(
         .ok_or(AppError::Unauthenticated(
             "send the machine credential as 'Authorization: Bearer <credential>'",
         ))?;
-    let machine = match auth::authenticate_machine(state.hub.store(), credential.trim()).await {
-        Ok(machine) if machine.revoked => {
-            return Err(AppError::Unauthenticated(
-                "this machine's credential was revoked",
-            ))
-        }
+    let ttl = state.links.settings().credential_ttl;
+    let machine = match auth::authenticate_machine(state.hub.store(), credential.trim(), ttl).await
+    {
         Ok(machine) => machine,
-        Err(StorageError::NotFound(_)) => {
-            return Err(AppError::Unauthenticated("unknown machine credential"))
-        }
-        Err(other) => return Err(other.into()),
+        Err(refusal) => return Err(refused_link(refusal, ttl)),
     };
     let (links, planners) = (state.links.clone(), state.planners.clone());
+    let store = state.hub.store().clone();
     Ok(upgrade
         .max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
-        .on_upgrade(move |ws| socket::serve(ws, links, planners, machine)))
+        .on_upgrade(move |ws| socket::serve(ws, links, planners, store, machine)))
+}
+
+/// The 401 for a credential that opens no link, naming the cause.
+fn refused_link(refusal: MachineRefusal, ttl: std::time::Duration) -> AppError {
+    match refusal {
+        MachineRefusal::Unknown => AppError::Unauthenticated(
+            "unknown machine credential (never issued, or expired long ago); pair the machine again",
+        ),
+        MachineRefusal::Revoked { name } => {
+            tracing::info!(machine = %name, "link refused: the machine was revoked");
+            AppError::CredentialRefused {
+                code: refused::MACHINE_REVOKED,
+                message: format!(
+                    "machine {name:?} was revoked, so none of its credentials opens a link; pair it again"
+                ),
+            }
+        }
+        MachineRefusal::Expired { expired_at, now } => {
+            tracing::info!(expired_at, "link refused: the machine credential expired");
+            AppError::CredentialRefused {
+                code: refused::CREDENTIAL_EXPIRED,
+                message: format!(
+                    "this machine credential expired {}; credentials last {} and a linked machine is sent fresh ones, so connect with the newest it was sent, or pair the machine again",
+                    auth::ago(expired_at, now),
+                    auth::describe(ttl)
+                ),
+            }
+        }
+        MachineRefusal::Storage(error) => error.into(),
+    }
 }

@@ -1,6 +1,6 @@
-//! Machine links at `/machine` (SPEC L1, A1, A2): the registry of open
+//! Machine links at `/machine` (SPEC L1, L8, A1, A2): the registry of open
 //! links, so revoking a machine closes them, and the socket loop
-//! ([`socket`]).
+//! ([`socket`]), which also renews the machine's credential.
 
 pub mod socket;
 
@@ -44,6 +44,7 @@ use margin_protocol::link::{close, ServerMessage};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::MACHINE_CREDENTIAL_TTL;
 use crate::storage::Machine;
 use crate::sync::conn::Closer;
 
@@ -57,6 +58,10 @@ pub struct LinkSettings {
     /// How many heartbeats may go unanswered before the link is closed as
     /// unresponsive.
     pub missed_heartbeats: u32,
+    /// How long a machine credential opens links (SPEC L8; default
+    /// [`MACHINE_CREDENTIAL_TTL`], 15 minutes). Pairing issues one for this
+    /// long, and each link is sent a fresh one every third of it.
+    pub credential_ttl: Duration,
 }
 
 impl Default for LinkSettings {
@@ -65,7 +70,17 @@ impl Default for LinkSettings {
             hello_timeout: Duration::from_secs(10),
             heartbeat: Duration::from_secs(15),
             missed_heartbeats: 3,
+            credential_ttl: MACHINE_CREDENTIAL_TTL,
         }
+    }
+}
+
+impl LinkSettings {
+    /// How often a link is sent a fresh credential: a third of the
+    /// credential's lifetime, so two renewals can fail before the newest
+    /// credential the machine holds expires.
+    pub fn credential_renewal(&self) -> Duration {
+        (self.credential_ttl / 3).max(Duration::from_millis(10))
     }
 }
 

@@ -1,6 +1,6 @@
-//! One machine link: the `hello` handshake, heartbeats, refusals and
-//! `detach` (SPEC L1, A2). A malformed or unknown message gets a refusal
-//! naming the problem and the link carries on.
+//! One machine link: the `hello` handshake, heartbeats, credential renewal
+//! (SPEC L8), refusals and `detach` (SPEC L1, A2). A malformed or unknown
+//! message gets a refusal naming the problem and the link carries on.
 
 use std::time::Duration;
 
@@ -11,19 +11,29 @@ use margin_protocol::link::{
     MAX_FEATURE_BYTES, MAX_RUN_CAPACITY, PROTOCOL_VERSION, RESUMABLE_SESSIONS,
 };
 use tokio::time::{interval_at, Instant, MissedTickBehavior};
-use tracing::{debug, info, Instrument};
+use tracing::{debug, info, warn, Instrument};
 
 use super::{LinkEnd, Links};
+use crate::auth;
 use crate::planners::Planners;
-use crate::storage::Machine;
+use crate::storage::{Machine, Store};
 use crate::sync::conn::Closer;
 use crate::sync::socket::close_message;
 
 /// How long a close frame may wait behind a machine that is not reading.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Serves one link of `machine`.
-pub async fn serve(socket: WebSocket, links: Links, planners: Planners, machine: Machine) {
+/// Serves one link of `machine`. Right after `welcome`, and then every
+/// third of a credential's lifetime, the machine is sent a fresh credential
+/// (SPEC L8); a renewal touches nothing else, and a failed one is logged
+/// and tried again at the next.
+pub async fn serve(
+    socket: WebSocket,
+    links: Links,
+    planners: Planners,
+    store: Store,
+    machine: Machine,
+) {
     let span = tracing::info_span!("link", machine = %machine.id, account = %machine.account.name);
     async move {
         let closer = Closer::default();
@@ -66,6 +76,12 @@ pub async fn serve(socket: WebSocket, links: Links, planners: Planners, machine:
                 }
             }
             let Some((link, outbox)) = opened.as_mut() else { return };
+            if renew(&mut sink, &store, &machine, settings.credential_ttl).await.is_err() {
+                return;
+            }
+            let every = settings.credential_renewal();
+            let mut renewals = interval_at(Instant::now() + every, every);
+            renewals.set_missed_tick_behavior(MissedTickBehavior::Delay);
             let period = settings.heartbeat;
             let mut ticks = interval_at(Instant::now() + period, period);
             ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -83,6 +99,11 @@ pub async fn serve(socket: WebSocket, links: Links, planners: Planners, machine:
                         }
                         None => return,
                     },
+                    _ = renewals.tick() => {
+                        if renew(&mut sink, &store, &machine, settings.credential_ttl).await.is_err() {
+                            return;
+                        }
+                    }
                     _ = ticks.tick() => {
                         if unanswered >= settings.missed_heartbeats {
                             closer.close(close::UNRESPONSIVE, format!("{unanswered} heartbeats unanswered"));
@@ -283,6 +304,31 @@ pub(crate) fn refusal(code: &str, message: impl Into<String>) -> ServerMessage {
         code: code.to_owned(),
         message: message.into(),
         call_id: None,
+    }
+}
+
+/// Issues a fresh credential for `machine` and sends it. Only a failed
+/// send is an error (the link is gone); a credential that cannot be issued
+/// is logged, and the machine keeps the ones it holds.
+async fn renew(
+    sink: &mut futures_util::stream::SplitSink<WebSocket, Message>,
+    store: &Store,
+    machine: &Machine,
+    ttl: Duration,
+) -> Result<(), axum::Error> {
+    match auth::renew_machine_credential(store, machine, ttl).await {
+        Ok(issued) => {
+            debug!(expires_at = issued.expires_at, "credential renewed");
+            let message = ServerMessage::Credential {
+                credential: issued.secret,
+                expires_at: issued.expires_at,
+            };
+            send(sink, &message).await
+        }
+        Err(error) => {
+            warn!(%error, "cannot renew the machine's credential; trying again at the next renewal");
+            Ok(())
+        }
     }
 }
 

@@ -23,7 +23,7 @@ use sqlx::{AnyPool, Executor, Row};
 pub use accounts::Account;
 pub use cards::StoredCard;
 pub use documents::DocumentRow;
-pub use machines::Machine;
+pub use machines::{Machine, StoredCredential, EXPIRED_CREDENTIALS_KEPT_MS};
 pub use updates::StoredState;
 
 /// Errors from storage, typed by what a caller can do about them.
@@ -176,8 +176,9 @@ async fn check_sqlite_durability(pool: &AnyPool) -> Result<(), StorageError> {
     Ok(())
 }
 
-/// Milliseconds since the Unix epoch, for `created_at` columns.
-fn now_ms() -> i64 {
+/// Milliseconds since the Unix epoch, for `created_at` columns and
+/// credential expiries.
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)

@@ -6,6 +6,7 @@ mod harness;
 mod archive;
 mod connector;
 mod crash;
+mod credentials;
 mod decisions;
 mod http;
 mod link;

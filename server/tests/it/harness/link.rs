@@ -16,11 +16,32 @@ pub struct LinkClient {
     ws: WebSocketStream<MaybeTlsStream<TcpStream>>,
     /// Set when the server closed the link: (code, reason).
     pub closed: Option<(u16, String)>,
+    /// The `credential` messages received so far, oldest first:
+    /// (credential, expires_at). [`LinkClient::next`] and the readers built
+    /// on it set them aside here (SPEC L8); [`LinkClient::next_raw`] does not.
+    pub credentials: Vec<(String, i64)>,
+}
+
+/// How the server refused an upgrade at `/machine`: HTTP status and the
+/// error body's code and message.
+#[derive(Debug)]
+pub struct Refused {
+    pub status: u16,
+    pub code: String,
+    pub message: String,
 }
 
 impl LinkClient {
     /// Connects with `credential`; the HTTP status if the upgrade is refused.
     pub async fn connect(addr: std::net::SocketAddr, credential: &str) -> Result<LinkClient, u16> {
+        Self::open(addr, credential)
+            .await
+            .map_err(|refused| refused.status)
+    }
+
+    /// Connects with `credential`; how the upgrade was refused, with the
+    /// error body's code and message.
+    pub async fn open(addr: std::net::SocketAddr, credential: &str) -> Result<LinkClient, Refused> {
         let mut request = format!("ws://{addr}/machine")
             .into_client_request()
             .unwrap();
@@ -29,11 +50,38 @@ impl LinkClient {
             format!("Bearer {credential}").parse().unwrap(),
         );
         match connect_async(request).await {
-            Ok((ws, _)) => Ok(LinkClient { ws, closed: None }),
+            Ok((ws, _)) => Ok(LinkClient {
+                ws,
+                closed: None,
+                credentials: Vec::new(),
+            }),
             Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
-                Err(response.status().as_u16())
+                let body: serde_json::Value = response
+                    .body()
+                    .as_deref()
+                    .and_then(|body| serde_json::from_slice(body).ok())
+                    .unwrap_or_default();
+                Err(Refused {
+                    status: response.status().as_u16(),
+                    code: body["error"]["code"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    message: body["error"]["message"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                })
             }
             Err(other) => panic!("link connect failed: {other}"),
+        }
+    }
+
+    /// Connects with `credential`, expecting a refusal.
+    pub async fn refused(addr: std::net::SocketAddr, credential: &str) -> Refused {
+        match Self::open(addr, credential).await {
+            Ok(_) => panic!("the link opened with credential {credential:?}"),
+            Err(refused) => refused,
         }
     }
 
@@ -60,8 +108,27 @@ impl LinkClient {
         self.next().await.expect("an answer to hello")
     }
 
-    /// The next server message, or `None` once the link is closed.
+    /// The next server message that is not a `credential` (those are kept
+    /// in [`LinkClient::credentials`]), or `None` once the link is closed.
     pub async fn next(&mut self) -> Option<ServerMessage> {
+        tokio::time::timeout(PATIENCE, async {
+            loop {
+                match self.next_raw().await? {
+                    ServerMessage::Credential {
+                        credential,
+                        expires_at,
+                    } => self.credentials.push((credential, expires_at)),
+                    other => return Some(other),
+                }
+            }
+        })
+        .await
+        .expect("the server neither spoke nor closed in time")
+    }
+
+    /// The next server message, whatever it is, or `None` once the link is
+    /// closed.
+    pub async fn next_raw(&mut self) -> Option<ServerMessage> {
         tokio::time::timeout(PATIENCE, async {
             loop {
                 match self.ws.next().await {
@@ -139,6 +206,10 @@ impl LinkClient {
                             self.send_text(&format!(r#"{{"type":"heartbeat-ack","seq":{seq}}}"#))
                                 .await;
                         }
+                        ServerMessage::Credential {
+                            credential,
+                            expires_at,
+                        } => self.credentials.push((credential, expires_at)),
                         other => got.push(other),
                     }
                 }
@@ -162,12 +233,17 @@ impl LinkClient {
             }
             match tokio::time::timeout(left, self.ws.next()).await {
                 Err(_) => return true,
-                Ok(Some(Ok(WsMessage::Text(text)))) => {
-                    if let Ok(ServerMessage::Heartbeat { seq }) = serde_json::from_str(&text) {
+                Ok(Some(Ok(WsMessage::Text(text)))) => match serde_json::from_str(&text) {
+                    Ok(ServerMessage::Heartbeat { seq }) => {
                         self.send_text(&format!(r#"{{"type":"heartbeat-ack","seq":{seq}}}"#))
                             .await;
                     }
-                }
+                    Ok(ServerMessage::Credential {
+                        credential,
+                        expires_at,
+                    }) => self.credentials.push((credential, expires_at)),
+                    _ => {}
+                },
                 Ok(Some(Ok(WsMessage::Close(frame)))) => {
                     self.closed = frame.map(|f| (u16::from(f.code), f.reason.to_string()));
                     return false;
