@@ -28,12 +28,7 @@ pub async fn resume(
     Caller(account): Caller,
     Path(id): Path<String>,
 ) -> Result<StatusCode, AppError> {
-    let document = visible(&state, &account, &id).await?;
-    if !document.role.can_edit() {
-        return Err(AppError::Forbidden(
-            "viewers cannot resume the Planner".into(),
-        ));
-    }
+    may_steer(&state, &account, &id, "resume").await?;
     match state.planners.resume_work(&id).await {
         Ok(()) => Ok(StatusCode::ACCEPTED),
         Err(refused) => {
@@ -56,17 +51,30 @@ pub async fn stop(
     Caller(account): Caller,
     Path(id): Path<String>,
 ) -> Result<StatusCode, AppError> {
-    let document = visible(&state, &account, &id).await?;
-    if !document.role.can_edit() {
-        return Err(AppError::Forbidden(
-            "viewers cannot stop the Planner".into(),
-        ));
-    }
+    may_steer(&state, &account, &id, "stop").await?;
     if state.planners.stop(&id).await? {
         Ok(StatusCode::ACCEPTED)
     } else {
         Err(AppError::Conflict(
             "the document has no Planner session to stop".into(),
         ))
+    }
+}
+
+/// Stop and Resume are for the document's editors and owner; a viewer is
+/// refused, a non-member does not learn the document exists.
+async fn may_steer(
+    state: &AppState,
+    account: &crate::storage::Account,
+    id: &str,
+    act: &str,
+) -> Result<(), AppError> {
+    let document = visible(state, account, id).await?;
+    if document.role.can_edit() {
+        Ok(())
+    } else {
+        Err(AppError::Forbidden(format!(
+            "viewers cannot {act} the Planner"
+        )))
     }
 }

@@ -12,6 +12,7 @@ use serde_json::json;
 
 use crate::harness::{InProcess, LinkClient, SyncClient};
 use crate::on_both_backends;
+use crate::turns::call;
 
 /// A document ada owns with one paragraph, shared with bo (editor) and vic
 /// (viewer); cy is a stranger to it.
@@ -215,24 +216,6 @@ impl Scene {
         );
         (link, session, turn, card)
     }
-}
-
-async fn call(
-    link: &mut LinkClient,
-    session: &str,
-    turn: &str,
-    name: &str,
-    arguments: serde_json::Value,
-) -> ServerMessage {
-    link.send_message(&ClientMessage::ToolCall {
-        session: session.into(),
-        turn: turn.into(),
-        call_id: "c1".into(),
-        name: name.into(),
-        arguments,
-    })
-    .await;
-    link.next_work().await.expect("a tool result")
 }
 
 fn code(body: &serde_json::Value) -> Option<&str> {
