@@ -1,0 +1,1501 @@
+//! Reconnect storm (issue #5, performance): N machines with one session
+//! each drop at once and resume. How long until all have `resumed`, and how
+//! much memory the server holds while they are away; with a peer figure from
+//! the same run: the same N machines opening fresh (non-resume) links at
+//! once, so the resume overhead is a ratio.
+//!
+//! ```sh
+//! cargo build --release -p margin-server --bin margin   # the server under test
+//! ulimit -n 8192                                         # N client + N server sockets
+//! cargo bench -p margin-server --bench reconnect
+//! MACHINES=200 ROUNDS=1 cargo bench -p margin-server --bench reconnect
+//! ```
+//!
+//! What it does, over loopback, against the real release `margin` binary:
+//!
+//! 1. Sets up N accounts, each with a token, a document and a paired machine
+//!    (one account per machine: a document's Planner binds to its owner's
+//!    machine), through `margin_server::storage::Store` and
+//!    `margin_server::auth` on a fresh SQLite data dir, then starts
+//!    `margin serve --data DIR --listen 127.0.0.1:0` and reads the address it
+//!    prints.
+//! 2. Links all N machines at once (`hello` with `resumable-sessions`),
+//!    then gives each one session in use: `@planner go` in its document's
+//!    Chat; the machine gets `invoke`, reports a run `running` and replies.
+//!    Every link answers heartbeats throughout.
+//! 3. Each round: records the server's VmRSS, aborts all N links at once
+//!    (TCP RST: `SO_LINGER` 0 and drop, no close frame), waits until every
+//!    document's Planner shows `disconnected` and its Chat says so, records
+//!    VmRSS, waits `AWAY_SECS`, records VmRSS again; then the peer figure:
+//!    N fresh links at once (`hello`, no `resume`), time to N `welcome`s,
+//!    aborted again; then the storm: N links at once, each `hello` then
+//!    `resume` naming its session, time to N `resumed`. Then it checks that
+//!    every session carried on (none in `ended`), every run card is back
+//!    (`connected`, `running`), Chat said "disconnected" and "reconnected"
+//!    exactly once per round, and no machine got an extra `invoke`.
+//!
+//! Times are per machine from the moment the storm is released (every
+//! client task is parked at a gate first); "wall" is to the last machine.
+//! Each machine's time is split into TCP connect, `welcome` and the resume
+//! step (`welcome` → `resumed`). A connect of 1 s or more means the kernel
+//! dropped the first SYN (a full accept queue) and the client retried; the
+//! machine-wide `ListenOverflows` / `TCPSynRetrans` counters of
+//! `/proc/net/netstat` over each storm are printed beside it.
+//! The clients run in this process on the same cores as the server, so every
+//! figure includes their work; the ratio resume/fresh cancels most of it.
+//! Server CPU is utime+stime of the `margin` process (`/proc/PID/stat`);
+//! "other CPU" is what every other process on the machine used meanwhile
+//! (shown only for windows of a second or more). Memory is the server's
+//! VmRSS, with its open descriptors to show when links are really closed.
+//!
+//! `cargo bench` builds the package's binaries for its benches, so it
+//! refreshes `target/release/margin` itself (bench profile = release
+//! settings, features unified with the dev-dependencies). To measure one
+//! exact `cargo build --release` binary, copy it away and set `MARGIN_BIN`.
+//!
+//! Settings (env vars):
+//!
+//! | var | default | meaning |
+//! |---|---|---|
+//! | `MACHINES` | 1000 | machines, each with its own account, document and session |
+//! | `ROUNDS` | 3 | drop / fresh / resume rounds on the same server |
+//! | `AWAY_SECS` | 5 | how long the machines stay away once the server noticed |
+//! | `MARGIN_BIN` | `target/release/margin` | the server binary (relative paths are from the workspace root; `$CARGO_TARGET_DIR/release/margin` when that is set) |
+//! | `HTTP_CONCURRENCY` | 32 | concurrent HTTP requests (setup posts, status polls) |
+//! | `PHASE_TIMEOUT_SECS` | 120 | bound on every phase; a phase that overruns fails the run |
+//! | `SERVER_LOG` | `warn` | `RUST_LOG` for the server; WARN/ERROR lines are counted |
+//! | `JSON` | unset | also write every figure as JSON to this file |
+//! | `HOLD_SECS` | 0 | at the end, keep the links open this long (to inspect the server) |
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::stream::{self, StreamExt};
+use futures_util::SinkExt;
+use margin_protocol::chat::{ChatKind, ChatList};
+use margin_protocol::link::{
+    ClientMessage, HeldSession, PlannerView, ResumedSession, RunStatus, ServerMessage,
+    PROTOCOL_VERSION, RESUMABLE_SESSIONS,
+};
+use margin_server::auth;
+use margin_server::storage::Store;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
+use tokio_util::sync::CancellationToken;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+type Result<T, E = Error> = std::result::Result<T, E>;
+type Ws = WebSocketStream<TcpStream>;
+
+/// Chat's lines when a kept session's machine drops and comes back.
+const DISCONNECTED: &str =
+    "The Planner disconnected. Its runs and questions are kept until it reconnects; answers wait for it.";
+const RECONNECTED: &str = "The Planner reconnected.";
+const RUN_ID: &str = "storm";
+
+// ---------------------------------------------------------------- settings
+
+struct Config {
+    machines: usize,
+    rounds: usize,
+    away: Duration,
+    bin: PathBuf,
+    http_concurrency: usize,
+    timeout: Duration,
+    server_log: String,
+    json: Option<PathBuf>,
+    hold: Duration,
+}
+
+fn env_or<T: FromStr>(name: &str, default: T) -> Result<T> {
+    match std::env::var(name) {
+        Ok(value) => value
+            .trim()
+            .parse()
+            .map_err(|_| format!("{name}={value:?} is not a valid value").into()),
+        Err(_) => Ok(default),
+    }
+}
+
+impl Config {
+    fn from_env() -> Result<Config> {
+        let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        let bin = match std::env::var_os("MARGIN_BIN") {
+            Some(bin) => PathBuf::from(bin),
+            None => match std::env::var_os("CARGO_TARGET_DIR") {
+                Some(dir) => PathBuf::from(dir).join("release").join("margin"),
+                None => PathBuf::from("target/release/margin"),
+            },
+        };
+        let bin = if bin.is_relative() {
+            workspace.join(bin)
+        } else {
+            bin
+        };
+        let config = Config {
+            machines: env_or("MACHINES", 1000)?,
+            rounds: env_or("ROUNDS", 3)?,
+            away: Duration::from_secs_f64(env_or("AWAY_SECS", 5.0)?),
+            bin,
+            http_concurrency: env_or("HTTP_CONCURRENCY", 32)?,
+            timeout: Duration::from_secs(env_or("PHASE_TIMEOUT_SECS", 120)?),
+            server_log: env_or("SERVER_LOG", "warn".to_owned())?,
+            json: std::env::var_os("JSON").map(PathBuf::from),
+            hold: Duration::from_secs_f64(env_or("HOLD_SECS", 0.0)?),
+        };
+        if config.machines == 0 || config.http_concurrency == 0 {
+            return Err("MACHINES and HTTP_CONCURRENCY must be at least 1".into());
+        }
+        Ok(config)
+    }
+}
+
+/// The soft limit on open files, from `/proc/self/limits`.
+fn open_files_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
+// ---------------------------------------------------------------- /proc
+
+fn proc_status_kib(pid: u32, key: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with(key))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    proc_status_kib(pid, "VmRSS:").unwrap_or(0) as f64 / 1024.0
+}
+
+/// utime + stime of a process, in clock ticks.
+fn proc_ticks(pid: &str) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    // Fields after the `(comm)`; utime and stime are fields 14 and 15.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, rest)| rest) else {
+        return 0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let get = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    get(11) + get(12)
+}
+
+/// Busy ticks of the whole machine (all CPUs), from `/proc/stat`.
+fn machine_busy_ticks() -> u64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return 0;
+    };
+    let Some(line) = stat.lines().next() else {
+        return 0;
+    };
+    let values: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let total: u64 = values.iter().take(8).sum();
+    let idle = values.get(3).copied().unwrap_or(0) + values.get(4).copied().unwrap_or(0);
+    total.saturating_sub(idle)
+}
+
+/// Open file descriptors of a process (its sockets, mostly).
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// Machine-wide TCP counters that show a full accept queue: the kernel's
+/// `ListenOverflows`, `ListenDrops` and `TCPSynRetrans` (`/proc/net/netstat`).
+#[derive(Clone, Copy, Debug, Default)]
+struct TcpCounters {
+    overflows: u64,
+    drops: u64,
+    syn_retrans: u64,
+}
+
+impl TcpCounters {
+    fn now() -> TcpCounters {
+        let Ok(text) = std::fs::read_to_string("/proc/net/netstat") else {
+            return TcpCounters::default();
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        let mut counters = TcpCounters::default();
+        for pair in lines.chunks(2) {
+            let [names, values] = pair else { continue };
+            if !names.starts_with("TcpExt:") {
+                continue;
+            }
+            for (name, value) in names.split_whitespace().zip(values.split_whitespace()) {
+                let value = value.parse().unwrap_or(0);
+                match name {
+                    "ListenOverflows" => counters.overflows = value,
+                    "ListenDrops" => counters.drops = value,
+                    "TCPSynRetrans" => counters.syn_retrans = value,
+                    _ => {}
+                }
+            }
+        }
+        counters
+    }
+
+    fn since(&self) -> TcpCounters {
+        let now = TcpCounters::now();
+        TcpCounters {
+            overflows: now.overflows.saturating_sub(self.overflows),
+            drops: now.drops.saturating_sub(self.drops),
+            syn_retrans: now.syn_retrans.saturating_sub(self.syn_retrans),
+        }
+    }
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// Milliseconds per clock tick (`getconf CLK_TCK`, usually 100 Hz).
+fn ms_per_tick() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .map(|hz| 1000.0 / hz)
+        .unwrap_or(10.0)
+}
+
+/// CPU use from a mark to now.
+#[derive(Clone, Copy)]
+struct CpuMark {
+    at: Instant,
+    machine: u64,
+    server: u64,
+    bench: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct CpuUse {
+    /// CPU-milliseconds the server used.
+    server_ms: f64,
+    /// CPU-milliseconds this bench (the clients) used.
+    bench_ms: f64,
+    /// What every other process used, in % of one core (`None` for a
+    /// window under a second: the 10 ms ticks make it noise).
+    other_pct: Option<f64>,
+}
+
+fn other_cpu(cpu: &CpuUse) -> String {
+    cpu.other_pct
+        .map_or_else(|| "—".into(), |pct| format!("{:.0}%", pct.max(0.0)))
+}
+
+impl CpuMark {
+    fn now(server: u32) -> CpuMark {
+        CpuMark {
+            at: Instant::now(),
+            machine: machine_busy_ticks(),
+            server: proc_ticks(&server.to_string()),
+            bench: proc_ticks("self"),
+        }
+    }
+
+    fn since(&self, server: u32, tick_ms: f64) -> CpuUse {
+        let now = CpuMark::now(server);
+        let wall_ms = now.at.duration_since(self.at).as_secs_f64() * 1000.0;
+        let server_ms = now.server.saturating_sub(self.server) as f64 * tick_ms;
+        let bench_ms = now.bench.saturating_sub(self.bench) as f64 * tick_ms;
+        let machine_ms = now.machine.saturating_sub(self.machine) as f64 * tick_ms;
+        CpuUse {
+            server_ms,
+            bench_ms,
+            other_pct: (wall_ms >= 1000.0)
+                .then(|| (machine_ms - server_ms - bench_ms) / wall_ms * 100.0),
+        }
+    }
+}
+
+// ---------------------------------------------------------------- the server
+
+#[derive(Default)]
+struct LogTally {
+    warn: usize,
+    error: usize,
+    samples: Vec<String>,
+}
+
+struct Server {
+    child: Child,
+    pid: u32,
+    addr: SocketAddr,
+    log: Arc<Mutex<LogTally>>,
+}
+
+impl Server {
+    async fn start(config: &Config, data: &std::path::Path) -> Result<Server> {
+        let mut child = Command::new(&config.bin)
+            .arg("serve")
+            .arg("--data")
+            .arg(data)
+            .args(["--listen", "127.0.0.1:0"])
+            .env("RUST_LOG", &config.server_log)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", config.bin.display()))?;
+        let pid = child.id().ok_or("margin exited at once")?;
+        let log = Arc::new(Mutex::new(LogTally::default()));
+        let stderr = child.stderr.take().ok_or("no stderr")?;
+        let tally = log.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut tally = tally.lock().unwrap_or_else(|e| e.into_inner());
+                let is_error = line.contains("ERROR");
+                if is_error || line.contains("WARN") {
+                    if is_error {
+                        tally.error += 1;
+                    } else {
+                        tally.warn += 1;
+                    }
+                    if tally.samples.len() < 10 {
+                        tally.samples.push(line);
+                    }
+                }
+            }
+        });
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let addr = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(line) = lines.next_line().await? {
+                if let Some(url) = line.strip_prefix("margin listening on http://") {
+                    return Ok::<_, Error>(url.trim().parse::<SocketAddr>()?);
+                }
+            }
+            Err("margin exited before listening".into())
+        })
+        .await
+        .map_err(|_| "margin did not print its address within 30 s")??;
+        // Keep draining stdout so the server never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok(Server {
+            child,
+            pid,
+            addr,
+            log,
+        })
+    }
+
+    fn rss(&self) -> f64 {
+        rss_mib(self.pid)
+    }
+
+    /// SIGTERM, then the time a graceful stop took (SIGKILL after 30 s).
+    async fn stop(mut self) -> Result<Duration> {
+        let began = Instant::now();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status()
+            .await;
+        match tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await {
+            Ok(status) => {
+                let status = status?;
+                if !status.success() {
+                    return Err(format!("margin exited with {status}").into());
+                }
+                Ok(began.elapsed())
+            }
+            Err(_) => {
+                let _ = self.child.kill().await;
+                Err("margin did not stop within 30 s of SIGTERM".into())
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- machines
+
+/// What one machine saw across all its links.
+#[derive(Default)]
+struct Seen {
+    invokes: AtomicUsize,
+    session: Mutex<Option<String>>,
+    /// Anything a Planner in use should not get: refusals, closes, errors.
+    unexpected: Mutex<Vec<String>>,
+}
+
+impl Seen {
+    fn note(&self, what: String) {
+        self.unexpected
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(what);
+    }
+
+    fn session(&self) -> Option<String> {
+        self.session
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+struct Machine {
+    token: String,
+    credential: String,
+    document: String,
+    seen: Arc<Seen>,
+}
+
+/// N accounts, each with a token, a document and a paired machine, written
+/// straight into the store the server will open.
+async fn set_up(data: &std::path::Path, n: usize) -> Result<Vec<Machine>> {
+    let store = Store::open(&Store::sqlite_url_in(data)?).await?;
+    let made: Vec<Result<Machine>> = stream::iter(0..n)
+        .map(|i| {
+            let store = store.clone();
+            async move {
+                let account = store.create_account(&format!("storm-{i}")).await?;
+                let token = auth::issue_token(&store, &account).await?;
+                let document = store
+                    .create_document(&account, &format!("Storm plan {i}"))
+                    .await?;
+                let (_, credential) =
+                    auth::pair_machine(&store, &account, &format!("machine {i}")).await?;
+                Ok(Machine {
+                    token,
+                    credential,
+                    document: document.id,
+                    seen: Arc::default(),
+                })
+            }
+        })
+        .buffered(8)
+        .collect()
+        .await;
+    store.close().await;
+    made.into_iter().collect()
+}
+
+// ---------------------------------------------------------------- links
+
+async fn send(ws: &mut Ws, message: &ClientMessage) -> Result<()> {
+    let text = serde_json::to_string(message)?;
+    ws.send(Message::Text(text.into())).await?;
+    Ok(())
+}
+
+/// The next message that is not a heartbeat (heartbeats are answered).
+async fn next_work(ws: &mut Ws) -> Result<ServerMessage> {
+    loop {
+        match ws.next().await {
+            Some(Ok(Message::Text(text))) => match serde_json::from_str(&text)? {
+                ServerMessage::Heartbeat { seq } => {
+                    send(ws, &ClientMessage::HeartbeatAck { seq }).await?;
+                }
+                other => return Ok(other),
+            },
+            Some(Ok(Message::Close(frame))) => {
+                return Err(format!("the server closed the link: {frame:?}").into())
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(e.into()),
+            None => return Err("the link ended".into()),
+        }
+    }
+}
+
+/// A TCP connection that a drop aborts (RST, no FIN, no close frame), with
+/// the machine link's upgrade done; when TCP connected and the upgrade was
+/// answered, since `t0`.
+async fn connect(
+    addr: SocketAddr,
+    credential: &str,
+    t0: Instant,
+) -> Result<(Ws, Duration, Duration)> {
+    let tcp = TcpStream::connect(addr).await?;
+    let connected = t0.elapsed();
+    tcp.set_zero_linger()?;
+    tcp.set_nodelay(true)?;
+    let mut request = format!("ws://{addr}/machine").into_client_request()?;
+    request
+        .headers_mut()
+        .insert("Authorization", format!("Bearer {credential}").parse()?);
+    let (ws, _) = tokio_tungstenite::client_async(request, tcp).await?;
+    Ok((ws, connected, t0.elapsed()))
+}
+
+/// A machine's Planner on an open link until `cut`: answers heartbeats; for
+/// an `invoke` reports a live run and replies; notes anything else. On
+/// `cut` it drops the socket without a close frame.
+async fn planner(mut ws: Ws, seen: Arc<Seen>, cut: CancellationToken) {
+    loop {
+        let frame = tokio::select! {
+            _ = cut.cancelled() => return,
+            frame = ws.next() => frame,
+        };
+        let text = match frame {
+            Some(Ok(Message::Text(text))) => text,
+            Some(Ok(Message::Close(frame))) => {
+                seen.note(format!("the server closed the link: {frame:?}"));
+                return;
+            }
+            Some(Ok(_)) => continue,
+            Some(Err(e)) => {
+                seen.note(format!("link error: {e}"));
+                return;
+            }
+            None => {
+                seen.note("the link ended".into());
+                return;
+            }
+        };
+        let answered = match serde_json::from_str::<ServerMessage>(&text) {
+            Ok(ServerMessage::Heartbeat { seq }) => {
+                send(&mut ws, &ClientMessage::HeartbeatAck { seq }).await
+            }
+            Ok(ServerMessage::Invoke { session, turn, .. }) => {
+                seen.invokes.fetch_add(1, Ordering::SeqCst);
+                {
+                    let mut held = seen.session.lock().unwrap_or_else(|e| e.into_inner());
+                    match held.as_deref() {
+                        Some(s) if s != session => {
+                            seen.note(format!("an invoke for another session {session}"))
+                        }
+                        _ => *held = Some(session.clone()),
+                    }
+                }
+                let run = ClientMessage::Run {
+                    session: session.clone(),
+                    run: RUN_ID.into(),
+                    name: "Storm run".into(),
+                    status: RunStatus::Running,
+                    attempt: None,
+                };
+                let reply = ClientMessage::Reply {
+                    session,
+                    turn,
+                    text: "Working on it.".into(),
+                };
+                match send(&mut ws, &run).await {
+                    Ok(()) => send(&mut ws, &reply).await,
+                    Err(e) => Err(e),
+                }
+            }
+            Ok(other) => {
+                seen.note(format!("unexpected: {other:?}"));
+                Ok(())
+            }
+            Err(e) => {
+                seen.note(format!("a malformed message: {e}"));
+                Ok(())
+            }
+        };
+        if let Err(e) = answered {
+            seen.note(format!("send failed: {e}"));
+            return;
+        }
+    }
+}
+
+/// One machine's part in a storm, in time since the storm was released.
+struct Arrival {
+    /// TCP connected (a SYN the kernel dropped is retried after 1 s).
+    connected: Duration,
+    /// The WebSocket upgrade answered (the credential checked).
+    upgraded: Duration,
+    welcome: Duration,
+    /// `resumed` (resume storm) or `welcome` (fresh storm).
+    done: Duration,
+    resumed: Option<(Vec<ResumedSession>, Vec<String>)>,
+}
+
+/// Connects, says `hello` and, with `resume`, resumes the held session.
+async fn handshake(
+    addr: SocketAddr,
+    credential: &str,
+    resume: Option<String>,
+    t0: Instant,
+) -> Result<(Ws, Arrival)> {
+    let (mut ws, connected, upgraded) = connect(addr, credential, t0).await?;
+    let hello = ClientMessage::Hello {
+        protocol_version: PROTOCOL_VERSION,
+        features: vec![RESUMABLE_SESSIONS.into()],
+        run_capacity: None,
+    };
+    send(&mut ws, &hello).await?;
+    match next_work(&mut ws).await? {
+        ServerMessage::Welcome { capabilities, .. }
+            if capabilities
+                .features
+                .iter()
+                .any(|f| f == RESUMABLE_SESSIONS) => {}
+        other => return Err(format!("expected a resumable welcome, got {other:?}").into()),
+    }
+    let welcome = t0.elapsed();
+    let Some(session) = resume else {
+        return Ok((
+            ws,
+            Arrival {
+                connected,
+                upgraded,
+                welcome,
+                done: welcome,
+                resumed: None,
+            },
+        ));
+    };
+    let resume = ClientMessage::Resume {
+        sessions: vec![HeldSession {
+            session,
+            questions: Vec::new(),
+        }],
+    };
+    send(&mut ws, &resume).await?;
+    match next_work(&mut ws).await? {
+        ServerMessage::Resumed { sessions, ended } => {
+            let done = t0.elapsed();
+            Ok((
+                ws,
+                Arrival {
+                    connected,
+                    upgraded,
+                    welcome,
+                    done,
+                    resumed: Some((sessions, ended)),
+                },
+            ))
+        }
+        other => Err(format!("expected resumed, got {other:?}").into()),
+    }
+}
+
+/// N open links, each served by [`planner`] until `cut` fires.
+struct Links {
+    cut: CancellationToken,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Links {
+    /// Drops every link at once, without a close frame; returns when every
+    /// socket is closed.
+    async fn abort(self) -> Instant {
+        let at = Instant::now();
+        self.cut.cancel();
+        for task in self.tasks {
+            let _ = task.await;
+        }
+        at
+    }
+}
+
+/// What a storm measured.
+#[derive(Clone, Debug, Default)]
+struct StormFigures {
+    machines: usize,
+    failed: usize,
+    errors: Vec<String>,
+    /// Per machine: time to TCP connected, to the upgrade, to `welcome`,
+    /// and to done (`resumed`, or `welcome`).
+    connected: Vec<Duration>,
+    upgraded: Vec<Duration>,
+    welcome: Vec<Duration>,
+    done: Vec<Duration>,
+    cpu: CpuUse,
+    /// Machine-wide accept-queue counters over the storm.
+    tcp: TcpCounters,
+}
+
+impl StormFigures {
+    /// Machines whose TCP connect took a SYN retry (≥ 1 s).
+    fn retried(&self) -> usize {
+        self.connected
+            .iter()
+            .filter(|d| **d >= Duration::from_millis(1000))
+            .count()
+    }
+}
+
+impl StormFigures {
+    fn wall(&self) -> Duration {
+        self.done.iter().max().copied().unwrap_or_default()
+    }
+}
+
+/// Every machine links at once (each client task waits at a gate until
+/// all are spawned); with `resume`, each then resumes its session.
+async fn storm(
+    server: &Server,
+    machines: &[Machine],
+    resume: bool,
+    timeout: Duration,
+    tick_ms: f64,
+) -> Result<(Links, StormFigures, Vec<Option<Arrival>>)> {
+    let (go, gate) = watch::channel(None::<Instant>);
+    let cut = CancellationToken::new();
+    let mut tasks = Vec::with_capacity(machines.len());
+    for machine in machines {
+        let mut gate = gate.clone();
+        let addr = server.addr;
+        let credential = machine.credential.clone();
+        let seen = machine.seen.clone();
+        let held = if resume {
+            Some(seen.session().ok_or("a machine has no session to resume")?)
+        } else {
+            None
+        };
+        let cut = cut.clone();
+        tasks.push(tokio::spawn(async move {
+            let t0 = match gate.wait_for(Option::is_some).await {
+                Ok(t0) => t0.unwrap_or_else(Instant::now),
+                Err(_) => return Err::<_, Error>("the storm was never released".into()),
+            };
+            let (ws, arrival) =
+                tokio::time::timeout(timeout, handshake(addr, &credential, held, t0))
+                    .await
+                    .map_err(|_| format!("no answer within {timeout:?}"))??;
+            let serving = tokio::spawn(planner(ws, seen, cut));
+            Ok((arrival, serving))
+        }));
+    }
+    // Let every task reach the gate before releasing them together.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mark = CpuMark::now(server.pid);
+    let tcp = TcpCounters::now();
+    let _ = go.send(Some(Instant::now()));
+    let mut figures = StormFigures {
+        machines: machines.len(),
+        ..Default::default()
+    };
+    let mut arrivals = Vec::with_capacity(machines.len());
+    let mut serving = Vec::with_capacity(machines.len());
+    for task in tasks {
+        match task.await {
+            Ok(Ok((arrival, link))) => {
+                figures.connected.push(arrival.connected);
+                figures.upgraded.push(arrival.upgraded);
+                figures.welcome.push(arrival.welcome);
+                figures.done.push(arrival.done);
+                arrivals.push(Some(arrival));
+                serving.push(link);
+            }
+            Ok(Err(e)) => {
+                figures.failed += 1;
+                if figures.errors.len() < 5 {
+                    figures.errors.push(e.to_string());
+                }
+                arrivals.push(None);
+            }
+            Err(e) => {
+                figures.failed += 1;
+                figures.errors.push(format!("a client task failed: {e}"));
+                arrivals.push(None);
+            }
+        }
+    }
+    figures.cpu = mark.since(server.pid, tick_ms);
+    figures.tcp = tcp.since();
+    Ok((
+        Links {
+            cut,
+            tasks: serving,
+        },
+        figures,
+        arrivals,
+    ))
+}
+
+// ---------------------------------------------------------------- HTTP
+
+struct Api {
+    base: String,
+    http: reqwest::Client,
+    concurrency: usize,
+}
+
+impl Api {
+    async fn get<T: serde::de::DeserializeOwned>(&self, token: &str, path: &str) -> Result<T> {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .send()
+            .await?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(format!("GET {path}: {status} {}", response.text().await?).into());
+        }
+        Ok(response.json().await?)
+    }
+
+    async fn view(&self, machine: &Machine) -> Result<PlannerView> {
+        self.get(
+            &machine.token,
+            &format!("/documents/{}/planner", machine.document),
+        )
+        .await
+    }
+
+    /// (DISCONNECTED, RECONNECTED, other system lines) in the document's Chat.
+    async fn system_lines(&self, machine: &Machine) -> Result<(usize, usize, Vec<String>)> {
+        let chat: ChatList = self
+            .get(
+                &machine.token,
+                &format!("/documents/{}/chat", machine.document),
+            )
+            .await?;
+        let (mut down, mut back, mut other) = (0, 0, Vec::new());
+        for message in chat.messages {
+            if message.kind != ChatKind::System {
+                continue;
+            }
+            match message.text.as_str() {
+                DISCONNECTED => down += 1,
+                RECONNECTED => back += 1,
+                _ => other.push(message.text),
+            }
+        }
+        Ok((down, back, other))
+    }
+
+    async fn say(&self, machine: &Machine, text: &str) -> Result<()> {
+        let path = format!("/documents/{}/chat", machine.document);
+        let response = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(&machine.token)
+            .json(&json!({ "text": text }))
+            .send()
+            .await?;
+        if response.status().as_u16() != 201 {
+            return Err(format!(
+                "POST {path}: {} {}",
+                response.status(),
+                response.text().await?
+            )
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Polls every machine until `check` holds for all of them; the time
+    /// from `since` until it did. Machines already done are not asked again.
+    async fn until_all<'m, F, Fut>(
+        &self,
+        machines: &'m [Machine],
+        since: Instant,
+        timeout: Duration,
+        what: &str,
+        check: F,
+    ) -> Result<Duration>
+    where
+        F: Fn(&'m Machine) -> Fut,
+        Fut: Future<Output = Result<bool>>,
+    {
+        let mut left: Vec<usize> = (0..machines.len()).collect();
+        let mut last_error = None;
+        loop {
+            let results: Vec<(usize, Result<bool>)> = stream::iter(left.iter().copied())
+                .map(|i| {
+                    let fut = check(&machines[i]);
+                    async move { (i, fut.await) }
+                })
+                .buffer_unordered(self.concurrency)
+                .collect()
+                .await;
+            left.clear();
+            for (i, result) in results {
+                match result {
+                    Ok(true) => {}
+                    Ok(false) => left.push(i),
+                    Err(e) => {
+                        last_error = Some(e.to_string());
+                        left.push(i);
+                    }
+                }
+            }
+            if left.is_empty() {
+                return Ok(since.elapsed());
+            }
+            if since.elapsed() > timeout {
+                return Err(format!(
+                    "{what}: {} of {} machines still not there after {timeout:?} (last error: {last_error:?})",
+                    left.len(),
+                    machines.len()
+                )
+                .into());
+            }
+            left.sort_unstable();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Waits until the server used under 2 % of a core for 500 ms (at most 15 s).
+async fn settle(server: &Server, tick_ms: f64) {
+    let began = Instant::now();
+    while began.elapsed() < Duration::from_secs(15) {
+        let mark = CpuMark::now(server.pid);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if mark.since(server.pid, tick_ms).server_ms <= 10.0 {
+            return;
+        }
+    }
+}
+
+// ---------------------------------------------------------------- figures
+
+fn percentile(samples: &[Duration], q: f64) -> Duration {
+    if samples.is_empty() {
+        return Duration::ZERO;
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort_unstable();
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn p50(samples: &[Duration]) -> f64 {
+    ms(percentile(samples, 0.5))
+}
+
+fn p99(samples: &[Duration]) -> f64 {
+    ms(percentile(samples, 0.99))
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if b > 0.0 {
+        format!("{:.2}", a / b)
+    } else {
+        "—".into()
+    }
+}
+
+impl StormFigures {
+    /// Per machine: from `welcome` to done (the `resume` step alone).
+    fn step(&self) -> Vec<Duration> {
+        self.done
+            .iter()
+            .zip(&self.welcome)
+            .map(|(done, welcome)| done.saturating_sub(*welcome))
+            .collect()
+    }
+
+    fn json(&self) -> serde_json::Value {
+        json!({
+            "machines": self.machines,
+            "failed": self.failed,
+            "errors": self.errors,
+            "connect_p50_ms": p50(&self.connected),
+            "connect_p99_ms": p99(&self.connected),
+            "syn_retried": self.retried(),
+            "upgrade_p50_ms": p50(&self.upgraded),
+            "upgrade_p99_ms": p99(&self.upgraded),
+            "welcome_p50_ms": p50(&self.welcome),
+            "welcome_p99_ms": p99(&self.welcome),
+            "done_p50_ms": p50(&self.done),
+            "done_p99_ms": p99(&self.done),
+            "step_p50_ms": p50(&self.step()),
+            "step_p99_ms": p99(&self.step()),
+            "wall_ms": ms(self.wall()),
+            "server_cpu_ms": self.cpu.server_ms,
+            "bench_cpu_ms": self.cpu.bench_ms,
+            "other_cpu_pct": self.cpu.other_pct,
+            "listen_overflows": self.tcp.overflows,
+            "listen_drops": self.tcp.drops,
+            "syn_retransmits": self.tcp.syn_retrans,
+        })
+    }
+
+    fn print(&self, label: &str) {
+        eprintln!(
+            "  {label}: {} ok, {} failed; TCP connect p50 {:.1} ms p99 {:.1} ms ({} took a SYN retry); welcome p50 {:.1} ms p99 {:.1} ms; done p50 {:.1} ms p99 {:.1} ms; all done {:.1} ms; server CPU {:.0} ms, bench CPU {:.0} ms, other {}; listen overflows {}, SYN retransmits {}",
+            self.machines - self.failed,
+            self.failed,
+            p50(&self.connected),
+            p99(&self.connected),
+            self.retried(),
+            p50(&self.welcome),
+            p99(&self.welcome),
+            p50(&self.done),
+            p99(&self.done),
+            ms(self.wall()),
+            self.cpu.server_ms,
+            self.cpu.bench_ms,
+            other_cpu(&self.cpu),
+            self.tcp.overflows,
+            self.tcp.syn_retrans,
+        );
+        for e in &self.errors {
+            eprintln!("    error: {e}");
+        }
+    }
+
+    fn row(&self, round: &str, label: &str) {
+        println!(
+            "| {round} | {label} | {} | {} | {:.1} / {:.1} | {} | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} | {:.0} | {:.0} | {} | {} |",
+            self.machines - self.failed,
+            self.failed,
+            p50(&self.connected),
+            p99(&self.connected),
+            self.retried(),
+            p50(&self.welcome),
+            p99(&self.welcome),
+            p50(&self.step()),
+            p99(&self.step()),
+            p50(&self.done),
+            p99(&self.done),
+            ms(self.wall()),
+            self.cpu.server_ms,
+            self.cpu.bench_ms,
+            other_cpu(&self.cpu),
+            self.tcp.overflows,
+        );
+    }
+}
+
+/// The server's memory and open descriptors at one point.
+struct Sample {
+    label: String,
+    rss: f64,
+    fds: usize,
+}
+
+fn sample(server: &Server, label: impl Into<String>) -> Sample {
+    let sample = Sample {
+        label: label.into(),
+        rss: server.rss(),
+        fds: open_fds(server.pid),
+    };
+    eprintln!(
+        "  memory: {} — VmRSS {:.1} MiB, {} fds",
+        sample.label, sample.rss, sample.fds
+    );
+    sample
+}
+
+struct Round {
+    noticed: Duration,
+    chat_said: Duration,
+    fresh: StormFigures,
+    resume: StormFigures,
+    cards_back: Duration,
+    cpu: CpuUse,
+}
+
+// ---------------------------------------------------------------- the run
+
+#[tokio::main]
+async fn main() {
+    match run().await {
+        Ok(true) => {}
+        Ok(false) => {
+            eprintln!("reconnect storm: FAILED checks (see above)");
+            std::process::exit(1);
+        }
+        Err(e) => {
+            eprintln!("reconnect storm: {e}");
+            std::process::exit(2);
+        }
+    }
+}
+
+async fn run() -> Result<bool> {
+    let config = Config::from_env()?;
+    if !config.bin.is_file() {
+        return Err(format!(
+            "no margin binary at {}: build it first with `cargo build --release -p margin-server --bin margin`, or point MARGIN_BIN at one",
+            config.bin.display()
+        )
+        .into());
+    }
+    let n = config.machines;
+    let tick_ms = ms_per_tick();
+    let needed = 2 * n as u64 + 256;
+    match open_files_limit() {
+        Some(limit) if limit < needed => {
+            return Err(format!(
+                "the open-file limit is {limit}; {n} machines need about {needed} (their sockets, then the server's). Run `ulimit -n 8192` (or higher) first"
+            )
+            .into())
+        }
+        _ => {}
+    }
+    let load_start = load_average();
+    eprintln!(
+        "reconnect storm: {n} machines, {} rounds, away {:?}; server {}; load average {load_start}; {} CPUs",
+        config.rounds,
+        config.away,
+        config.bin.display(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+    );
+    let data = tempfile::Builder::new().prefix("margin-storm-").tempdir()?;
+    let began = Instant::now();
+    let machines = set_up(data.path(), n).await?;
+    let setup = began.elapsed();
+    eprintln!("set up {n} accounts, documents and machines in {setup:.1?}");
+
+    let server = Server::start(&config, data.path()).await?;
+    let api = Api {
+        base: format!("http://{}", server.addr),
+        http: reqwest::Client::builder()
+            .pool_max_idle_per_host(config.http_concurrency)
+            .build()?,
+        concurrency: config.http_concurrency,
+    };
+    let api = &api;
+    let mut problems: Vec<String> = Vec::new();
+    eprintln!("margin pid {} at {}", server.pid, server.addr);
+    let mut memory = vec![sample(&server, "server started, idle")];
+
+    // First link-up: N fresh links at once, no sessions anywhere yet.
+    let (mut links, first, _) = storm(&server, &machines, false, config.timeout, tick_ms).await?;
+    first.print("first link-up (no sessions yet)");
+    if first.failed > 0 {
+        problems.push(format!("first link-up: {} links failed", first.failed));
+        return finish(server, &problems).await;
+    }
+    settle(&server, tick_ms).await;
+    memory.push(sample(&server, format!("{n} links open, no sessions")));
+
+    // One session in use per machine: `@planner go`, invoke, a live run, a reply.
+    let began = Instant::now();
+    let posted: Vec<Result<()>> = stream::iter(&machines)
+        .map(|m| api.say(m, "@planner go"))
+        .buffer_unordered(config.http_concurrency)
+        .collect()
+        .await;
+    for e in posted.into_iter().filter_map(Result::err).take(5) {
+        problems.push(format!("posting @planner: {e}"));
+    }
+    let sessions = api
+        .until_all(
+            &machines,
+            began,
+            config.timeout,
+            "sessions in use",
+            |m| async move {
+                if m.seen.invokes.load(Ordering::SeqCst) == 0 {
+                    return Ok(false);
+                }
+                let view = api.view(m).await?;
+                Ok(view.connected
+                    && !view.replying
+                    && view.runs.len() == 1
+                    && view.runs[0].status == RunStatus::Running)
+            },
+        )
+        .await?;
+    eprintln!("{n} sessions in use (run `running`, reply posted) after {sessions:.1?}");
+    settle(&server, tick_ms).await;
+    memory.push(sample(&server, format!("{n} links, {n} sessions in use")));
+
+    let mut rounds = Vec::new();
+    for round in 1..=config.rounds {
+        eprintln!("round {round}:");
+        let round_cpu = CpuMark::now(server.pid);
+        memory.push(sample(&server, format!("round {round}: before the drop")));
+        let cut_at = links.abort().await;
+        let noticed = api
+            .until_all(
+                &machines,
+                cut_at,
+                config.timeout,
+                "server noticed the drop",
+                |m| async move {
+                    let view = api.view(m).await?;
+                    Ok(view.disconnected && !view.connected)
+                },
+            )
+            .await?;
+        memory.push(sample(
+            &server,
+            format!("round {round}: all shown disconnected"),
+        ));
+        let chat_said = api
+            .until_all(
+                &machines,
+                cut_at,
+                config.timeout,
+                "Chat says disconnected",
+                |m| async move { Ok(api.system_lines(m).await?.0 == round) },
+            )
+            .await?;
+        eprintln!(
+            "  all {n} shown disconnected after {noticed:.1?}, Chat said so after {chat_said:.1?}"
+        );
+        tokio::time::sleep(config.away).await;
+        memory.push(sample(
+            &server,
+            format!("round {round}: away, {:?} later", config.away),
+        ));
+
+        // Peer: the same N machines, fresh links, no resume.
+        let (fresh_links, fresh, _) =
+            storm(&server, &machines, false, config.timeout, tick_ms).await?;
+        fresh.print("fresh links (peer)");
+        if fresh.failed > 0 {
+            problems.push(format!(
+                "round {round}: {} fresh links failed: {:?}",
+                fresh.failed, fresh.errors
+            ));
+        }
+        memory.push(sample(
+            &server,
+            format!("round {round}: {n} fresh links open, sessions away"),
+        ));
+        fresh_links.abort().await;
+        settle(&server, tick_ms).await;
+        memory.push(sample(
+            &server,
+            format!("round {round}: fresh links cut, sessions away"),
+        ));
+
+        // The storm: every machine comes back and resumes its session.
+        let (resumed_links, resume, arrivals) =
+            storm(&server, &machines, true, config.timeout, tick_ms).await?;
+        links = resumed_links;
+        resume.print("resume");
+        if resume.failed > 0 {
+            problems.push(format!(
+                "round {round}: {} resumes failed: {:?}",
+                resume.failed, resume.errors
+            ));
+        }
+        for (machine, arrival) in machines.iter().zip(&arrivals) {
+            let Some(Arrival {
+                resumed: Some((sessions, ended)),
+                ..
+            }) = arrival
+            else {
+                continue;
+            };
+            let session = machine.seen.session().unwrap_or_default();
+            let carried = sessions.len() == 1
+                && sessions[0].session == session
+                && sessions[0].document == machine.document
+                && sessions[0].withdrawn.is_empty();
+            if !carried || !ended.is_empty() {
+                problems.push(format!(
+                    "round {round}: document {} resumed {sessions:?}, ended {ended:?}",
+                    machine.document
+                ));
+            }
+        }
+        let checked = Instant::now();
+        let cards_back = api
+            .until_all(
+                &machines,
+                checked,
+                config.timeout,
+                "run cards back",
+                |m| async move {
+                    let view = api.view(m).await?;
+                    Ok(view.connected
+                        && !view.disconnected
+                        && view.runs.len() == 1
+                        && view.runs[0].status == RunStatus::Running
+                        && !view.runs[0].disconnected)
+                },
+            )
+            .await;
+        let cards_back = match cards_back {
+            Ok(d) => d,
+            Err(e) => {
+                problems.push(format!("round {round}: {e}"));
+                Duration::ZERO
+            }
+        };
+        let said = api
+            .until_all(
+                &machines,
+                checked,
+                config.timeout,
+                "Chat says reconnected",
+                |m| async move {
+                    let (down, back, other) = api.system_lines(m).await?;
+                    if !other.is_empty() {
+                        return Err(format!("unexpected Chat lines: {other:?}").into());
+                    }
+                    Ok(down == round && back == round)
+                },
+            )
+            .await;
+        if let Err(e) = said {
+            problems.push(format!("round {round}: {e}"));
+        }
+        // Give a stray invoke time to arrive before counting.
+        settle(&server, tick_ms).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        for machine in &machines {
+            let invokes = machine.seen.invokes.load(Ordering::SeqCst);
+            if invokes != 1 {
+                problems.push(format!(
+                    "round {round}: document {} got {invokes} invokes",
+                    machine.document
+                ));
+            }
+            let unexpected = std::mem::take(
+                &mut *machine
+                    .seen
+                    .unexpected
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()),
+            );
+            if !unexpected.is_empty() {
+                problems.push(format!(
+                    "round {round}: document {}: {unexpected:?}",
+                    machine.document
+                ));
+            }
+        }
+        memory.push(sample(&server, format!("round {round}: all resumed")));
+        eprintln!("  run cards back {cards_back:.1?} after the check began");
+        rounds.push(Round {
+            noticed,
+            chat_said,
+            fresh,
+            resume,
+            cards_back,
+            cpu: round_cpu.since(server.pid, tick_ms),
+        });
+    }
+    let peak = proc_status_kib(server.pid, "VmHWM:").unwrap_or(0) as f64 / 1024.0;
+    let log = {
+        let tally = server.log.lock().unwrap_or_else(|e| e.into_inner());
+        (tally.warn, tally.error, tally.samples.clone())
+    };
+    if config.hold > Duration::ZERO {
+        eprintln!(
+            "holding the {n} links open for {:?}: margin pid {}",
+            config.hold, server.pid
+        );
+        tokio::time::sleep(config.hold).await;
+    }
+    links.abort().await;
+    let load_end = load_average();
+
+    // ------------------------------------------------------------ report
+    println!();
+    println!(
+        "Reconnect storm: {n} machines, {} rounds, away {:?} after the server noticed; load average {load_start} at start, {load_end} at end; setup {setup:.1?}; first {n} sessions in use after {sessions:.1?}",
+        config.rounds, config.away
+    );
+    println!();
+    println!("Times in ms from the storm's release, per machine (p50 / p99). \"resume step\" is from `welcome` to `resumed` on the same link; \"done\" is `resumed` (resume) or `welcome` (fresh).");
+    println!();
+    println!("| round | storm | ok | failed | TCP connect p50 / p99 | SYN retried (≥ 1 s) | welcome p50 / p99 | resume step p50 / p99 | done p50 / p99 | all done (wall) | server CPU ms | bench CPU ms | other CPU | listen overflows |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    first.row("0", "first link-up (no sessions)");
+    for (i, r) in rounds.iter().enumerate() {
+        r.fresh.row(&(i + 1).to_string(), "fresh links (peer)");
+        r.resume.row(&(i + 1).to_string(), "resume");
+    }
+    println!();
+    println!("| round | resume/fresh all done | resume/fresh p50 | resume/fresh p99 | resume/fresh server CPU | drop noticed (all disconnected) ms | Chat said disconnected ms | run cards back ms | other CPU over the round |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (i, r) in rounds.iter().enumerate() {
+        println!(
+            "| {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {} |",
+            i + 1,
+            ratio(ms(r.resume.wall()), ms(r.fresh.wall())),
+            ratio(p50(&r.resume.done), p50(&r.fresh.done)),
+            ratio(p99(&r.resume.done), p99(&r.fresh.done)),
+            ratio(r.resume.cpu.server_ms, r.fresh.cpu.server_ms),
+            ms(r.noticed),
+            ms(r.chat_said),
+            ms(r.cards_back),
+            other_cpu(&r.cpu),
+        );
+    }
+    println!();
+    println!("| server | VmRSS MiB | open fds |");
+    println!("|---|---|---|");
+    for s in &memory {
+        println!("| {} | {:.1} | {} |", s.label, s.rss, s.fds);
+    }
+    println!("| peak (VmHWM) | {peak:.1} | |");
+    println!();
+    println!(
+        "server log: {} WARN, {} ERROR lines{}",
+        log.0,
+        log.1,
+        if log.2.is_empty() { "" } else { ":" }
+    );
+    for line in &log.2 {
+        println!("  {line}");
+    }
+
+    if let Some(path) = &config.json {
+        let value = json!({
+            "machines": n,
+            "rounds": config.rounds,
+            "away_secs": config.away.as_secs_f64(),
+            "load_average": {"start": load_start, "end": load_end},
+            "setup_ms": ms(setup),
+            "sessions_in_use_ms": ms(sessions),
+            "first_link_up": first.json(),
+            "rounds_figures": rounds.iter().map(|r| json!({
+                "fresh": r.fresh.json(),
+                "resume": r.resume.json(),
+                "noticed_ms": ms(r.noticed),
+                "chat_said_ms": ms(r.chat_said),
+                "cards_back_ms": ms(r.cards_back),
+                "round_other_cpu_pct": r.cpu.other_pct,
+            })).collect::<Vec<_>>(),
+            "memory": memory.iter().map(|s| json!({"at": s.label, "rss_mib": s.rss, "fds": s.fds})).collect::<Vec<_>>(),
+            "peak_mib": peak,
+            "server_log": {"warn": log.0, "error": log.1, "samples": log.2},
+            "problems": problems,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&value)?)?;
+    }
+    finish(server, &problems).await
+}
+
+/// Stops the server and reports the checks; true when all passed.
+async fn finish(server: Server, problems: &[String]) -> Result<bool> {
+    match server.stop().await {
+        Ok(took) => println!("server stopped gracefully in {took:.1?}"),
+        Err(e) => println!("server stop: {e}"),
+    }
+    if problems.is_empty() {
+        println!("checks: every session carried on (none ended), every run card back, Chat said disconnected/reconnected once per round, no extra invoke, no refusal or close");
+        Ok(true)
+    } else {
+        println!("checks FAILED ({}):", problems.len());
+        for problem in problems.iter().take(30) {
+            println!("  {problem}");
+        }
+        Ok(false)
+    }
+}
