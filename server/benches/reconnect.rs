@@ -485,11 +485,16 @@ async fn set_up(data: &std::path::Path, n: usize) -> Result<Vec<Machine>> {
                 let document = store
                     .create_document(&account, &format!("Storm plan {i}"))
                     .await?;
-                let (_, credential) =
-                    auth::pair_machine(&store, &account, &format!("machine {i}")).await?;
+                let (_, credential) = auth::pair_machine(
+                    &store,
+                    &account,
+                    &format!("machine {i}"),
+                    auth::MACHINE_CREDENTIAL_TTL,
+                )
+                .await?;
                 Ok(Machine {
                     token,
-                    credential,
+                    credential: credential.secret,
                     document: document.id,
                     seen: Arc::default(),
                 })
@@ -510,7 +515,9 @@ async fn send(ws: &mut Ws, message: &ClientMessage) -> Result<()> {
     Ok(())
 }
 
-/// The next message that is not a heartbeat (heartbeats are answered).
+/// The next message that is not a heartbeat (heartbeats are answered) or a
+/// credential renewal (the bench links well within the first credential's
+/// lifetime).
 async fn next_work(ws: &mut Ws) -> Result<ServerMessage> {
     loop {
         match ws.next().await {
@@ -518,6 +525,7 @@ async fn next_work(ws: &mut Ws) -> Result<ServerMessage> {
                 ServerMessage::Heartbeat { seq } => {
                     send(ws, &ClientMessage::HeartbeatAck { seq }).await?;
                 }
+                ServerMessage::Credential { .. } => {}
                 other => return Ok(other),
             },
             Some(Ok(Message::Close(frame))) => {
@@ -607,6 +615,7 @@ async fn planner(mut ws: Ws, seen: Arc<Seen>, cut: CancellationToken) {
                     Err(e) => Err(e),
                 }
             }
+            Ok(ServerMessage::Credential { .. }) => Ok(()),
             Ok(other) => {
                 seen.note(format!("unexpected: {other:?}"));
                 Ok(())
