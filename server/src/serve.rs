@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -15,6 +15,13 @@ use crate::link::{LinkSettings, Links};
 use crate::planners::Planners;
 use crate::storage::Store;
 use crate::sync::{Hub, HubSettings};
+
+/// Connections the kernel queues before they are accepted. The default
+/// tokio/mio listener asks for 128: a storm of 1,000 machines relinking at
+/// once overflowed it and half of them waited out a 1 s SYN retry
+/// (docs/performance.md, "Reconnect storm"). The kernel caps it at
+/// `net.core.somaxconn`.
+const ACCEPT_BACKLOG: u32 = 4096;
 
 /// Longest wait for document tasks at shutdown.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(15);
@@ -82,12 +89,10 @@ pub struct Running {
 
 /// Binds and starts serving; returns at once.
 pub async fn start(store: Store, options: ServeOptions) -> Result<Running, ServeError> {
-    let listener = TcpListener::bind(options.listen)
-        .await
-        .map_err(|source| ServeError::Bind {
-            addr: options.listen,
-            source,
-        })?;
+    let listener = bind(options.listen).map_err(|source| ServeError::Bind {
+        addr: options.listen,
+        source,
+    })?;
     let addr = listener.local_addr()?;
     let tracker = TaskTracker::new();
     let shutdown = CancellationToken::new();
@@ -145,6 +150,19 @@ impl Running {
         tracing::info!("stopped");
         Ok(served?)
     }
+}
+
+/// Listens on `addr` with [`ACCEPT_BACKLOG`].
+fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    // As std's listener does: a restarted server rebinds at once.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(ACCEPT_BACKLOG)
 }
 
 /// Runs the Planners' idle clock until shutdown.
