@@ -63,11 +63,14 @@ pub async fn serve(
                         machine: machine.name.clone(),
                         capabilities: Capabilities { durable_plans: false, features },
                     };
+                    // Registered before `welcome` goes out: a machine told it is
+                    // linked can be found by the next `@planner` at once (its
+                    // outbox is sent only after `welcome`).
+                    opened = Some(links.open(&machine, run_capacity, resumable, closer.clone()));
                     if send(&mut sink, &welcome).await.is_err() {
                         return;
                     }
                     info!("machine linked");
-                    opened = Some(links.open(&machine, run_capacity, resumable, closer.clone()));
                 }
                 Err((code, message)) => {
                     let _ = send(&mut sink, &refusal(code, message.clone())).await;

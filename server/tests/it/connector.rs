@@ -415,6 +415,10 @@ on_both_backends! {
             let detach = detach.clone();
             async move { connector.run(Asks { answers }, detach.cancelled_owned()).await }
         });
+        for _ in 0..1000 {
+            if links.load(Ordering::SeqCst) >= 1 { break; }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         s.say("@planner ask about the region").await;
         chat_until(&s.server, &s.token, &s.doc, 1, planner_replies).await;
         let card = decisions(&s.server, &s.token, &s.doc).await.decisions.remove(0);

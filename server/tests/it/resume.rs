@@ -297,8 +297,9 @@ on_both_backends! {
         let (mut back, _) = a.resume(json!([{"session": session}])).await;
         assert!(matches!(back.next_work().await, Some(ServerMessage::Stop { session: ref s }) if *s == session));
         back.send_message(&ClientMessage::Stopped { session: session.clone() }).await;
-        let lines = a.until_line("The Planner stopped.").await;
-        assert!(lines.contains(&"build job was stopped after 0 min.".to_owned()), "{lines:?}");
+        // Both lines are written one after the other: wait for the second.
+        let lines = a.until_line("build job was stopped after 0 min.").await;
+        assert!(lines.contains(&"The Planner stopped.".to_owned()), "{lines:?}");
     }
 
     async fn a_stop_unanswered_when_the_link_dropped_is_said_unconfirmed_and_sent_again(db) {
