@@ -1,7 +1,7 @@
 // A Planner machine on the link at /machine, speaking its JSON the way any
 // connector would: hello (resumable), heartbeats answered, messages queued
-// for the test to take in order. `drop()` ends the socket without a close
-// frame, as when Wi-Fi goes.
+// for the test to take in order, renewed credentials kept aside. `drop()`
+// ends the socket without a close frame, as when Wi-Fi goes.
 
 import WebSocket from 'ws';
 import { TIMEOUT } from './browser.mjs';
@@ -19,6 +19,11 @@ export class Machine {
       const message = JSON.parse(String(data));
       if (message.type === 'heartbeat') {
         machine.send({ type: 'heartbeat-ack', seq: message.seq });
+        return;
+      }
+      if (message.type === 'credential') {
+        // Renewed credentials (SPEC L8): kept, never queued as work.
+        machine.credential = message.credential;
         return;
       }
       const waiter = machine.waiters.shift();
