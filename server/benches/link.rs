@@ -1,0 +1,2274 @@
+//! Machine-link benchmark (issue #4, Performance): the real `margin` binary
+//! over loopback, with a peer figure from the same run. Results and how to
+//! read them: `docs/performance.md`, "Machine link".
+//!
+//! ```sh
+//! cargo build --release -p margin-server --bin margin   # -> target/release/margin
+//! ulimit -n 8192                                        # LINKS client sockets + as many in the server
+//! cargo bench -p margin-server --bench link
+//! LINKS=200 SECONDS=5 PARTS=rtt cargo bench -p margin-server --bench link
+//! ```
+//!
+//! The bench writes accounts with this checkout's `margin_server` storage
+//! code, so the binary must be built from the same source (a migration it
+//! does not know stops it; the bench then says so).
+//!
+//! Each part runs against a fresh `margin serve` (fresh temp data dir,
+//! SQLite, `--listen 127.0.0.1:0`, `RUST_LOG=warn`, defaults otherwise):
+//!
+//! 1. **Tool-call round trip** (`PARTS` contains `rtt`): a machine with a
+//!    live turn (`@planner` in Chat → `invoke`) calls `read_document` on a
+//!    document of a heading and `PARAGRAPHS` paragraphs; round trip =
+//!    `tool-call` written → its `tool-result` read, on the machine's side.
+//!    Two Margin cases, each its own account, machine and document: the
+//!    document open in nobody's editor (the server rebuilds it from storage
+//!    for every read), and open in one (a sync client keeps it loaded). Each
+//!    case runs paced (open loop: `RATE` calls/s for `SECONDS`; calls do not
+//!    wait for results) and unpaced (closed loop: one call in flight, for
+//!    `SECONDS`). The **peer** is a minimal tokio-tungstenite server in this
+//!    process (its own runtime, as many worker threads as CPUs, like
+//!    `margin`'s) that parses each `ClientMessage` and answers a `tool-call`
+//!    with a `tool-result` carrying the `read_document` output Margin gave,
+//!    so both send the same bytes: the floor cost of a WebSocket JSON round
+//!    trip on this machine. The client code is the same for all three, and
+//!    the runs alternate (every paced run, then every closed loop).
+//! 2. **Memory per idle machine with one session** and 3. **concurrent
+//!    links** (`PARTS` contains `links`): `LINKS` accounts, each with a paired
+//!    machine and a document, are written to the store before the server
+//!    starts (through `margin_server::storage::Store` and
+//!    `margin_server::auth`, as `margin account add` / `machine pair` do).
+//!    Then all `LINKS` machines connect at once (time to every `welcome`),
+//!    each document gets `@planner …` in Chat (`HTTP_CONCURRENCY` posts in
+//!    flight) and each machine answers its `invoke` with a reply, so every
+//!    machine holds one session. The links then stay idle, answering
+//!    heartbeats (every 15 s), for `HOLD_SECONDS`; at the end the bench
+//!    checks no link closed, client side and server side
+//!    (`GET /documents/{id}/planner` says `connected`). The server's memory
+//!    (`/proc/PID/status` VmRSS and RssAnon, `/proc/PID/smaps_rollup` Pss)
+//!    is read before the links, after them, after the sessions, after the
+//!    hold, after every machine detached, after the detached sessions'
+//!    leases ended, and with the same links opened once more. Then the same
+//!    burst of idle links goes to the peer, run as a child process (this
+//!    binary with `LINK_BENCH_PEER=serve`), for its memory and open times.
+//!
+//! Knobs (env vars):
+//!
+//! | var | default | what |
+//! |---|---|---|
+//! | `MARGIN_BIN` | `target/release/margin` | the server binary |
+//! | `PARTS` | `rtt,links` | which parts to run |
+//! | `RATE` | `1000` | paced tool calls per second |
+//! | `SECONDS` | `10` | length of the paced run and of the closed-loop run |
+//! | `WARMUP` | `500` | closed-loop calls before measuring, per server |
+//! | `PARAGRAPHS` | `20` | paragraphs (under one heading) in the document `read_document` reads, 1–63 |
+//! | `REPEAT` | `1` | how many times the four round-trip runs are repeated |
+//! | `LINKS` | `1000` | machines linked at once in parts 2 and 3 |
+//! | `HOLD_SECONDS` | `35` | how long the links stay idle (≥ 2 heartbeats at 35 s) |
+//! | `HTTP_CONCURRENCY` | `16` | Chat posts / planner checks in flight |
+//! | `AFTER_DETACH_SECONDS` | `65` | after every machine detached, wait this long (the sessions' 60 s lease) before reading memory again |
+//! | `PEER_NODELAY` | `0` | `1` sets TCP_NODELAY on the peer's sockets (Margin's are left with Nagle on, axum's default) |
+//! | `QUIET_WAIT_SECONDS` | `60` | before each measured run, wait up to this long for the machine to be idle (< ¼ core busy for 1 s) |
+//!
+//! Needs `LINKS` + 256 open files (`ulimit -n`); the bench says so and stops
+//! when the limit is lower. CPU figures are from `/proc` (100 ticks/s): the
+//! server's (Margin's process, or the peer runtime's threads), the client's
+//! (this process minus the peer's threads) and other processes' ("other").
+//! Only `cargo bench` runs it (it is not a test; `cargo test --benches` skips
+//! it).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use margin_protocol::chat::{ChatMessageView, PostChat};
+use margin_protocol::decisions::{EditInput, EditPlanInput, ReadDocumentOutput};
+use margin_protocol::link::{
+    Capabilities, ClientMessage, PlannerView, ServerMessage, PROTOCOL_VERSION,
+};
+use margin_server::auth;
+use margin_server::storage::Store;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::process::{Child, Command};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tokio_util::sync::CancellationToken;
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// Linux's USER_HZ: `/proc` CPU times are in these ticks.
+const TICKS_PER_SECOND: f64 = 100.0;
+/// Thread name of the peer server's runtime (its CPU is told apart by it).
+const PEER_THREAD: &str = "peer-server";
+/// Row labels.
+const MARGIN_CLOSED: &str = "margin, doc not open";
+const MARGIN_OPEN: &str = "margin, doc open";
+const PEER: &str = "peer";
+/// How long any single expected answer may take before the bench gives up.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` does not, and
+    // this is no test.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("link bench: skipped (run it with `cargo bench -p margin-server --bench link`)");
+        return;
+    }
+    if std::env::var("LINK_BENCH_PEER").is_ok_and(|v| v == "serve") {
+        peer_process();
+        return;
+    }
+    let config = Config::from_env();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .thread_name("bench-client")
+        .enable_all()
+        .build()
+        .expect("cannot build the bench's tokio runtime");
+    runtime.block_on(run(config));
+}
+
+// ---------------------------------------------------------------- config
+
+struct Config {
+    bin: PathBuf,
+    rtt: bool,
+    links: bool,
+    rate: u64,
+    seconds: f64,
+    warmup: usize,
+    paragraphs: usize,
+    repeat: usize,
+    link_count: usize,
+    hold_seconds: u64,
+    http_concurrency: usize,
+    quiet_wait: Duration,
+    after_detach: Duration,
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(value) if !value.trim().is_empty() => value
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={value:?} is not a valid value")),
+        _ => default,
+    }
+}
+
+impl Config {
+    fn from_env() -> Config {
+        let bin = match std::env::var_os("MARGIN_BIN") {
+            Some(bin) => PathBuf::from(bin),
+            None => {
+                let target = std::env::var_os("CARGO_TARGET_DIR")
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+                target.join("release/margin")
+            }
+        };
+        if !bin.is_file() {
+            eprintln!(
+                "link bench: no margin binary at {}\n\
+                 build it first:  cargo build --release -p margin-server --bin margin\n\
+                 (or point MARGIN_BIN at one)",
+                bin.display()
+            );
+            std::process::exit(2);
+        }
+        let parts: String = env_or("PARTS", "rtt,links".to_owned());
+        let config = Config {
+            bin,
+            rtt: parts.split(',').any(|p| p.trim() == "rtt"),
+            links: parts.split(',').any(|p| p.trim() == "links"),
+            rate: env_or("RATE", 1000u64).max(1),
+            seconds: env_or("SECONDS", 10.0f64).max(0.1),
+            warmup: env_or("WARMUP", 500usize),
+            paragraphs: env_or("PARAGRAPHS", 20usize).clamp(1, 63),
+            repeat: env_or("REPEAT", 1usize).max(1),
+            link_count: env_or("LINKS", 1000usize).max(1),
+            hold_seconds: env_or("HOLD_SECONDS", 35u64),
+            http_concurrency: env_or("HTTP_CONCURRENCY", 16usize).max(1),
+            quiet_wait: Duration::from_secs(env_or("QUIET_WAIT_SECONDS", 60u64)),
+            after_detach: Duration::from_secs(env_or("AFTER_DETACH_SECONDS", 65u64)),
+        };
+        if config.links {
+            let needed = config.link_count as u64 + 256;
+            match open_files_limit() {
+                Some(limit) if limit < needed => {
+                    eprintln!(
+                        "link bench: LINKS={} needs about {needed} open files, the limit is {limit}\n\
+                         raise it first:  ulimit -n 8192   (or run with a smaller LINKS)",
+                        config.link_count
+                    );
+                    std::process::exit(2);
+                }
+                _ => {}
+            }
+        }
+        config
+    }
+}
+
+/// The soft `Max open files` of this process (inherited by the server).
+fn open_files_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
+// ---------------------------------------------------------------- main flow
+
+async fn run(config: Config) {
+    let mut report = Report::default();
+    report.environment(&config);
+    println!("{}", report.env_lines.join("\n"));
+    if config.rtt {
+        round_trips(&config, &mut report).await;
+    }
+    if config.links {
+        many_links(&config, &mut report).await;
+    }
+    println!("\n==================== summary ====================\n");
+    println!("{}", report.render());
+}
+
+// ---------------------------------------------------------------- setup
+
+/// A bench account: its token, its paired machine's credential, and its
+/// document when one was made.
+#[derive(Clone, Debug)]
+struct Member {
+    token: String,
+    credential: String,
+    document: Option<String>,
+}
+
+/// Writes `count` accounts (each with a token and a paired machine, and a
+/// document when `documents`) straight into the store in `data`, before any
+/// server runs on it — the way `margin account add` and `margin machine
+/// pair` do, without a process per account.
+async fn prepare(data: &Path, prefix: &str, count: usize, documents: bool) -> Vec<Member> {
+    let url = Store::sqlite_url_in(data).expect("cannot create the bench's data folder");
+    let store = Store::open(&url)
+        .await
+        .unwrap_or_else(|e| panic!("cannot open the bench store at {url}: {e}"));
+    let members = futures_util::stream::iter(0..count)
+        .map(|i| {
+            let store = store.clone();
+            async move {
+                let name = format!("{prefix}{i:05}");
+                let account = store
+                    .create_account(&name)
+                    .await
+                    .unwrap_or_else(|e| panic!("creating account {name}: {e}"));
+                let token = auth::issue_token(&store, &account)
+                    .await
+                    .unwrap_or_else(|e| panic!("issuing a token for {name}: {e}"));
+                let (_, credential) = auth::pair_machine(
+                    &store,
+                    &account,
+                    &format!("{name} laptop"),
+                    auth::MACHINE_CREDENTIAL_TTL,
+                )
+                .await
+                .unwrap_or_else(|e| panic!("pairing a machine to {name}: {e}"));
+                let document = if documents {
+                    let row = store
+                        .create_document(&account, &format!("{name}'s plan"))
+                        .await
+                        .unwrap_or_else(|e| panic!("creating a document for {name}: {e}"));
+                    Some(row.id)
+                } else {
+                    None
+                };
+                Member {
+                    token,
+                    credential: credential.secret,
+                    document,
+                }
+            }
+        })
+        .buffered(4)
+        .collect::<Vec<_>>()
+        .await;
+    store.close().await;
+    members
+}
+
+// ---------------------------------------------------------------- the server process
+
+#[derive(Default)]
+struct LogSummary {
+    lines: u64,
+    warn_error: u64,
+    first: Vec<String>,
+    /// The first lines of all, for a server that fails to start.
+    head: Vec<String>,
+}
+
+struct Margin {
+    child: Child,
+    pid: u32,
+    addr: SocketAddr,
+    log: Arc<Mutex<LogSummary>>,
+}
+
+impl Margin {
+    async fn start(bin: &Path, data: &Path) -> Margin {
+        let mut child = Command::new(bin)
+            .arg("serve")
+            .arg("--data")
+            .arg(data)
+            .args(["--listen", "127.0.0.1:0"])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+        let pid = child.id().expect("margin exited at once");
+        let stdout = child.stdout.take().expect("margin's stdout is piped");
+        let stderr = child.stderr.take().expect("margin's stderr is piped");
+        let log = Arc::new(Mutex::new(LogSummary::default()));
+        let sink = log.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut log = sink.lock().expect("log summary lock");
+                log.lines += 1;
+                if log.head.len() < 20 {
+                    log.head.push(line.clone());
+                }
+                if line.contains("WARN") || line.contains("ERROR") {
+                    log.warn_error += 1;
+                    if log.first.len() < 8 {
+                        log.first.push(line);
+                    }
+                }
+            }
+        });
+        let mut lines = BufReader::new(stdout).lines();
+        let addr = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(url) = line.strip_prefix("margin listening on http://") {
+                    return url.parse::<SocketAddr>().ok();
+                }
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten();
+        let Some(addr) = addr else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let head = log.lock().expect("log summary lock").head.join("\n  ");
+            panic!(
+                "{} did not start listening; its log:\n  {head}\n\
+                 The bench writes the accounts with this checkout's margin_server, so the binary \
+                 must be built from the same source (a schema it does not know stops it): \
+                 cargo build --release -p margin-server --bin margin",
+                bin.display()
+            );
+        };
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Margin {
+            child,
+            pid,
+            addr,
+            log,
+        }
+    }
+
+    /// SIGTERM; how long the graceful shutdown took and whether it was clean.
+    async fn terminate(mut self) -> (Duration, String) {
+        let started = Instant::now();
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status()
+            .await
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !sent {
+            let _ = self.child.kill().await;
+            return (started.elapsed(), "SIGTERM failed; killed".into());
+        }
+        match tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await {
+            Ok(Ok(status)) => (started.elapsed(), status.to_string()),
+            Ok(Err(e)) => (started.elapsed(), format!("wait failed: {e}")),
+            Err(_) => {
+                let _ = self.child.kill().await;
+                (started.elapsed(), "did not exit within 60 s; killed".into())
+            }
+        }
+    }
+
+    fn log_summary(&self) -> (u64, u64, Vec<String>) {
+        let log = self.log.lock().expect("log summary lock");
+        (log.lines, log.warn_error, log.first.clone())
+    }
+}
+
+// ---------------------------------------------------------------- HTTP
+
+struct Api {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    fn new(addr: SocketAddr) -> Api {
+        Api {
+            base: format!("http://{addr}"),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    async fn post<B: serde::Serialize, T: serde::de::DeserializeOwned>(
+        &self,
+        token: &str,
+        path: &str,
+        body: &B,
+    ) -> Result<T, String> {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .map_err(|e| format!("POST {path}: {e}"))?;
+        let status = response.status();
+        if !status.is_success() {
+            let body = response.text().await.unwrap_or_default();
+            return Err(format!("POST {path}: {status} {body}"));
+        }
+        response
+            .json()
+            .await
+            .map_err(|e| format!("POST {path}: {e}"))
+    }
+
+    async fn get<T: serde::de::DeserializeOwned>(
+        &self,
+        token: &str,
+        path: &str,
+    ) -> Result<T, String> {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .send()
+            .await
+            .map_err(|e| format!("GET {path}: {e}"))?;
+        let status = response.status();
+        if !status.is_success() {
+            let body = response.text().await.unwrap_or_default();
+            return Err(format!("GET {path}: {status} {body}"));
+        }
+        response
+            .json()
+            .await
+            .map_err(|e| format!("GET {path}: {e}"))
+    }
+
+    async fn chat(
+        &self,
+        token: &str,
+        document: &str,
+        text: &str,
+    ) -> Result<ChatMessageView, String> {
+        self.post(
+            token,
+            &format!("/documents/{document}/chat"),
+            &PostChat { text: text.into() },
+        )
+        .await
+    }
+
+    async fn planner(&self, token: &str, document: &str) -> Result<PlannerView, String> {
+        self.get(token, &format!("/documents/{document}/planner"))
+            .await
+    }
+}
+
+// ---------------------------------------------------------------- the link client
+
+async fn connect(addr: SocketAddr, credential: Option<&str>) -> Result<Ws, String> {
+    let mut request = format!("ws://{addr}/machine")
+        .into_client_request()
+        .map_err(|e| format!("bad link URL: {e}"))?;
+    if let Some(credential) = credential {
+        request.headers_mut().insert(
+            "Authorization",
+            format!("Bearer {credential}")
+                .parse()
+                .map_err(|e| format!("bad credential header: {e}"))?,
+        );
+    }
+    // The machine side disables Nagle, as a latency-minded connector would;
+    // the servers' sockets are left as each server sets them.
+    let (ws, _) = tokio_tungstenite::connect_async_with_config(request, None, true)
+        .await
+        .map_err(|e| format!("link connect: {e}"))?;
+    Ok(ws)
+}
+
+async fn send(ws: &mut Ws, message: &ClientMessage) -> Result<(), String> {
+    let text = serde_json::to_string(message).map_err(|e| format!("serialising: {e}"))?;
+    ws.send(Message::text(text))
+        .await
+        .map_err(|e| format!("link write: {e}"))
+}
+
+/// What a frame from the server was.
+enum Frame {
+    Message(ServerMessage, usize),
+    Closed(String),
+    Other,
+}
+
+fn frame(next: Option<Result<Message, tokio_tungstenite::tungstenite::Error>>) -> Frame {
+    match next {
+        Some(Ok(Message::Text(text))) => match serde_json::from_str::<ServerMessage>(text.as_str())
+        {
+            Ok(message) => Frame::Message(message, text.len()),
+            Err(e) => Frame::Closed(format!("server sent a malformed message ({e}): {text}")),
+        },
+        Some(Ok(Message::Close(close))) => Frame::Closed(match close {
+            Some(close) => format!("{} {}", u16::from(close.code), close.reason.as_str()),
+            None => "close without code".into(),
+        }),
+        Some(Ok(_)) => Frame::Other,
+        Some(Err(e)) => Frame::Closed(format!("error: {e}")),
+        None => Frame::Closed("eof".into()),
+    }
+}
+
+/// The next message that is not a heartbeat (heartbeats are answered).
+async fn next_message(ws: &mut Ws) -> Result<(ServerMessage, usize), String> {
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            match frame(ws.next().await) {
+                Frame::Message(ServerMessage::Heartbeat { seq }, _) => {
+                    send(ws, &ClientMessage::HeartbeatAck { seq }).await?;
+                }
+                Frame::Message(message, bytes) => return Ok((message, bytes)),
+                Frame::Closed(why) => return Err(format!("link closed: {why}")),
+                Frame::Other => {}
+            }
+        }
+    })
+    .await
+    .map_err(|_| "the server said nothing for 60 s".to_owned())?
+}
+
+async fn hello(ws: &mut Ws) -> Result<(), String> {
+    send(
+        ws,
+        &ClientMessage::Hello {
+            protocol_version: PROTOCOL_VERSION,
+            features: vec!["resumable-sessions".into()],
+            run_capacity: None,
+        },
+    )
+    .await?;
+    match next_message(ws).await? {
+        (ServerMessage::Welcome { .. }, _) => Ok(()),
+        (other, _) => Err(format!("expected welcome, got {other:?}")),
+    }
+}
+
+fn tool_call(
+    session: &str,
+    turn: &str,
+    call_id: String,
+    name: &str,
+    arguments: Value,
+) -> ClientMessage {
+    ClientMessage::ToolCall {
+        session: session.into(),
+        turn: turn.into(),
+        call_id,
+        name: name.into(),
+        arguments,
+    }
+}
+
+/// One tool call, waited for: its output, or its refusal.
+async fn call(
+    ws: &mut Ws,
+    session: &str,
+    turn: &str,
+    name: &str,
+    arguments: Value,
+) -> Result<(Result<Value, String>, usize), String> {
+    let id = format!("setup-{name}");
+    send(ws, &tool_call(session, turn, id.clone(), name, arguments)).await?;
+    loop {
+        match next_message(ws).await? {
+            (
+                ServerMessage::ToolResult {
+                    call_id,
+                    output,
+                    error,
+                    ..
+                },
+                bytes,
+            ) if call_id == id => {
+                return Ok((
+                    match (output, error) {
+                        (Some(output), _) => Ok(output),
+                        (None, Some(error)) => Err(format!("{}: {}", error.code, error.message)),
+                        (None, None) => Err("a tool-result with neither output nor error".into()),
+                    },
+                    bytes,
+                ))
+            }
+            (ServerMessage::Refusal { code, message, .. }, _) => {
+                return Err(format!("refused: {code}: {message}"))
+            }
+            _ => {}
+        }
+    }
+}
+
+// ---------------------------------------------------------------- the peer
+
+/// The peer: a minimal tokio-tungstenite JSON server. `hello` → `welcome`,
+/// `tool-call` → `tool-result` with `output`; everything else is parsed and
+/// gets no answer.
+async fn serve_peer(listener: TcpListener, output: Arc<Value>) {
+    // Margin's listener leaves Nagle on (axum's default); so does the peer,
+    // unless PEER_NODELAY=1.
+    let nodelay = std::env::var("PEER_NODELAY").is_ok_and(|v| v == "1");
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        if nodelay {
+            let _ = stream.set_nodelay(true);
+        }
+        let output = output.clone();
+        tokio::spawn(async move {
+            let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
+                return;
+            };
+            while let Some(Ok(message)) = ws.next().await {
+                let Message::Text(text) = message else {
+                    continue;
+                };
+                let answer = match serde_json::from_str::<ClientMessage>(text.as_str()) {
+                    Ok(ClientMessage::Hello { .. }) => ServerMessage::Welcome {
+                        protocol_version: PROTOCOL_VERSION,
+                        machine: "peer".into(),
+                        capabilities: Capabilities::default(),
+                    },
+                    Ok(ClientMessage::ToolCall {
+                        session,
+                        turn,
+                        call_id,
+                        ..
+                    }) => ServerMessage::ToolResult {
+                        session,
+                        turn,
+                        call_id,
+                        output: Some(Value::clone(&output)),
+                        error: None,
+                    },
+                    Ok(ClientMessage::Detach {}) => break,
+                    // Acks, replies and anything malformed: parsed, no answer.
+                    Ok(_) | Err(_) => continue,
+                };
+                let Ok(text) = serde_json::to_string(&answer) else {
+                    break;
+                };
+                if ws.send(Message::text(text)).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+}
+
+/// The peer's listener on a free loopback port, with the accept backlog
+/// `margin` uses (`ACCEPT_BACKLOG` in `server/src/serve.rs`, 4096; tokio's
+/// `TcpListener::bind` would ask for 128). Call within a runtime.
+fn peer_listener() -> TcpListener {
+    let socket = tokio::net::TcpSocket::new_v4().expect("peer socket");
+    socket.set_reuseaddr(true).expect("peer SO_REUSEADDR");
+    socket
+        .bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+        .expect("peer cannot bind");
+    socket.listen(4096).expect("peer cannot listen")
+}
+
+fn peer_workers() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+/// Starts the peer on its own runtime in this process (as many worker
+/// threads as CPUs, like `margin`'s); returns its address.
+fn start_peer(output: Value) -> SocketAddr {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name(PEER_THREAD.into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(peer_workers())
+                .thread_name(PEER_THREAD)
+                .enable_all()
+                .build()
+                .expect("cannot build the peer's runtime");
+            runtime.block_on(async move {
+                let listener = peer_listener();
+                tx.send(listener.local_addr().expect("peer address"))
+                    .expect("bench gone");
+                serve_peer(listener, Arc::new(output)).await;
+            });
+        })
+        .expect("cannot start the peer thread");
+    rx.recv().expect("the peer did not start")
+}
+
+/// `LINK_BENCH_PEER=serve`: this binary as a peer *process*, so its memory
+/// can be read on its own (part 3's peer figure). Prints its address and
+/// serves until stdin closes.
+fn peer_process() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(peer_workers())
+        .enable_all()
+        .build()
+        .expect("cannot build the peer's runtime");
+    runtime.block_on(async {
+        let listener = peer_listener();
+        println!(
+            "peer listening on {}",
+            listener.local_addr().expect("peer address")
+        );
+        // Exit when the bench closes our stdin (or goes away).
+        std::thread::spawn(|| {
+            let mut line = String::new();
+            while std::io::stdin().read_line(&mut line).is_ok_and(|n| n > 0) {}
+            std::process::exit(0);
+        });
+        serve_peer(listener, Arc::new(Value::Null)).await;
+    });
+}
+
+/// The peer as a child process: its pid and address.
+struct PeerProcess {
+    child: Child,
+    pid: u32,
+    addr: SocketAddr,
+}
+
+impl PeerProcess {
+    async fn start() -> PeerProcess {
+        let exe = std::env::current_exe().expect("the bench's own path");
+        let mut child = Command::new(exe)
+            .arg("--bench")
+            .env("LINK_BENCH_PEER", "serve")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("cannot start the peer process");
+        let pid = child.id().expect("the peer exited at once");
+        let stdout = child.stdout.take().expect("peer stdout is piped");
+        let mut lines = BufReader::new(stdout).lines();
+        let addr = tokio::time::timeout(Duration::from_secs(10), async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(addr) = line.strip_prefix("peer listening on ") {
+                    return addr
+                        .parse::<SocketAddr>()
+                        .expect("peer printed a bad address");
+                }
+            }
+            panic!("the peer process exited before listening");
+        })
+        .await
+        .expect("the peer process did not start within 10 s");
+        PeerProcess { child, pid, addr }
+    }
+
+    async fn stop(mut self) {
+        drop(self.child.stdin.take());
+        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+            .await
+            .is_err()
+        {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+// ---------------------------------------------------------------- /proc
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Mem {
+    rss_kib: u64,
+    anon_kib: u64,
+    pss_kib: u64,
+    hwm_kib: u64,
+    threads: u64,
+}
+
+fn status_field(status: &str, name: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn mem(pid: u32) -> Mem {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+    Mem {
+        rss_kib: status_field(&status, "VmRSS:"),
+        anon_kib: status_field(&status, "RssAnon:"),
+        hwm_kib: status_field(&status, "VmHWM:"),
+        threads: status_field(&status, "Threads:"),
+        pss_kib: status_field(&rollup, "Pss:"),
+    }
+}
+
+/// utime + stime of a `/proc/.../stat` line, in ticks.
+fn stat_ticks(stat: &str) -> u64 {
+    // Fields after the `(comm)`: state is field 3, utime 14, stime 15.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return 0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let get = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    get(11) + get(12)
+}
+
+fn process_ticks(pid: &str) -> u64 {
+    stat_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default())
+}
+
+/// CPU ticks of this process's threads named `name`.
+fn thread_ticks(name: &str) -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm"))
+                .map(|c| c.trim() == name)
+                .unwrap_or(false)
+        })
+        .map(|t| stat_ticks(&std::fs::read_to_string(t.path().join("stat")).unwrap_or_default()))
+        .sum()
+}
+
+/// Busy ticks of the whole machine (all CPUs).
+fn machine_busy_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
+        return 0;
+    };
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest is in user):
+    // busy = user + nice + system + irq + softirq.
+    [0, 1, 2, 5, 6].iter().filter_map(|&i| v.get(i)).sum()
+}
+
+/// Waits (up to `budget`) until the machine has been nearly idle for a
+/// second: under a quarter of a core busy. Meanwhile `turns` answer their
+/// heartbeats (a link left silent for three is closed, rightly). Returns
+/// the last second's busy share, in cores.
+async fn quiet(budget: Duration, turns: &mut [Turn]) -> f64 {
+    let deadline = Instant::now() + budget;
+    loop {
+        let before = machine_busy_ticks();
+        let _ = tokio::time::timeout(Duration::from_secs(1), async {
+            futures_util::future::join_all(turns.iter_mut().map(answer_heartbeats)).await;
+            std::future::pending::<()>().await
+        })
+        .await;
+        let busy = machine_busy_ticks().saturating_sub(before) as f64 / TICKS_PER_SECOND;
+        if busy < 0.25 || Instant::now() >= deadline {
+            if busy >= 0.25 {
+                println!(
+                    "  (machine still busy: {busy:.2} cores; going ahead; load {})",
+                    loadavg()
+                );
+            }
+            return busy;
+        }
+    }
+}
+
+/// Keeps an idle turn's link alive until it closes.
+async fn answer_heartbeats(turn: &mut Turn) {
+    loop {
+        match frame(turn.ws.next().await) {
+            Frame::Message(ServerMessage::Heartbeat { seq }, _) => {
+                if send(&mut turn.ws, &ClientMessage::HeartbeatAck { seq })
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            Frame::Closed(why) => {
+                println!("  {} closed the link while idle: {why}", turn.server);
+                return;
+            }
+            Frame::Message(..) | Frame::Other => {}
+        }
+    }
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// Which server's CPU to count.
+#[derive(Clone, Copy)]
+enum ServerCpu {
+    Process(u32),
+    Peer,
+}
+
+struct CpuSnap {
+    at: Instant,
+    server: u64,
+    peer: u64,
+    bench: u64,
+    busy: u64,
+}
+
+impl CpuSnap {
+    fn take(server: ServerCpu) -> CpuSnap {
+        let peer = thread_ticks(PEER_THREAD);
+        CpuSnap {
+            at: Instant::now(),
+            server: match server {
+                ServerCpu::Process(pid) => process_ticks(&pid.to_string()),
+                ServerCpu::Peer => peer,
+            },
+            peer,
+            bench: process_ticks("self"),
+            busy: machine_busy_ticks(),
+        }
+    }
+
+    /// (server, client, other) CPU seconds since `self`, and the wall time.
+    fn since(&self, server: ServerCpu) -> CpuUse {
+        let now = CpuSnap::take(server);
+        let d = |a: u64, b: u64| a.saturating_sub(b) as f64 / TICKS_PER_SECOND;
+        let server_s = d(now.server, self.server);
+        let bench_s = d(now.bench, self.bench);
+        let peer_s = d(now.peer, self.peer);
+        let busy_s = d(now.busy, self.busy);
+        let other_s = match server {
+            ServerCpu::Process(_) => busy_s - server_s - bench_s,
+            ServerCpu::Peer => busy_s - bench_s,
+        };
+        CpuUse {
+            wall: now.at - self.at,
+            server: server_s,
+            client: bench_s - peer_s,
+            other: other_s,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct CpuUse {
+    wall: Duration,
+    server: f64,
+    client: f64,
+    other: f64,
+}
+
+impl CpuUse {
+    fn pct(&self, seconds: f64) -> f64 {
+        100.0 * seconds / self.wall.as_secs_f64().max(1e-9)
+    }
+}
+
+// ---------------------------------------------------------------- statistics
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[u64], p: f64) -> u64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn ms(ns: u64) -> String {
+    format!("{:.3}", ns as f64 / 1e6)
+}
+
+// ---------------------------------------------------------------- part 1: round trips
+
+/// One measured run of tool calls.
+#[derive(Clone, Debug, Default)]
+struct RttRun {
+    server: String,
+    mode: String,
+    rep: usize,
+    sent: usize,
+    results: usize,
+    refused: usize,
+    missing: usize,
+    sent_rate: f64,
+    achieved_rate: f64,
+    rtt_sorted: Vec<u64>,
+    lag_p99: u64,
+    lag_max: u64,
+    result_bytes: usize,
+    cpu: CpuUse,
+    load: String,
+}
+
+impl RttRun {
+    fn p(&self, p: f64) -> u64 {
+        percentile(&self.rtt_sorted, p)
+    }
+
+    fn mean(&self) -> u64 {
+        if self.rtt_sorted.is_empty() {
+            return 0;
+        }
+        self.rtt_sorted.iter().sum::<u64>() / self.rtt_sorted.len() as u64
+    }
+
+    fn server_us_per_call(&self) -> f64 {
+        1e6 * self.cpu.server / self.results.max(1) as f64
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "{} {:<14} rep {}: sent {} ({:.0}/s), results {} ({:.0}/s), refused {}, missing {}; \
+             rtt p50 {} p90 {} p99 {} p99.9 {} max {} mean {} ms; schedule lag p99 {} max {} ms; \
+             server CPU {:.0}% ({:.1} µs/call), client {:.0}%, other {:.0}%; result frame {} B; load {}",
+            self.server,
+            self.mode,
+            self.rep,
+            self.sent,
+            self.sent_rate,
+            self.results,
+            self.achieved_rate,
+            self.refused,
+            self.missing,
+            ms(self.p(50.0)),
+            ms(self.p(90.0)),
+            ms(self.p(99.0)),
+            ms(self.p(99.9)),
+            ms(self.p(100.0)),
+            ms(self.mean()),
+            ms(self.lag_p99),
+            ms(self.lag_max),
+            self.cpu.pct(self.cpu.server),
+            self.server_us_per_call(),
+            self.cpu.pct(self.cpu.client),
+            self.cpu.pct(self.cpu.other),
+            self.result_bytes,
+            self.load,
+        )
+    }
+}
+
+/// A link with a live turn to call tools in.
+struct Turn {
+    ws: Ws,
+    session: String,
+    turn: String,
+    cpu: ServerCpu,
+    server: String,
+}
+
+fn call_index(call_id: &str) -> Option<usize> {
+    call_id.strip_prefix('c')?.parse().ok()
+}
+
+/// Open loop: call `k` is due at `start + k / rate`, sent then whatever
+/// came back; round trip = write → matching result read.
+async fn paced(turn: &mut Turn, rate: u64, seconds: f64) -> RttRun {
+    let total = ((rate as f64) * seconds).round().max(1.0) as usize;
+    let period = 1.0 / rate as f64;
+    let mut sent_at: Vec<Option<Instant>> = vec![None; total];
+    let mut rtt = Vec::with_capacity(total);
+    let mut lag = Vec::with_capacity(total);
+    let (mut next, mut results, mut refused, mut result_bytes) = (0usize, 0usize, 0usize, 0usize);
+    let mut last_result = Instant::now();
+    let snap = CpuSnap::take(turn.cpu);
+    let start = Instant::now() + Duration::from_millis(5);
+    let due = |k: usize| start + Duration::from_secs_f64(k as f64 * period);
+    let mut last_sent = start;
+    while results + refused < total {
+        let next_due = due(next.min(total - 1));
+        tokio::select! {
+            biased;
+            next_frame = turn.ws.next() => match frame(next_frame) {
+                Frame::Message(ServerMessage::ToolResult { call_id, output, error, .. }, bytes) => {
+                    let now = Instant::now();
+                    let Some(sent) = call_index(&call_id).and_then(|k| sent_at.get(k).copied().flatten()) else {
+                        continue;
+                    };
+                    rtt.push((now - sent).as_nanos() as u64);
+                    last_result = now;
+                    result_bytes = bytes;
+                    if output.is_some() && error.is_none() { results += 1 } else { refused += 1 }
+                }
+                Frame::Message(ServerMessage::Heartbeat { seq }, _) => {
+                    send(&mut turn.ws, &ClientMessage::HeartbeatAck { seq }).await.expect("heartbeat-ack");
+                }
+                Frame::Message(other, _) => println!("  unexpected during paced run: {other:?}"),
+                Frame::Closed(why) => panic!("{} closed the link during the paced run: {why}", turn.server),
+                Frame::Other => {}
+            },
+            _ = tokio::time::sleep_until(next_due.into()), if next < total => {
+                let now = Instant::now();
+                while next < total && due(next) <= now {
+                    let lagged = now.saturating_duration_since(due(next));
+                    lag.push(lagged.as_nanos() as u64);
+                    let message = tool_call(&turn.session, &turn.turn, format!("c{next}"), "read_document", json!({}));
+                    sent_at[next] = Some(Instant::now());
+                    send(&mut turn.ws, &message).await.expect("tool-call write");
+                    last_sent = Instant::now();
+                    next += 1;
+                }
+            }
+            _ = tokio::time::sleep(Duration::from_secs(30)), if next == total => {
+                println!("  {}: no result for 30 s; {} missing", turn.server, total - results - refused);
+                break;
+            }
+        }
+    }
+    let cpu = snap.since(turn.cpu);
+    rtt.sort_unstable();
+    lag.sort_unstable();
+    let first = start;
+    RttRun {
+        server: turn.server.clone(),
+        mode: format!("paced {rate}/s"),
+        rep: 0,
+        sent: next,
+        results,
+        refused,
+        missing: total - results - refused,
+        sent_rate: (next as f64 - 1.0).max(1.0) / (last_sent - first).as_secs_f64().max(1e-9),
+        achieved_rate: (results + refused) as f64 / (last_result - first).as_secs_f64().max(1e-9),
+        rtt_sorted: rtt,
+        lag_p99: percentile(&lag, 99.0),
+        lag_max: percentile(&lag, 100.0),
+        result_bytes,
+        cpu,
+        load: loadavg(),
+    }
+}
+
+/// Closed loop: one call in flight, the next written when the last result
+/// is read, for `seconds` (or `count` calls when given).
+async fn closed_loop(turn: &mut Turn, seconds: f64, count: Option<usize>) -> RttRun {
+    let snap = CpuSnap::take(turn.cpu);
+    let start = Instant::now();
+    let budget = Duration::from_secs_f64(seconds);
+    let mut rtt = Vec::new();
+    let (mut sent, mut results, mut refused, mut result_bytes) = (0usize, 0usize, 0usize, 0usize);
+    loop {
+        match count {
+            Some(count) if sent >= count => break,
+            None if start.elapsed() >= budget => break,
+            _ => {}
+        }
+        let id = format!("c{sent}");
+        let message = tool_call(
+            &turn.session,
+            &turn.turn,
+            id.clone(),
+            "read_document",
+            json!({}),
+        );
+        let at = Instant::now();
+        send(&mut turn.ws, &message).await.expect("tool-call write");
+        sent += 1;
+        loop {
+            match frame(turn.ws.next().await) {
+                Frame::Message(
+                    ServerMessage::ToolResult {
+                        call_id,
+                        output,
+                        error,
+                        ..
+                    },
+                    bytes,
+                ) if call_id == id => {
+                    rtt.push(at.elapsed().as_nanos() as u64);
+                    result_bytes = bytes;
+                    if output.is_some() && error.is_none() {
+                        results += 1
+                    } else {
+                        refused += 1
+                    }
+                    break;
+                }
+                Frame::Message(ServerMessage::Heartbeat { seq }, _) => {
+                    send(&mut turn.ws, &ClientMessage::HeartbeatAck { seq })
+                        .await
+                        .expect("heartbeat-ack");
+                }
+                Frame::Message(other, _) => println!("  unexpected during closed loop: {other:?}"),
+                Frame::Closed(why) => panic!(
+                    "{} closed the link during the closed loop: {why}",
+                    turn.server
+                ),
+                Frame::Other => {}
+            }
+        }
+    }
+    let wall = start.elapsed().as_secs_f64().max(1e-9);
+    let cpu = snap.since(turn.cpu);
+    rtt.sort_unstable();
+    RttRun {
+        server: turn.server.clone(),
+        mode: "closed loop".into(),
+        rep: 0,
+        sent,
+        results,
+        refused,
+        missing: 0,
+        sent_rate: sent as f64 / wall,
+        achieved_rate: (results + refused) as f64 / wall,
+        rtt_sorted: rtt,
+        lag_p99: 0,
+        lag_max: 0,
+        result_bytes,
+        cpu,
+        load: loadavg(),
+    }
+}
+
+/// Links `member`'s machine to Margin, starts a turn on its document with
+/// `@planner`, and fills the document with a heading and `paragraphs`
+/// paragraphs. With `viewer`, a sync client keeps the document open (as an
+/// editor tab would) until the returned guard is dropped. Returns the turn
+/// and the output of a `read_document` with its frame size.
+async fn margin_turn(
+    margin: &Margin,
+    api: &Api,
+    member: &Member,
+    label: &str,
+    paragraphs: usize,
+    viewer: bool,
+) -> (Turn, Value, usize, Option<tokio::task::JoinHandle<()>>) {
+    let document = member.document.clone().expect("document made");
+    let viewer = if viewer {
+        let url = format!(
+            "ws://{}/documents/{document}/sync?token={}",
+            margin.addr, member.token
+        );
+        let (mut sync, _) = tokio_tungstenite::connect_async(url)
+            .await
+            .expect("sync connection to the document");
+        // Read and drop what the server sends; stay connected.
+        Some(tokio::spawn(async move {
+            while let Some(Ok(_)) = sync.next().await {}
+        }))
+    } else {
+        None
+    };
+    let mut ws = connect(margin.addr, Some(&member.credential))
+        .await
+        .expect("link to margin");
+    hello(&mut ws).await.expect("margin's welcome");
+    api.chat(
+        &member.token,
+        &document,
+        "@planner benchmark the tools, please",
+    )
+    .await
+    .expect("chat post");
+    let (session, turn) = loop {
+        match next_message(&mut ws).await.expect("an invoke") {
+            (ServerMessage::Invoke { session, turn, .. }, _) => break (session, turn),
+            (other, _) => println!("  before invoke: {other:?}"),
+        }
+    };
+    let (read, _) = call(&mut ws, &session, &turn, "read_document", json!({}))
+        .await
+        .expect("read_document");
+    let read: ReadDocumentOutput =
+        serde_json::from_value(read.expect("read_document refused")).expect("read_document output");
+    let mut edits = vec![EditInput::Insert {
+        after: None,
+        kind: "heading".into(),
+        level: Some(1),
+        text: "Q3 launch plan".into(),
+    }];
+    for i in 1..=paragraphs {
+        edits.push(EditInput::Insert {
+            after: None,
+            kind: "paragraph".into(),
+            level: None,
+            text: format!(
+                "Step {i}: agree the launch region, the budget line and the owner of this workstream before the review on Thursday."
+            ),
+        });
+    }
+    let edit = EditPlanInput {
+        revision: read.revision,
+        edits,
+    };
+    let (edited, _) = call(
+        &mut ws,
+        &session,
+        &turn,
+        "edit_plan",
+        serde_json::to_value(&edit).expect("edit input"),
+    )
+    .await
+    .expect("edit_plan");
+    edited.unwrap_or_else(|r| panic!("edit_plan refused: {r}"));
+    let (output, bytes) = call(&mut ws, &session, &turn, "read_document", json!({}))
+        .await
+        .expect("read_document");
+    let output = output.expect("read_document refused");
+    let turn = Turn {
+        ws,
+        session,
+        turn,
+        cpu: ServerCpu::Process(margin.pid),
+        server: label.into(),
+    };
+    (turn, output, bytes, viewer)
+}
+
+async fn round_trips(config: &Config, report: &mut Report) {
+    println!("\n== part 1: tool-call round trip (read_document in a live turn) ==");
+    let dir = tempfile::tempdir().expect("cannot make a temp dir");
+    // Two accounts: one document nobody has open, one open in an "editor".
+    let members = prepare(dir.path(), "rtt", 2, true).await;
+    let margin = Margin::start(&config.bin, dir.path()).await;
+    println!(
+        "margin {} listening on {} (pid {})",
+        config.bin.display(),
+        margin.addr,
+        margin.pid
+    );
+    let api = Api::new(margin.addr);
+
+    let (closed_doc, output, bytes, _) = margin_turn(
+        &margin,
+        &api,
+        &members[0],
+        MARGIN_CLOSED,
+        config.paragraphs,
+        false,
+    )
+    .await;
+    let (open_doc, _, _, viewer) = margin_turn(
+        &margin,
+        &api,
+        &members[1],
+        MARGIN_OPEN,
+        config.paragraphs,
+        true,
+    )
+    .await;
+    let blocks = output["outline"].as_array().map_or(0, Vec::len);
+    println!(
+        "each document has {blocks} blocks; a read_document tool-result frame is {bytes} bytes"
+    );
+    report.rtt_doc = format!("{blocks} blocks, tool-result frame {bytes} bytes");
+
+    // The peer answers with the same output, so the same bytes.
+    let peer_addr = start_peer(output);
+    let mut peer_ws = connect(peer_addr, None).await.expect("link to the peer");
+    hello(&mut peer_ws).await.expect("the peer's welcome");
+    let peer = Turn {
+        ws: peer_ws,
+        session: closed_doc.session.clone(),
+        turn: closed_doc.turn.clone(),
+        cpu: ServerCpu::Peer,
+        server: PEER.into(),
+    };
+
+    let mut turns = [closed_doc, open_doc, peer];
+    for turn in turns.iter_mut() {
+        let warm = closed_loop(turn, 0.0, Some(config.warmup)).await;
+        println!(
+            "{} warm-up: {} calls, p50 {} ms",
+            turn.server,
+            warm.results,
+            ms(warm.p(50.0))
+        );
+    }
+    for rep in 1..=config.repeat {
+        for i in 0..turns.len() {
+            quiet(config.quiet_wait, &mut turns).await;
+            let turn = &mut turns[i];
+            let mut run = paced(turn, config.rate, config.seconds).await;
+            run.rep = rep;
+            println!("{}", run.line());
+            report.rtt.push(run);
+        }
+        for i in 0..turns.len() {
+            quiet(config.quiet_wait, &mut turns).await;
+            let turn = &mut turns[i];
+            let mut run = closed_loop(turn, config.seconds, None).await;
+            run.rep = rep;
+            println!("{}", run.line());
+            report.rtt.push(run);
+        }
+    }
+
+    // End the turns properly.
+    for turn in turns.iter_mut() {
+        if turn.server != PEER {
+            let reply = ClientMessage::Reply {
+                session: turn.session.clone(),
+                turn: turn.turn.clone(),
+                text: "Benchmarked the document tools.".into(),
+            };
+            send(&mut turn.ws, &reply).await.expect("reply");
+        }
+        let _ = send(&mut turn.ws, &ClientMessage::Detach {}).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    if let Some(viewer) = viewer {
+        viewer.abort();
+    }
+    report.rtt_server_mem = mem(margin.pid);
+    let (lines, warn_error, first) = margin.log_summary();
+    report.logs.push(format!(
+        "round-trip server: {lines} log lines at RUST_LOG=warn, {warn_error} WARN/ERROR{}",
+        if first.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", first.join(" | "))
+        }
+    ));
+    let (took, status) = margin.terminate().await;
+    println!("round-trip server stopped in {took:?} ({status})");
+}
+
+// ---------------------------------------------------------------- parts 2 and 3: many links
+
+#[derive(Default)]
+struct LinkStats {
+    heartbeats: AtomicU64,
+    invokes: AtomicU64,
+    replies: AtomicU64,
+    refusals: AtomicU64,
+    closed: AtomicU64,
+    close_reasons: Mutex<BTreeMap<String, usize>>,
+}
+
+impl LinkStats {
+    fn closed_because(&self, why: String) {
+        self.closed.fetch_add(1, Ordering::Relaxed);
+        *self
+            .close_reasons
+            .lock()
+            .expect("close reasons lock")
+            .entry(why)
+            .or_default() += 1;
+    }
+}
+
+/// One idle machine: opens its link, reports when `welcome` came, answers
+/// heartbeats and `invoke`s, and detaches when `stop` fires. Returns
+/// whether the link was still open when told to stop.
+async fn idle_machine(
+    addr: SocketAddr,
+    credential: Option<String>,
+    burst: Instant,
+    stats: Arc<LinkStats>,
+    opened: tokio::sync::mpsc::UnboundedSender<Result<(Duration, Duration), String>>,
+    stop: CancellationToken,
+) -> bool {
+    let started = Instant::now();
+    let mut ws = match connect(addr, credential.as_deref()).await {
+        Ok(ws) => ws,
+        Err(e) => {
+            let _ = opened.send(Err(e));
+            return false;
+        }
+    };
+    if let Err(e) = hello(&mut ws).await {
+        let _ = opened.send(Err(e));
+        return false;
+    }
+    let now = Instant::now();
+    let _ = opened.send(Ok((now - started, now - burst)));
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => {
+                let _ = send(&mut ws, &ClientMessage::Detach {}).await;
+                // Wait for the server's close (1000), briefly.
+                let _ = tokio::time::timeout(Duration::from_secs(10), async {
+                    while let Some(Ok(message)) = ws.next().await {
+                        if matches!(message, Message::Close(_)) { break; }
+                    }
+                }).await;
+                return true;
+            }
+            next = ws.next() => match frame(next) {
+                Frame::Message(ServerMessage::Heartbeat { seq }, _) => {
+                    stats.heartbeats.fetch_add(1, Ordering::Relaxed);
+                    if let Err(e) = send(&mut ws, &ClientMessage::HeartbeatAck { seq }).await {
+                        stats.closed_because(e);
+                        return false;
+                    }
+                }
+                Frame::Message(ServerMessage::Invoke { session, turn, .. }, _) => {
+                    stats.invokes.fetch_add(1, Ordering::Relaxed);
+                    let reply = ClientMessage::Reply { session, turn, text: "Noted; nothing to change yet.".into() };
+                    if let Err(e) = send(&mut ws, &reply).await {
+                        stats.closed_because(e);
+                        return false;
+                    }
+                    stats.replies.fetch_add(1, Ordering::Relaxed);
+                }
+                Frame::Message(ServerMessage::Refusal { .. }, _) => {
+                    stats.refusals.fetch_add(1, Ordering::Relaxed);
+                }
+                Frame::Message(_, _) | Frame::Other => {}
+                Frame::Closed(why) => {
+                    stats.closed_because(why);
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+/// A burst of links opened at once.
+#[derive(Default)]
+struct Burst {
+    opened: usize,
+    failed: usize,
+    failures: BTreeMap<String, usize>,
+    /// Burst start → the last `welcome`.
+    all_welcomed: Duration,
+    /// Connect → `welcome` per link, sorted (ns).
+    open_sorted: Vec<u64>,
+    /// The kernel's TCP counters during the burst (machine-wide):
+    /// `ListenOverflows`, `TCPReqQFullDoCookies`, `TCPSynRetrans`.
+    tcp: [u64; 3],
+}
+
+const TCP_COUNTERS: [&str; 3] = ["ListenOverflows", "TCPReqQFullDoCookies", "TCPSynRetrans"];
+
+/// The machine's `TcpExt` counters named in [`TCP_COUNTERS`].
+fn tcp_counters() -> [u64; 3] {
+    let netstat = std::fs::read_to_string("/proc/net/netstat").unwrap_or_default();
+    let mut lines = netstat.lines().filter(|l| l.starts_with("TcpExt:"));
+    let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
+        return [0; 3];
+    };
+    let pairs: Vec<(&str, u64)> = names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .map(|(n, v)| (n, v.parse().unwrap_or(0)))
+        .collect();
+    TCP_COUNTERS.map(|want| {
+        pairs
+            .iter()
+            .find(|(n, _)| *n == want)
+            .map_or(0, |(_, v)| *v)
+    })
+}
+
+/// Spawns one [`idle_machine`] per credential, all at once, and waits for
+/// every `welcome` (or failure). The tasks keep running until `stop`.
+async fn burst(
+    addr: SocketAddr,
+    credentials: Vec<Option<String>>,
+    stats: &Arc<LinkStats>,
+    stop: &CancellationToken,
+) -> (Burst, Vec<tokio::task::JoinHandle<bool>>) {
+    let n = credentials.len();
+    let (opened_tx, mut opened_rx) = tokio::sync::mpsc::unbounded_channel();
+    let tcp_before = tcp_counters();
+    let start = Instant::now();
+    let tasks: Vec<_> = credentials
+        .into_iter()
+        .map(|credential| {
+            tokio::spawn(idle_machine(
+                addr,
+                credential,
+                start,
+                stats.clone(),
+                opened_tx.clone(),
+                stop.clone(),
+            ))
+        })
+        .collect();
+    drop(opened_tx);
+    let mut result = Burst::default();
+    let mut open = Vec::with_capacity(n);
+    for _ in 0..n {
+        match tokio::time::timeout(PATIENCE, opened_rx.recv()).await {
+            Ok(Some(Ok((took, since_start)))) => {
+                open.push(took.as_nanos() as u64);
+                result.all_welcomed = result.all_welcomed.max(since_start);
+            }
+            Ok(Some(Err(e))) => {
+                result.failed += 1;
+                *result.failures.entry(e).or_default() += 1;
+            }
+            Ok(None) => break,
+            Err(_) => {
+                println!("no welcome for 60 s; giving up waiting");
+                break;
+            }
+        }
+    }
+    open.sort_unstable();
+    result.opened = open.len();
+    result.open_sorted = open;
+    let tcp_after = tcp_counters();
+    result.tcp = [0, 1, 2].map(|i| tcp_after[i].saturating_sub(tcp_before[i]));
+    println!(
+        "{} of {n} links welcomed ({} failed) in {:?}; open p50 {} p99 {} max {} ms; TCP {:?}",
+        result.opened,
+        result.failed,
+        result.all_welcomed,
+        ms(percentile(&result.open_sorted, 50.0)),
+        ms(percentile(&result.open_sorted, 99.0)),
+        ms(percentile(&result.open_sorted, 100.0)),
+        TCP_COUNTERS.iter().zip(result.tcp).collect::<Vec<_>>(),
+    );
+    if !result.failures.is_empty() {
+        println!("  failures: {:?}", result.failures);
+    }
+    (result, tasks)
+}
+
+/// The peer process under the same burst of idle links.
+#[derive(Default)]
+struct PeerLinks {
+    burst: Burst,
+    mem_start: Mem,
+    mem_links: Mem,
+    closed: u64,
+}
+
+/// What part 2/3 measured.
+#[derive(Default)]
+struct LinksResult {
+    links: usize,
+    setup: Duration,
+    burst: Burst,
+    peer: PeerLinks,
+    sessions: Duration,
+    invokes: u64,
+    replies: u64,
+    hold: Duration,
+    hold_cpu: CpuUse,
+    heartbeats: u64,
+    refusals: u64,
+    closed_during: u64,
+    close_reasons: BTreeMap<String, usize>,
+    connected: usize,
+    replying: usize,
+    check_errors: usize,
+    still_open: usize,
+    detach: Duration,
+    mem_start: Mem,
+    mem_links: Mem,
+    mem_sessions: Mem,
+    mem_hold: Mem,
+    mem_detached: Mem,
+    mem_released: Mem,
+    relinked: usize,
+    mem_relinked: Mem,
+    mem_redetached: Mem,
+    shutdown: Duration,
+    shutdown_status: String,
+    load_start: String,
+    load_end: String,
+}
+
+async fn many_links(config: &Config, report: &mut Report) {
+    let n = config.link_count;
+    println!("\n== parts 2 and 3: {n} machines linked at once, one session each ==");
+    let mut result = LinksResult {
+        links: n,
+        load_start: loadavg(),
+        ..Default::default()
+    };
+    let dir = tempfile::tempdir().expect("cannot make a temp dir");
+    let setup = Instant::now();
+    let members = prepare(dir.path(), "m", n, true).await;
+    result.setup = setup.elapsed();
+    println!(
+        "{n} accounts, machines and documents written in {:?}",
+        result.setup
+    );
+
+    let margin = Margin::start(&config.bin, dir.path()).await;
+    let api = Arc::new(Api::new(margin.addr));
+    // A request, so the HTTP path is warm before the baseline.
+    let _: Value = api.get(&members[0].token, "/me").await.expect("GET /me");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    result.mem_start = mem(margin.pid);
+    println!("baseline: {:?}", result.mem_start);
+    quiet(config.quiet_wait, &mut []).await;
+    result.load_start = loadavg();
+
+    // Part 3: every machine connects at once.
+    let stats = Arc::new(LinkStats::default());
+    let stop = CancellationToken::new();
+    let credentials = members.iter().map(|m| Some(m.credential.clone())).collect();
+    let (opened, tasks) = burst(margin.addr, credentials, &stats, &stop).await;
+    result.burst = opened;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    result.mem_links = mem(margin.pid);
+    println!("after links: {:?}", result.mem_links);
+
+    // Part 2: one session per machine.
+    let started = Instant::now();
+    let posted = futures_util::stream::iter(members.iter().cloned())
+        .map(|m| {
+            let api = api.clone();
+            async move {
+                let document = m.document.expect("document made");
+                api.chat(&m.token, &document, "@planner have a look at this plan")
+                    .await
+            }
+        })
+        .buffer_unordered(config.http_concurrency)
+        .filter(|r| std::future::ready(r.is_err()))
+        .collect::<Vec<_>>()
+        .await;
+    if !posted.is_empty() {
+        println!("{} chat posts failed, first: {:?}", posted.len(), posted[0]);
+    }
+    let want = result.burst.opened as u64;
+    let deadline = Instant::now() + PATIENCE;
+    while stats.replies.load(Ordering::Relaxed) < want && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    result.sessions = started.elapsed();
+    result.invokes = stats.invokes.load(Ordering::Relaxed);
+    result.replies = stats.replies.load(Ordering::Relaxed);
+    println!(
+        "{} invokes answered with a reply in {:?} (chat posts → replies)",
+        result.replies, result.sessions
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    result.mem_sessions = mem(margin.pid);
+    println!("after sessions: {:?}", result.mem_sessions);
+
+    // Idle, answering heartbeats.
+    println!(
+        "holding {} links idle for {} s…",
+        result.burst.opened, config.hold_seconds
+    );
+    let snap = CpuSnap::take(ServerCpu::Process(margin.pid));
+    tokio::time::sleep(Duration::from_secs(config.hold_seconds)).await;
+    result.hold_cpu = snap.since(ServerCpu::Process(margin.pid));
+    result.hold = result.hold_cpu.wall;
+    result.mem_hold = mem(margin.pid);
+    result.heartbeats = stats.heartbeats.load(Ordering::Relaxed);
+    result.refusals = stats.refusals.load(Ordering::Relaxed);
+    result.closed_during = stats.closed.load(Ordering::Relaxed);
+    result.close_reasons = stats
+        .close_reasons
+        .lock()
+        .expect("close reasons lock")
+        .clone();
+
+    // The server's view: every document's Planner is still connected.
+    let views = futures_util::stream::iter(members.iter().cloned())
+        .map(|m| {
+            let api = api.clone();
+            async move {
+                let document = m.document.expect("document made");
+                api.planner(&m.token, &document).await
+            }
+        })
+        .buffer_unordered(config.http_concurrency)
+        .collect::<Vec<_>>()
+        .await;
+    for view in views {
+        match view {
+            Ok(view) => {
+                result.connected += usize::from(view.connected);
+                result.replying += usize::from(view.replying);
+            }
+            Err(_) => result.check_errors += 1,
+        }
+    }
+    println!(
+        "after the hold: {} heartbeats answered, {} closed, {} refusals; server says {} of {n} Planners connected ({} still replying, {} check errors); {:?}",
+        result.heartbeats,
+        result.closed_during,
+        result.refusals,
+        result.connected,
+        result.replying,
+        result.check_errors,
+        result.mem_hold
+    );
+
+    // Detach everyone, then stop the server.
+    let detach = Instant::now();
+    stop.cancel();
+    for task in tasks {
+        if let Ok(true) = task.await {
+            result.still_open += 1;
+        }
+    }
+    result.detach = detach.elapsed();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    result.mem_detached = mem(margin.pid);
+    println!(
+        "{} links were open at the end and detached in {:?}; after: {:?}",
+        result.still_open, result.detach, result.mem_detached
+    );
+    // A detached session is leased for PLANNER_ATTACH_GRACE_MS (60 s by
+    // default) before it ends; wait that out and look again.
+    let released_at = detach + config.after_detach;
+    println!(
+        "waiting {} s after the detach for the sessions' leases to end…",
+        config.after_detach.as_secs()
+    );
+    tokio::time::sleep_until(released_at.into()).await;
+    result.mem_released = mem(margin.pid);
+    println!("leases over: {:?}", result.mem_released);
+    // Is what the links held reused? The same burst again (no sessions),
+    // then everyone detaches again.
+    let stats = Arc::new(LinkStats::default());
+    let stop = CancellationToken::new();
+    let credentials = members.iter().map(|m| Some(m.credential.clone())).collect();
+    let (again, tasks) = burst(margin.addr, credentials, &stats, &stop).await;
+    result.relinked = again.opened;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    result.mem_relinked = mem(margin.pid);
+    stop.cancel();
+    for task in tasks {
+        let _ = task.await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    result.mem_redetached = mem(margin.pid);
+    println!(
+        "relinked {} and detached again: {:?} → {:?}",
+        result.relinked, result.mem_relinked, result.mem_redetached
+    );
+    let (lines, warn_error, first) = margin.log_summary();
+    report.logs.push(format!(
+        "links server: {lines} log lines at RUST_LOG=warn, {warn_error} WARN/ERROR{}",
+        if first.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", first.join(" | "))
+        }
+    ));
+    let (took, status) = margin.terminate().await;
+    result.shutdown = took;
+    result.shutdown_status = status;
+    println!(
+        "links server stopped in {took:?} ({})",
+        result.shutdown_status
+    );
+
+    // The peer process under the same burst: the floor of an idle link.
+    println!("the same {n} links against the peer process:");
+    let peer = PeerProcess::start().await;
+    quiet(config.quiet_wait, &mut []).await;
+    result.peer.mem_start = mem(peer.pid);
+    let stats = Arc::new(LinkStats::default());
+    let stop = CancellationToken::new();
+    let (opened, tasks) = burst(peer.addr, vec![None; n], &stats, &stop).await;
+    result.peer.burst = opened;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    result.peer.mem_links = mem(peer.pid);
+    result.peer.closed = stats.closed.load(Ordering::Relaxed);
+    println!(
+        "peer: {:?} → {:?}",
+        result.peer.mem_start, result.peer.mem_links
+    );
+    stop.cancel();
+    for task in tasks {
+        let _ = task.await;
+    }
+    peer.stop().await;
+    result.load_end = loadavg();
+    report.links = Some(result);
+}
+
+// ---------------------------------------------------------------- report
+
+#[derive(Default)]
+struct Report {
+    env_lines: Vec<String>,
+    rtt_doc: String,
+    rtt: Vec<RttRun>,
+    rtt_server_mem: Mem,
+    links: Option<LinksResult>,
+    logs: Vec<String>,
+}
+
+fn command_output(program: &str, args: &[&str]) -> Option<String> {
+    std::process::Command::new(program)
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+}
+
+impl Report {
+    fn environment(&mut self, config: &Config) {
+        let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+        let model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|c| {
+                c.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split_once(':'))
+                    .map(|(_, m)| m.trim().to_owned())
+            })
+            .unwrap_or_else(|| "?".into());
+        let built = std::fs::metadata(&config.bin)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .map_or("?".into(), |age| format!("{} s ago", age.as_secs()));
+        let commit = match command_output("git", &["rev-parse", "--short", "HEAD"]) {
+            Some(commit) => {
+                let dirty =
+                    command_output("git", &["status", "--porcelain", "--untracked-files=no"])
+                        .map_or(0, |s| s.lines().count());
+                format!("checkout at {commit} with {dirty} changed tracked files")
+            }
+            None => "not a git checkout".into(),
+        };
+        self.env_lines = vec![
+            format!("machine: {cpus} CPUs ({model}), load average {}", loadavg()),
+            format!(
+                "margin: {} (built {built}); bench built from a {commit}",
+                config.bin.display(),
+            ),
+            format!(
+                "config: RATE={} SECONDS={} WARMUP={} PARAGRAPHS={} REPEAT={} LINKS={} HOLD_SECONDS={} HTTP_CONCURRENCY={} QUIET_WAIT_SECONDS={} AFTER_DETACH_SECONDS={} PEER_NODELAY={} parts:{}{}",
+                config.rate,
+                config.seconds,
+                config.warmup,
+                config.paragraphs,
+                config.repeat,
+                config.link_count,
+                config.hold_seconds,
+                config.http_concurrency,
+                config.quiet_wait.as_secs(),
+                config.after_detach.as_secs(),
+                std::env::var("PEER_NODELAY").unwrap_or_else(|_| "0".into()),
+                if config.rtt { " rtt" } else { "" },
+                if config.links { " links" } else { "" },
+            ),
+        ];
+    }
+
+    fn render(&self) -> String {
+        let mut out = String::new();
+        for line in &self.env_lines {
+            let _ = writeln!(out, "{line}  ");
+        }
+        if !self.rtt.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n### Tool-call round trip (`read_document`, {})\n",
+                self.rtt_doc
+            );
+            let _ = writeln!(out, "| rep | server | mode | calls | sent/s | results/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | mean ms | refused | missing | server CPU | server µs/call | client CPU | other CPU | load avg |");
+            let _ = writeln!(
+                out,
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+            );
+            for r in &self.rtt {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0}% | {:.1} | {:.0}% | {:.0}% | {} |",
+                    r.rep,
+                    r.server,
+                    r.mode,
+                    r.sent,
+                    r.sent_rate,
+                    r.achieved_rate,
+                    ms(r.p(50.0)),
+                    ms(r.p(90.0)),
+                    ms(r.p(99.0)),
+                    ms(r.p(99.9)),
+                    ms(r.p(100.0)),
+                    ms(r.mean()),
+                    r.refused,
+                    r.missing,
+                    r.cpu.pct(r.cpu.server),
+                    r.server_us_per_call(),
+                    r.cpu.pct(r.cpu.client),
+                    r.cpu.pct(r.cpu.other),
+                    r.load,
+                );
+            }
+            let paced_lag: Vec<String> = self
+                .rtt
+                .iter()
+                .filter(|r| r.mode.starts_with("paced"))
+                .map(|r| {
+                    format!(
+                        "{} rep {}: p99 {} ms, max {} ms",
+                        r.server,
+                        r.rep,
+                        ms(r.lag_p99),
+                        ms(r.lag_max)
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "\nPaced schedule lag (send time − due time): {}.",
+                paced_lag.join("; ")
+            );
+            let _ = writeln!(out, "\n| rep | server | mode | Margin/peer p50 | Margin/peer p99 | Margin/peer max | Margin/peer results/s | Margin/peer server µs/call |");
+            let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
+            for m in self.rtt.iter().filter(|r| r.server != PEER) {
+                let Some(p) = self
+                    .rtt
+                    .iter()
+                    .find(|r| r.server == PEER && r.mode == m.mode && r.rep == m.rep)
+                else {
+                    continue;
+                };
+                let ratio = |a: f64, b: f64| {
+                    if b > 0.0 {
+                        format!("{:.2}", a / b)
+                    } else {
+                        "—".into()
+                    }
+                };
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                    m.rep,
+                    m.server,
+                    m.mode,
+                    ratio(m.p(50.0) as f64, p.p(50.0) as f64),
+                    ratio(m.p(99.0) as f64, p.p(99.0) as f64),
+                    ratio(m.p(100.0) as f64, p.p(100.0) as f64),
+                    ratio(m.achieved_rate, p.achieved_rate),
+                    ratio(m.server_us_per_call(), p.server_us_per_call()),
+                );
+            }
+            let _ = writeln!(
+                out,
+                "\nRound-trip server at the end: RSS {} KiB (RssAnon {} KiB, peak {} KiB), {} threads.",
+                self.rtt_server_mem.rss_kib,
+                self.rtt_server_mem.anon_kib,
+                self.rtt_server_mem.hwm_kib,
+                self.rtt_server_mem.threads
+            );
+        }
+        if let Some(l) = &self.links {
+            let n = l.burst.opened.max(1) as f64;
+            let pn = l.peer.burst.opened.max(1) as f64;
+            let ratio = |a: f64, b: f64| {
+                if b > 0.0 {
+                    format!("{:.2}", a / b)
+                } else {
+                    "—".into()
+                }
+            };
+            let _ = writeln!(
+                out,
+                "\n### {} machine links at once, one session each\n",
+                l.links
+            );
+            let _ = writeln!(
+                out,
+                "| links opened at once | Margin | peer | Margin/peer |\n|---|---|---|---|"
+            );
+            let _ = writeln!(
+                out,
+                "| welcomed / failed | {} / {} | {} / {} | |",
+                l.burst.opened, l.burst.failed, l.peer.burst.opened, l.peer.burst.failed
+            );
+            let _ = writeln!(
+                out,
+                "| burst start → last `welcome` | {:.0} ms | {:.0} ms | {} |",
+                l.burst.all_welcomed.as_secs_f64() * 1e3,
+                l.peer.burst.all_welcomed.as_secs_f64() * 1e3,
+                ratio(
+                    l.burst.all_welcomed.as_secs_f64(),
+                    l.peer.burst.all_welcomed.as_secs_f64()
+                )
+            );
+            for (name, p) in [("p50", 50.0), ("p99", 99.0), ("max", 100.0)] {
+                let (a, b) = (
+                    percentile(&l.burst.open_sorted, p),
+                    percentile(&l.peer.burst.open_sorted, p),
+                );
+                let _ = writeln!(
+                    out,
+                    "| link open (connect → `welcome`) {name} | {} ms | {} ms | {} |",
+                    ms(a),
+                    ms(b),
+                    ratio(a as f64, b as f64)
+                );
+            }
+            let per = |a: u64, b: u64, n: f64| (a as f64 - b as f64) * 1024.0 / n;
+            let (m_link, p_link) = (
+                per(l.mem_links.anon_kib, l.mem_start.anon_kib, n),
+                per(l.peer.mem_links.anon_kib, l.peer.mem_start.anon_kib, pn),
+            );
+            let _ = writeln!(
+                out,
+                "| RssAnon per idle link (no session) | {m_link:.0} B | {p_link:.0} B | {} |",
+                ratio(m_link, p_link)
+            );
+            let (m_rss, p_rss) = (
+                per(l.mem_links.rss_kib, l.mem_start.rss_kib, n),
+                per(l.peer.mem_links.rss_kib, l.peer.mem_start.rss_kib, pn),
+            );
+            let _ = writeln!(
+                out,
+                "| VmRSS per idle link (no session) | {m_rss:.0} B | {p_rss:.0} B | {} |",
+                ratio(m_rss, p_rss)
+            );
+            let _ = writeln!(
+                out,
+                "| closed before the end | {} | {} | |",
+                l.closed_during, l.peer.closed
+            );
+            for (i, name) in TCP_COUNTERS.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "| kernel `{name}` during the burst | {} | {} | |",
+                    l.burst.tcp[i], l.peer.burst.tcp[i]
+                );
+            }
+            if !l.burst.failures.is_empty() {
+                let _ = writeln!(out, "| Margin failures | {:?} | | |", l.burst.failures);
+            }
+            let _ = writeln!(out, "\n| Margin, the rest | |\n|---|---|");
+            let _ = writeln!(
+                out,
+                "| setup (accounts, machines, documents written to the store) | {:.1} s |",
+                l.setup.as_secs_f64()
+            );
+            let _ = writeln!(
+                out,
+                "| sessions: `@planner` posts → every `invoke` answered | {} of {} in {:.1} s |",
+                l.replies,
+                l.links,
+                l.sessions.as_secs_f64()
+            );
+            let _ = writeln!(
+                out,
+                "| idle hold | {:.1} s; {} heartbeats answered; server CPU {:.1}% of a core |",
+                l.hold.as_secs_f64(),
+                l.heartbeats,
+                l.hold_cpu.pct(l.hold_cpu.server)
+            );
+            let _ = writeln!(
+                out,
+                "| links closed before the end | {} {:?} |",
+                l.closed_during, l.close_reasons
+            );
+            let _ = writeln!(out, "| server says connected (`GET …/planner`) | {} of {} ({} replying, {} check errors) |", l.connected, l.links, l.replying, l.check_errors);
+            let _ = writeln!(
+                out,
+                "| open at the end, then detached | {} in {:.0} ms |",
+                l.still_open,
+                l.detach.as_secs_f64() * 1e3
+            );
+            let _ = writeln!(
+                out,
+                "| graceful shutdown (SIGTERM) | {:.0} ms, {} |",
+                l.shutdown.as_secs_f64() * 1e3,
+                l.shutdown_status
+            );
+            let _ = writeln!(
+                out,
+                "| load average start → end | {} → {} |",
+                l.load_start, l.load_end
+            );
+            let _ = writeln!(
+                out,
+                "\n| server memory | VmRSS KiB | RssAnon KiB | Pss KiB | threads |"
+            );
+            let _ = writeln!(out, "|---|---|---|---|---|");
+            for (name, m) in [
+                ("Margin started, no links", l.mem_start),
+                ("Margin, links open", l.mem_links),
+                ("Margin, + one session each", l.mem_sessions),
+                ("Margin, after the idle hold", l.mem_hold),
+                (
+                    "Margin, all detached (3 s later; sessions leased)",
+                    l.mem_detached,
+                ),
+                ("Margin, after the leases ended", l.mem_released),
+                ("Margin, the same links again (no sessions)", l.mem_relinked),
+                ("Margin, all detached again", l.mem_redetached),
+                ("peer started", l.peer.mem_start),
+                ("peer, links open", l.peer.mem_links),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "| {name} | {} | {} | {} | {} |",
+                    m.rss_kib, m.anon_kib, m.pss_kib, m.threads
+                );
+            }
+            let _ = writeln!(out, "\n| Margin per machine (Δ ÷ {} linked) | VmRSS bytes | RssAnon bytes | Pss bytes |", l.burst.opened);
+            let _ = writeln!(out, "|---|---|---|---|");
+            for (name, a, b) in [
+                ("link only", l.mem_links, l.mem_start),
+                ("session on top of the link", l.mem_sessions, l.mem_links),
+                ("link + session", l.mem_sessions, l.mem_start),
+                ("link + session, after the hold", l.mem_hold, l.mem_start),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "| {name} | {:.0} | {:.0} | {:.0} |",
+                    per(a.rss_kib, b.rss_kib, n),
+                    per(a.anon_kib, b.anon_kib, n),
+                    per(a.pss_kib, b.pss_kib, n)
+                );
+            }
+            let _ = writeln!(
+                out,
+                "\nMargin peak RSS (VmHWM): {} KiB.",
+                l.mem_detached.hwm_kib
+            );
+        }
+        if !self.logs.is_empty() {
+            let _ = writeln!(out);
+            for line in &self.logs {
+                let _ = writeln!(out, "{line}  ");
+            }
+        }
+        out
+    }
+}
