@@ -9,9 +9,11 @@
 //! LINKS=200 SECONDS=5 PARTS=rtt cargo bench -p margin-server --bench link
 //! ```
 //!
-//! The bench writes accounts with this checkout's `margin_server` storage
-//! code, so the binary must be built from the same source (a migration it
-//! does not know stops it; the bench then says so).
+//! `cargo bench` builds `target/release/margin` itself (with the bench
+//! profile, which is the release profile), so by default the server is this
+//! checkout's. With `MARGIN_BIN`, mind that the bench writes accounts with
+//! this checkout's `margin_server` storage code: a binary from other source
+//! may not know the schema (it then fails to start, and the bench says so).
 //!
 //! Each part runs against a fresh `margin serve` (fresh temp data dir,
 //! SQLite, `--listen 127.0.0.1:0`, `RUST_LOG=warn`, defaults otherwise):
@@ -47,7 +49,8 @@
 //!    (`/proc/PID/status` VmRSS and RssAnon, `/proc/PID/smaps_rollup` Pss)
 //!    is read before the links, after them, after the sessions, after the
 //!    hold, after every machine detached, after the detached sessions'
-//!    leases ended, and with the same links opened once more. Then the same
+//!    leases ended, and with the same links opened and detached again
+//!    (`RELINKS` times). Then the same
 //!    burst of idle links goes to the peer, run as a child process (this
 //!    binary with `LINK_BENCH_PEER=serve`), for its memory and open times.
 //!
@@ -66,6 +69,7 @@
 //! | `HOLD_SECONDS` | `35` | how long the links stay idle (≥ 2 heartbeats at 35 s) |
 //! | `HTTP_CONCURRENCY` | `16` | Chat posts / planner checks in flight |
 //! | `AFTER_DETACH_SECONDS` | `65` | after every machine detached, wait this long (the sessions' 60 s lease) before reading memory again |
+//! | `RELINKS` | `1` | then open and detach the same `LINKS` links this many times more (no sessions), reading memory each time |
 //! | `PEER_NODELAY` | `0` | `1` sets TCP_NODELAY on the peer's sockets (Margin's are left with Nagle on, axum's default) |
 //! | `QUIET_WAIT_SECONDS` | `60` | before each measured run, wait up to this long for the machine to be idle (< ¼ core busy for 1 s) |
 //!
@@ -151,6 +155,7 @@ struct Config {
     http_concurrency: usize,
     quiet_wait: Duration,
     after_detach: Duration,
+    relinks: usize,
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -198,6 +203,7 @@ impl Config {
             http_concurrency: env_or("HTTP_CONCURRENCY", 16usize).max(1),
             quiet_wait: Duration::from_secs(env_or("QUIET_WAIT_SECONDS", 60u64)),
             after_detach: Duration::from_secs(env_or("AFTER_DETACH_SECONDS", 65u64)),
+            relinks: env_or("RELINKS", 1usize),
         };
         if config.links {
             let needed = config.link_count as u64 + 256;
@@ -1702,9 +1708,8 @@ struct LinksResult {
     mem_hold: Mem,
     mem_detached: Mem,
     mem_released: Mem,
-    relinked: usize,
-    mem_relinked: Mem,
-    mem_redetached: Mem,
+    /// Per relink cycle: links opened, memory with them open, after detach.
+    relinks: Vec<(usize, Mem, Mem)>,
     shutdown: Duration,
     shutdown_status: String,
     load_start: String,
@@ -1859,24 +1864,26 @@ async fn many_links(config: &Config, report: &mut Report) {
     result.mem_released = mem(margin.pid);
     println!("leases over: {:?}", result.mem_released);
     // Is what the links held reused? The same burst again (no sessions),
-    // then everyone detaches again.
-    let stats = Arc::new(LinkStats::default());
-    let stop = CancellationToken::new();
-    let credentials = members.iter().map(|m| Some(m.credential.clone())).collect();
-    let (again, tasks) = burst(margin.addr, credentials, &stats, &stop).await;
-    result.relinked = again.opened;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    result.mem_relinked = mem(margin.pid);
-    stop.cancel();
-    for task in tasks {
-        let _ = task.await;
+    // then everyone detaches again; RELINKS times.
+    for cycle in 1..=config.relinks {
+        let stats = Arc::new(LinkStats::default());
+        let stop = CancellationToken::new();
+        let credentials = members.iter().map(|m| Some(m.credential.clone())).collect();
+        let (again, tasks) = burst(margin.addr, credentials, &stats, &stop).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let linked = mem(margin.pid);
+        stop.cancel();
+        for task in tasks {
+            let _ = task.await;
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let detached = mem(margin.pid);
+        println!(
+            "relink {cycle}: {} linked, then detached: {linked:?} → {detached:?}",
+            again.opened
+        );
+        result.relinks.push((again.opened, linked, detached));
     }
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    result.mem_redetached = mem(margin.pid);
-    println!(
-        "relinked {} and detached again: {:?} → {:?}",
-        result.relinked, result.mem_relinked, result.mem_redetached
-    );
     let (lines, warn_error, first) = margin.log_summary();
     report.logs.push(format!(
         "links server: {lines} log lines at RUST_LOG=warn, {warn_error} WARN/ERROR{}",
@@ -1970,11 +1977,11 @@ impl Report {
         self.env_lines = vec![
             format!("machine: {cpus} CPUs ({model}), load average {}", loadavg()),
             format!(
-                "margin: {} (built {built}); bench built from a {commit}",
+                "margin: {} (built {built}); bench source: {commit}",
                 config.bin.display(),
             ),
             format!(
-                "config: RATE={} SECONDS={} WARMUP={} PARAGRAPHS={} REPEAT={} LINKS={} HOLD_SECONDS={} HTTP_CONCURRENCY={} QUIET_WAIT_SECONDS={} AFTER_DETACH_SECONDS={} PEER_NODELAY={} parts:{}{}",
+                "config: RATE={} SECONDS={} WARMUP={} PARAGRAPHS={} REPEAT={} LINKS={} HOLD_SECONDS={} HTTP_CONCURRENCY={} QUIET_WAIT_SECONDS={} AFTER_DETACH_SECONDS={} RELINKS={} PEER_NODELAY={} parts:{}{}",
                 config.rate,
                 config.seconds,
                 config.warmup,
@@ -1985,6 +1992,7 @@ impl Report {
                 config.http_concurrency,
                 config.quiet_wait.as_secs(),
                 config.after_detach.as_secs(),
+                config.relinks,
                 std::env::var("PEER_NODELAY").unwrap_or_else(|_| "0".into()),
                 if config.rtt { " rtt" } else { "" },
                 if config.links { " links" } else { "" },
@@ -2230,11 +2238,27 @@ impl Report {
                     l.mem_detached,
                 ),
                 ("Margin, after the leases ended", l.mem_released),
-                ("Margin, the same links again (no sessions)", l.mem_relinked),
-                ("Margin, all detached again", l.mem_redetached),
-                ("peer started", l.peer.mem_start),
-                ("peer, links open", l.peer.mem_links),
-            ] {
+            ]
+            .into_iter()
+            .map(|(name, m)| (name.to_owned(), m))
+            .chain(
+                l.relinks
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(i, (n, linked, detached))| {
+                        [
+                            (
+                                format!("Margin, relink {}: {n} links again (no sessions)", i + 1),
+                                *linked,
+                            ),
+                            (format!("Margin, relink {}: all detached", i + 1), *detached),
+                        ]
+                    }),
+            )
+            .chain([
+                ("peer started".to_owned(), l.peer.mem_start),
+                ("peer, links open".to_owned(), l.peer.mem_links),
+            ]) {
                 let _ = writeln!(
                     out,
                     "| {name} | {} | {} | {} | {} |",
