@@ -449,4 +449,13 @@ on_both_backends! {
         assert!(chat.iter().any(|(k, t)| *k == ChatKind::Planner && t == "Drafted the risks."), "{chat:?}");
         assert!(!chat.iter().any(|(_, t)| t.contains("its reply was not posted")), "{chat:?}");
     }
+
+    async fn a_graceful_shutdown_posts_no_chat_line_about_the_planner(db) {
+        let mut a = Away::new(&db).await;
+        let (_link, _session) = a.session_with_a_run().await;
+        let before = a.lines().await;
+        a.s.server.restart().await;
+        // Nothing was stopped or dropped by the Planner: Chat says nothing (SPEC L9).
+        assert_eq!(a.lines().await, before);
+    }
 }
