@@ -12,6 +12,7 @@ pub mod decisions;
 pub mod documents;
 pub mod error;
 pub mod link;
+pub mod sessions;
 pub mod sync;
 
 #[cfg(test)]

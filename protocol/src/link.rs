@@ -18,6 +18,7 @@
 //!     protocol_version: PROTOCOL_VERSION,
 //!     features: vec!["resumable-sessions".into()],
 //!     run_capacity: None,
+//!     manifest: None,
 //! });
 //! let ack = serde_json::to_string(&ServerMessage::Heartbeat { seq: 7 }).unwrap();
 //! assert_eq!(ack, r#"{"type":"heartbeat","seq":7}"#);
@@ -77,6 +78,11 @@ pub enum ClientMessage {
         /// default 8, SPEC R2). A `run` that would start one more is refused.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         run_capacity: Option<u32>,
+        /// What the Planner declares about itself (SPEC U1); absent means
+        /// every capability off. Pinned for the life of each session this
+        /// link starts.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        manifest: Option<crate::sessions::Manifest>,
     },
     /// Answers a `heartbeat`.
     HeartbeatAck {
@@ -94,8 +100,8 @@ pub enum ClientMessage {
         turn: String,
         /// The machine's id for this call, echoed in the result (1–128 bytes).
         call_id: String,
-        /// `read_document`, `edit_plan`, `open_decisions`, `open_decision`
-        /// or `ask`.
+        /// `read_document`, `edit_plan`, `open_decisions`, `open_decision`,
+        /// `ask`, or `update_plan` when the manifest declared `planning`.
         name: String,
         /// The tool's input (see `docs/decisions.md`); `{}` for
         /// `read_document`.
@@ -184,6 +190,11 @@ pub enum ServerMessage {
         /// open as decisions (`open_decisions` with stable keys) instead.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         repair: Vec<String>,
+        /// The session's plan, when the Planner declared `planning` and has
+        /// made one (SPEC U6): its own earlier words, handed back as
+        /// agent-authored data — not instructions from people.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        plan: Option<Box<crate::sessions::PlanView>>,
     },
     /// A tool call's result: exactly one of `output` and `error`.
     ToolResult {
@@ -438,6 +449,7 @@ mod tests {
                 protocol_version: 1,
                 features: vec!["resumable-sessions".into()],
                 run_capacity: None,
+                manifest: None,
             },
             r#"{"type":"hello","protocol_version":1,"features":["resumable-sessions"]}"#,
         );
@@ -446,8 +458,18 @@ mod tests {
                 protocol_version: 1,
                 features: vec![],
                 run_capacity: Some(2),
+                manifest: None,
             },
             r#"{"type":"hello","protocol_version":1,"features":[],"run_capacity":2}"#,
+        );
+        round_trip(
+            ClientMessage::Hello {
+                protocol_version: 1,
+                features: vec![],
+                run_capacity: None,
+                manifest: Some(crate::sessions::Manifest { planning: true }),
+            },
+            r#"{"type":"hello","protocol_version":1,"features":[],"manifest":{"planning":true}}"#,
         );
         round_trip(
             ClientMessage::Run {
@@ -486,6 +508,23 @@ mod tests {
 
     #[test]
     fn server_messages_round_trip() {
+        round_trip(
+            ServerMessage::Invoke {
+                session: "s1".into(),
+                turn: "t2".into(),
+                document: "d1".into(),
+                messages: vec![],
+                repair: vec![],
+                plan: Some(Box::new(crate::sessions::PlanView {
+                    revision: 1,
+                    turn_id: "t1".into(),
+                    call_id: "c1".into(),
+                    explanation: None,
+                    steps: vec![],
+                })),
+            },
+            r#"{"type":"invoke","session":"s1","turn":"t2","document":"d1","messages":[],"plan":{"revision":1,"turn_id":"t1","call_id":"c1","steps":[]}}"#,
+        );
         round_trip(
             ServerMessage::Welcome {
                 protocol_version: 1,

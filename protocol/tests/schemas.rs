@@ -13,6 +13,7 @@ use margin_protocol::decisions::{
 use margin_protocol::link::{
     ClientMessage, MachineList, PairMachine, PairedMachine, ServerMessage,
 };
+use margin_protocol::sessions;
 use margin_protocol::{
     AddMember, CreateDocument, DocumentInfo, DocumentList, ErrorBody, Me, MemberInfo, OutlineView,
 };
@@ -51,6 +52,11 @@ fn schemas() -> Vec<(&'static str, Schema)> {
         ("PairMachine", schema_for!(PairMachine)),
         ("PairedMachine", schema_for!(PairedMachine)),
         ("MachineList", schema_for!(MachineList)),
+        ("UpdatePlanInput", schema_for!(sessions::UpdatePlanInput)),
+        ("UpdatePlanOutput", schema_for!(sessions::UpdatePlanOutput)),
+        ("SessionSnapshot", schema_for!(sessions::SessionSnapshot)),
+        ("SessionEvent", schema_for!(sessions::SessionEvent)),
+        ("Resync", schema_for!(sessions::Resync)),
     ]
 }
 

@@ -583,6 +583,7 @@ async fn hello(ws: &mut Ws) -> Result<(), String> {
             protocol_version: PROTOCOL_VERSION,
             features: vec!["resumable-sessions".into()],
             run_capacity: None,
+            manifest: None,
         },
     )
     .await?;

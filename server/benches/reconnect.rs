@@ -656,6 +656,7 @@ async fn handshake(
         protocol_version: PROTOCOL_VERSION,
         features: vec![RESUMABLE_SESSIONS.into()],
         run_capacity: None,
+        manifest: None,
     };
     send(&mut ws, &hello).await?;
     match next_work(&mut ws).await? {

@@ -10,6 +10,7 @@ use margin_protocol::decisions::{
     OpenDecisionsOutput, ReadDocumentOutput, ToolRefusal,
 };
 use margin_protocol::link::{ClientMessage, RunStatus};
+use margin_protocol::sessions::{PlanView, UpdatePlanInput, UpdatePlanOutput, UPDATE_PLAN};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -132,9 +133,22 @@ pub struct Turn {
     /// A repair turn's questions: the last reply asked them in prose; open
     /// them as decisions with stable keys and reply without asking.
     pub repair: Vec<String>,
+    /// The session's plan, when the Planner declared `planning` and has
+    /// made one (SPEC U6): its own earlier words, as data.
+    pub plan: Option<Box<PlanView>>,
 }
 
 impl Turn {
+    /// `update_plan` (SPEC U2, U3): replaces the session's plan whole.
+    /// A stale `expected_revision` or a list that breaks a bound is
+    /// refused, naming the rule, and changes nothing.
+    pub async fn update_plan(
+        &self,
+        input: &UpdatePlanInput,
+    ) -> Result<UpdatePlanOutput, ToolError> {
+        self.call(UPDATE_PLAN, input).await
+    }
+
     /// `read_document`: the outline at the current revision.
     pub async fn read_document(&self) -> Result<ReadDocumentOutput, ToolError> {
         self.call("read_document", serde_json::json!({})).await

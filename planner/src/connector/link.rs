@@ -237,6 +237,7 @@ impl<H: Handler> Serving<H> {
                 document,
                 messages,
                 repair,
+                plan,
             } => {
                 let span = tracing::info_span!("turn", %session, %turn, %document);
                 self.calls.hold_session(&session);
@@ -246,6 +247,7 @@ impl<H: Handler> Serving<H> {
                     document,
                     messages,
                     repair,
+                    plan,
                 };
                 let (handler, calls) = (self.handler.clone(), self.calls.clone());
                 let task = tokio::spawn(run_turn(handler, calls, turn).instrument(span));

@@ -51,6 +51,7 @@ use credential::Keeper;
 
 use futures_util::{SinkExt, StreamExt};
 use margin_protocol::link::{Capabilities, ClientMessage, ServerMessage, PROTOCOL_VERSION};
+use margin_protocol::sessions::Manifest;
 use margin_protocol::ErrorBody;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
@@ -70,6 +71,7 @@ pub struct Connector {
     credential: Keeper,
     resumable: bool,
     run_capacity: Option<u32>,
+    planning: bool,
     on_link: Option<OnLink>,
 }
 
@@ -80,6 +82,7 @@ impl std::fmt::Debug for Connector {
             .field("credential", &self.credential)
             .field("resumable", &self.resumable)
             .field("run_capacity", &self.run_capacity)
+            .field("planning", &self.planning)
             .finish_non_exhaustive()
     }
 }
@@ -151,6 +154,7 @@ impl Connector {
             credential: Keeper::memory(credential.into()),
             resumable: true,
             run_capacity: None,
+            planning: false,
             on_link: None,
         }
     }
@@ -242,6 +246,14 @@ impl Connector {
         self
     }
 
+    /// Declares `planning: true` in the manifest (SPEC U1): each session
+    /// this Planner starts keeps a durable plan, through
+    /// [`Turn::update_plan`], and each turn hands it back in [`Turn::plan`].
+    pub fn planning(mut self, planning: bool) -> Self {
+        self.planning = planning;
+        self
+    }
+
     /// `resumable: false` opts out of `resumable-sessions` (SPEC L1): a drop
     /// then ends the link's sessions.
     pub fn resumable(mut self, resumable: bool) -> Self {
@@ -306,6 +318,7 @@ impl Connector {
             protocol_version: PROTOCOL_VERSION,
             features: self.features(),
             run_capacity: self.run_capacity,
+            manifest: self.planning.then_some(Manifest { planning: true }),
         };
         ws.send(Message::Text(link::encode(&hello).into())).await?;
         loop {

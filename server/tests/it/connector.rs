@@ -247,6 +247,7 @@ async fn scripted_server(
             document: "d".into(),
             messages: vec![],
             repair: vec![],
+            plan: None,
         };
         ws.send(text(&invoke)).await.unwrap();
         let (mut results, mut calls) = (results.into_iter(), 0);
