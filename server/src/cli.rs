@@ -44,6 +44,11 @@ enum Command {
         /// with nothing to keep) wait for the machine, in ms (SPEC L7).
         #[arg(long, env = "PLANNER_ATTACH_GRACE_MS", default_value_t = margin_planner::DEFAULT_ATTACH_GRACE.0)]
         planner_attach_grace_ms: u64,
+        /// How many events each Planner session keeps behind its snapshot
+        /// for applications to replay; a cursor further back resyncs (SPEC
+        /// E2).
+        #[arg(long, env = "SESSION_EVENTS_RETAINED", default_value_t = crate::sessions::DEFAULT_RETAINED, value_parser = clap::value_parser!(u64).range(1..))]
+        session_events_retained: u64,
         /// How many Planner reads each document remembers (SPEC S5).
         #[arg(long, env = "MARGIN_REMEMBERED_READS", default_value_t = NonZeroUsize::new(margin_decisions::DEFAULT_READS).unwrap_or(NonZeroUsize::MIN))]
         remembered_reads: NonZeroUsize,
@@ -226,6 +231,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             listen,
             planner_idle_ms,
             planner_attach_grace_ms,
+            session_events_retained,
             remembered_reads,
             demo_planner,
         } => {
@@ -234,6 +240,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             options.hub.read_capacity = remembered_reads;
             options.planner_idle = std::time::Duration::from_millis(planner_idle_ms);
             options.attach_grace = std::time::Duration::from_millis(planner_attach_grace_ms);
+            options.session_events_retained = session_events_retained;
             let running = start(store, options).await?;
             // Tests and scripts read the bound address (useful with port 0).
             println!("margin listening on http://{}", running.addr);

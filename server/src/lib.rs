@@ -10,6 +10,7 @@ pub mod http;
 pub mod link;
 pub mod planners;
 pub mod serve;
+pub mod sessions;
 pub mod storage;
 pub mod sync;
 pub mod telemetry;

@@ -13,6 +13,7 @@ use tokio_util::task::TaskTracker;
 use crate::http::{router, AppState};
 use crate::link::{LinkSettings, Links};
 use crate::planners::Planners;
+use crate::sessions::SessionLog;
 use crate::storage::Store;
 use crate::sync::{Hub, HubSettings};
 
@@ -42,6 +43,9 @@ pub struct ServeOptions {
     /// dropped link's sessions with nothing to keep, wait for the machine
     /// (SPEC L7).
     pub attach_grace: Duration,
+    /// `SESSION_EVENTS_RETAINED`: events each session keeps behind its
+    /// snapshot for replay (SPEC E2).
+    pub session_events_retained: u64,
 }
 
 impl ServeOptions {
@@ -53,6 +57,7 @@ impl ServeOptions {
             links: LinkSettings::default(),
             planner_idle: Duration::from_millis(margin_planner::DEFAULT_IDLE.0),
             attach_grace: Duration::from_millis(margin_planner::DEFAULT_ATTACH_GRACE.0),
+            session_events_retained: crate::sessions::DEFAULT_RETAINED,
         }
     }
 }
@@ -104,9 +109,16 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
     );
     let credential_ttl = options.links.credential_ttl;
     let links = Links::new(options.links, shutdown.clone());
+    let log = SessionLog::start(
+        store.clone(),
+        options.session_events_retained,
+        &tracker,
+        shutdown.clone(),
+    );
     let planners = Planners::new(
         hub.clone(),
         links.clone(),
+        log.clone(),
         options.planner_idle,
         options.attach_grace,
     );
@@ -115,6 +127,7 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
         hub: hub.clone(),
         links,
         planners,
+        log,
     });
     let stop = shutdown.clone();
     let http = tokio::spawn(async move {

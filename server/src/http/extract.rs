@@ -40,10 +40,12 @@ fn bearer(parts: &Parts) -> Option<String> {
     Some(token.trim().to_owned())
 }
 
-/// `?token=` — accepted only on the sync route, since browsers cannot set
-/// headers on a WebSocket.
+/// `?token=` — accepted only on the sync route and a session's event
+/// stream, since browsers cannot set headers on a WebSocket or an
+/// `EventSource`.
 fn query_token(parts: &Parts) -> Option<String> {
-    if !parts.uri.path().ends_with("/sync") {
+    let path = parts.uri.path();
+    if !(path.ends_with("/sync") || path.starts_with("/sessions/") && path.ends_with("/events")) {
         return None;
     }
     parts

@@ -10,6 +10,7 @@ mod error;
 mod extract;
 mod machines;
 mod planner;
+mod sessions;
 mod tools;
 
 use std::time::Duration;
@@ -42,6 +43,8 @@ pub struct AppState {
     pub links: Links,
     /// Planner turns.
     pub planners: Planners,
+    /// Planner sessions' snapshots and events, for applications.
+    pub log: crate::sessions::SessionLog,
 }
 
 /// The whole HTTP surface.
@@ -89,6 +92,8 @@ pub fn router(state: AppState) -> Router {
             "/documents/{id}/decisions/{card}/criteria",
             post(decisions::add_criterion),
         )
+        .route("/sessions/{sid}", get(sessions::snapshot))
+        .route("/sessions/{sid}/events", get(sessions::events))
         .merge(tool_routes())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -101,8 +101,22 @@ pub struct Link {
     /// Whether `resumable-sessions` was granted: an unexpected drop then
     /// keeps the sessions in use (SPEC L1, L2).
     pub resumable: bool,
+    /// Whether its manifest declared `planning: true`: sessions it starts
+    /// keep a durable plan (SPEC U1), pinned for their life.
+    pub planning: bool,
     outbox: mpsc::Sender<ServerMessage>,
     closer: Closer,
+}
+
+/// What a link's accepted `hello` declared.
+#[derive(Clone, Copy, Debug)]
+pub struct Terms {
+    /// Most live run attempts per session (SPEC R2).
+    pub run_capacity: usize,
+    /// `resumable-sessions` granted (SPEC L1).
+    pub resumable: bool,
+    /// The manifest's `planning` (SPEC U1).
+    pub planning: bool,
 }
 
 impl Link {
@@ -163,16 +177,16 @@ impl Links {
     pub fn open(
         &self,
         machine: &Machine,
-        run_capacity: usize,
-        resumable: bool,
+        terms: Terms,
         closer: Closer,
     ) -> (Link, mpsc::Receiver<ServerMessage>) {
         let (outbox, rx) = mpsc::channel(LINK_OUTBOX);
         let link = Link {
             id: self.inner.next.fetch_add(1, Ordering::Relaxed),
             machine: machine.clone(),
-            run_capacity,
-            resumable,
+            run_capacity: terms.run_capacity,
+            resumable: terms.resumable,
+            planning: terms.planning,
             outbox,
             closer,
         };

@@ -13,7 +13,7 @@ use margin_protocol::link::{
 use tokio::time::{interval_at, Instant, MissedTickBehavior};
 use tracing::{debug, info, warn, Instrument};
 
-use super::{LinkEnd, Links};
+use super::{LinkEnd, Links, Terms};
 use crate::auth;
 use crate::planners::Planners;
 use crate::storage::{Machine, Store};
@@ -56,17 +56,16 @@ pub async fn serve(
                 return;
             };
             match hello(&first) {
-                Ok((features, run_capacity)) => {
-                    let resumable = features.iter().any(|f| f == RESUMABLE_SESSIONS);
+                Ok((features, terms)) => {
                     let welcome = ServerMessage::Welcome {
                         protocol_version: PROTOCOL_VERSION,
                         machine: machine.name.clone(),
-                        capabilities: Capabilities { durable_plans: false, features },
+                        capabilities: Capabilities { durable_plans: true, features },
                     };
                     // Registered before `welcome` goes out: a machine told it is
                     // linked can be found by the next `@planner` at once (its
                     // outbox is sent only after `welcome`).
-                    opened = Some(links.open(&machine, run_capacity, resumable, closer.clone()));
+                    opened = Some(links.open(&machine, terms, closer.clone()));
                     if send(&mut sink, &welcome).await.is_err() {
                         return;
                     }
@@ -220,13 +219,14 @@ async fn next_text(stream: &mut futures_util::stream::SplitStream<WebSocket>) ->
     }
 }
 
-/// Checks a `hello`; the features granted and the declared run capacity.
-fn hello(text: &str) -> Result<(Vec<String>, usize), (&'static str, String)> {
+/// Checks a `hello`; the features granted and what it declared.
+fn hello(text: &str) -> Result<(Vec<String>, Terms), (&'static str, String)> {
     match parse(text) {
         Ok(ClientMessage::Hello {
             protocol_version,
             features,
             run_capacity,
+            manifest,
         }) => {
             if protocol_version != PROTOCOL_VERSION {
                 return Err((
@@ -255,12 +255,17 @@ fn hello(text: &str) -> Result<(Vec<String>, usize), (&'static str, String)> {
             }
             // The one optional feature is resumable sessions; unknown ones
             // are ignored and not granted.
-            let granted = features
+            let granted: Vec<String> = features
                 .into_iter()
                 .filter(|f| f == RESUMABLE_SESSIONS)
                 .take(1)
                 .collect();
-            Ok((granted, run_capacity as usize))
+            let terms = Terms {
+                run_capacity: run_capacity as usize,
+                resumable: !granted.is_empty(),
+                planning: manifest.is_some_and(|m| m.planning),
+            };
+            Ok((granted, terms))
         }
         Ok(_) => Err(("hello_expected", "the first message must be hello".into())),
         Err((_, message)) => Err((

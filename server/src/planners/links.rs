@@ -115,8 +115,9 @@ impl Planners {
                 };
                 let in_turn = planner.turn.is_some();
                 let effects = planner.lifecycle.handle_link_lost(loss, now);
-                if planner.lifecycle.released().is_some() {
+                if let Some(reason) = planner.lifecycle.released() {
                     let (unknown, questions) = settle_release(planner, effects);
+                    planner.publish_end(&self.inner.log, reason);
                     planners.remove(&document);
                     endings.push(Ending {
                         document,
@@ -136,6 +137,7 @@ impl Planners {
                         _ => None,
                     })
                     .collect();
+                planner.publish(&self.inner.log, now);
                 info!(document, session = %planner.session, ?loss, "Planner away; session kept");
                 endings.push(Ending {
                     document,
@@ -241,6 +243,7 @@ impl Planners {
                         }
                     }
                 }
+                planner.publish(&self.inner.log, now);
                 info!(document, %session, link = link.id, "Planner session resumed");
                 endings.push(Ending {
                     document: document.clone(),
@@ -270,6 +273,7 @@ impl Planners {
                 };
                 let effects = planner.lifecycle.handle_not_resumed(now);
                 let (unknown, questions) = settle_release(&mut planner, effects);
+                planner.publish_end(&self.inner.log, ReleaseReason::LinkClosed);
                 let mut lines = vec![
                     "The Planner came back without this session's work; the session ended."
                         .to_owned(),
@@ -351,6 +355,7 @@ impl Planners {
                 }
             }
         }
+        planner.publish(&self.inner.log, now);
     }
 
     /// People discarded card `card` of `document`: if a session asked it, the
@@ -366,6 +371,7 @@ impl Planners {
             let _ = planner
                 .lifecycle
                 .handle_request_settled(&RequestId(card.to_owned()), now);
+            planner.publish(&self.inner.log, now);
         }
     }
 
@@ -395,6 +401,7 @@ impl Planners {
                     _ => line,
                 };
             }
+            planner.publish(&self.inner.log, now);
             line
         };
         if let Some(line) = line {
@@ -428,6 +435,7 @@ impl Planners {
                     });
                 }
             }
+            planner.publish(&self.inner.log, now);
         }
         self.system_lines(
             document,

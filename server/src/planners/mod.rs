@@ -8,6 +8,7 @@
 //! document and account (never ones the machine names), and judges replies.
 //! What a link's end and `resume` do to sessions is in [`links`].
 
+mod feed;
 mod links;
 
 pub use links::ResumeError;
@@ -25,11 +26,13 @@ use margin_planner::{
 use margin_protocol::chat::{ChatKind, ChatMessageView, MAX_CHAT_BYTES};
 use margin_protocol::decisions::{AnswerBody, CaptureStatus, OpenDecisionsOutput, ToolRefusal};
 use margin_protocol::link::{PlannerView, RunStatus as LinkRunStatus, RunView, ServerMessage};
+use margin_protocol::sessions::UPDATE_PLAN;
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 use uuid::Uuid;
 
 use crate::link::{refusal, Link, Links};
+use crate::sessions::{Published, SessionLog};
 use crate::storage::{Account, StorageError};
 use crate::sync::Hub;
 use crate::tools::{ToolError, Tools};
@@ -48,6 +51,8 @@ pub struct Planners {
 struct Inner {
     hub: Hub,
     links: Links,
+    /// Each session's events and plan, for applications (SPEC E1, E2).
+    log: SessionLog,
     /// `PLANNER_IDLE_MS`.
     idle: Millis,
     /// `PLANNER_ATTACH_GRACE_MS`.
@@ -82,6 +87,13 @@ struct DocumentPlanner {
     answers: HashMap<String, (AnswerBody, String)>,
     /// Host requests (card ids) the session asked that wait on a person.
     requests: std::collections::BTreeSet<String>,
+    /// Whether its Planner declared `planning` (SPEC U1): pinned for the
+    /// session's life, whatever later links declare.
+    planning: bool,
+    /// Its plan as last committed, handed back with each turn (U6).
+    plan: Option<margin_protocol::sessions::PlanView>,
+    /// What its feed last showed.
+    published: Published,
 }
 
 impl DocumentPlanner {
@@ -122,11 +134,13 @@ struct Released {
 /// handed back to be withdrawn.
 fn release(
     planners: &mut HashMap<String, DocumentPlanner>,
+    log: &SessionLog,
     document: &str,
     trigger: ReleaseTrigger,
     now: Millis,
 ) -> Option<Released> {
     let mut planner = planners.remove(document)?;
+    planner.publish_end(log, ReleaseReason::Trigger(trigger));
     let mut runs = Vec::new();
     let mut questions = Vec::new();
     for effect in planner.lifecycle.handle_release(trigger, now) {
@@ -160,6 +174,7 @@ impl Planners {
     pub fn new(
         hub: Hub,
         links: Links,
+        log: SessionLog,
         idle: std::time::Duration,
         attach_grace: std::time::Duration,
     ) -> Self {
@@ -167,6 +182,7 @@ impl Planners {
             inner: Arc::new(Inner {
                 hub,
                 links,
+                log,
                 idle: Millis(idle.as_millis() as u64),
                 attach_grace: Millis(attach_grace.as_millis() as u64),
                 started: Instant::now(),
@@ -205,27 +221,31 @@ impl Planners {
                 .get(document)
                 .is_some_and(|p| p.lifecycle.is_away() || self.inner.links.is_open(p.link.id));
             if !bound {
-                planners.remove(document);
+                if let Some(gone) = planners.remove(document) {
+                    gone.publish_end(&self.inner.log, ReleaseReason::LinkClosed);
+                }
                 if let Some(link) = self.inner.links.of_account(&owner.id) {
                     info!(document, machine = %link.machine.id, "Planner bound");
-                    planners.insert(
-                        document.to_owned(),
-                        DocumentPlanner {
-                            session: Uuid::new_v4().to_string(),
-                            lifecycle: Session::new(now, self.inner.idle)
-                                .with_run_capacity(link.run_capacity)
-                                .with_attach_grace(self.inner.attach_grace),
-                            link,
-                            steering: Steering::default(),
-                            turn: None,
-                            run_names: HashMap::new(),
-                            answers: HashMap::new(),
-                            requests: Default::default(),
-                        },
-                    );
+                    let planner = DocumentPlanner {
+                        session: Uuid::new_v4().to_string(),
+                        lifecycle: Session::new(now, self.inner.idle)
+                            .with_run_capacity(link.run_capacity)
+                            .with_attach_grace(self.inner.attach_grace),
+                        planning: link.planning,
+                        link,
+                        steering: Steering::default(),
+                        turn: None,
+                        run_names: HashMap::new(),
+                        answers: HashMap::new(),
+                        requests: Default::default(),
+                        plan: None,
+                        published: Published::default(),
+                    };
+                    planner.begin(&self.inner.log, document);
+                    planners.insert(document.to_owned(), planner);
                 }
             }
-            match planners.get_mut(document) {
+            let outcome = match planners.get_mut(document) {
                 // Away: the message waits for the machine, which is not
                 // replaced by another of the owner's (SPEC L2, L7).
                 Some(planner) if planner.lifecycle.is_away() => {
@@ -256,7 +276,11 @@ impl Planners {
                     )],
                     send: None,
                 },
+            };
+            if let Some(planner) = planners.get_mut(document) {
+                planner.publish(&self.inner.log, now);
             }
+            outcome
         };
         self.carry_out(document, outcome).await
     }
@@ -271,7 +295,7 @@ impl Planners {
         name: &str,
         arguments: serde_json::Value,
     ) -> ServerMessage {
-        let Some(document) = self.document_of(link, &session, &turn) else {
+        let Some((document, planning)) = self.document_of(link, &session, &turn) else {
             return refusal_unknown_turn(&session, &turn, Some(call_id));
         };
         let account = &link.machine.account;
@@ -279,15 +303,26 @@ impl Planners {
         let result = match name {
             "read_document" => tools.read_document(account, &document).await.map(to_value),
             "edit_plan" => match input(arguments) {
-                Ok(input) => tools.edit_plan(account, &document, input).await.map(to_value),
+                Ok(input) => tools
+                    .edit_plan(account, &document, input)
+                    .await
+                    .map(to_value),
                 Err(e) => Err(e),
             },
             "open_decisions" => match input(arguments) {
-                Ok(input) => self.captured(&document, &turn, tools.open_decisions(account, &document, input).await),
+                Ok(input) => self.captured(
+                    &document,
+                    &turn,
+                    tools.open_decisions(account, &document, input).await,
+                ),
                 Err(e) => Err(e),
             },
             "open_decision" => match input(arguments) {
-                Ok(input) => self.captured(&document, &turn, tools.open_decision(account, &document, input).await),
+                Ok(input) => self.captured(
+                    &document,
+                    &turn,
+                    tools.open_decision(account, &document, input).await,
+                ),
                 Err(e) => Err(e),
             },
             "ask" => match input(arguments) {
@@ -305,12 +340,14 @@ impl Planners {
                 }
                 Err(e) => Err(e),
             },
-            other => Err(ToolError::Refused(ToolRefusal {
-                code: "unknown_tool".into(),
-                message: format!("no tool named {other:?}; tools: read_document, edit_plan, open_decisions, open_decision, ask"),
-                read_again: false,
-                retry: false,
-            })),
+            UPDATE_PLAN if planning => match input(arguments) {
+                Ok(input) => {
+                    self.update_plan(&document, &session, &turn, &call_id, input)
+                        .await
+                }
+                Err(e) => Err(e),
+            },
+            other => Err(feed::unknown_tool(other, planning)),
         };
         let (output, error) = match result {
             Ok(output) => (Some(output), None),
@@ -420,6 +457,7 @@ impl Planners {
                     outcome.send = next.send;
                 }
             }
+            planner.publish(&self.inner.log, now);
             (document, outcome)
         };
         if let Err(error) = self.carry_out(&document, outcome).await {
@@ -463,6 +501,7 @@ impl Planners {
         {
             Ok(_) => {
                 planner.run_names.entry(run).or_insert(name);
+                planner.publish(&self.inner.log, now);
                 None
             }
             Err(refused) => {
@@ -489,8 +528,14 @@ impl Planners {
                 .find(|(_, p)| p.is(session, link))
                 .map(|(d, _)| d.clone());
             document.and_then(|document| {
-                release(&mut planners, &document, ReleaseTrigger::Stop, now)
-                    .map(|released| (document, released))
+                release(
+                    &mut planners,
+                    &self.inner.log,
+                    &document,
+                    ReleaseTrigger::Stop,
+                    now,
+                )
+                .map(|released| (document, released))
             })
         };
         let Some((document, released)) = released else {
@@ -526,7 +571,7 @@ impl Planners {
     pub async fn document_closed(&self, document: &str, trigger: ReleaseTrigger) {
         self.ended().documents.insert(document.to_owned());
         let now = self.now();
-        let released = release(&mut self.lock(), document, trigger, now);
+        let released = release(&mut self.lock(), &self.inner.log, document, trigger, now);
         let Some(released) = released else {
             return;
         };
@@ -595,9 +640,11 @@ impl Planners {
                 let effects = planner.lifecycle.handle_timeout(now);
                 if effects.contains(&Effect::Released(ReleaseReason::Idle)) {
                     info!(document, "Planner session released after its idle period");
+                    planner.publish_end(&self.inner.log, ReleaseReason::Idle);
                     gone.push(document.clone());
                 } else if let Some(ending) = Self::lease_ended(planner, document, effects) {
                     info!(document, "Planner session released: its machine did not come back within the attach grace");
+                    planner.publish_end(&self.inner.log, ReleaseReason::LinkClosed);
                     gone.push(document.clone());
                     endings.push(ending);
                 }
@@ -651,13 +698,7 @@ impl Planners {
                             .cloned()
                             .unwrap_or_else(|| card.run.0.clone()),
                         run: card.run.0,
-                        status: match card.status {
-                            RunStatus::Running => LinkRunStatus::Running,
-                            RunStatus::Paused => LinkRunStatus::Paused,
-                            RunStatus::Completed => LinkRunStatus::Completed,
-                            RunStatus::Failed => LinkRunStatus::Failed,
-                            RunStatus::Stopped => LinkRunStatus::Stopped,
-                        },
+                        status: feed::link_status(card.status),
                         age_ms: card.age.0,
                         disconnected: planner.lifecycle.is_away(),
                     })
@@ -691,12 +732,12 @@ impl Planners {
     }
 
     /// The document of `session` if `turn` is its running turn on `link`'s
-    /// machine; the machine's own word for either is never enough.
-    fn document_of(&self, link: &Link, session: &str, turn: &str) -> Option<String> {
+    /// machine; the machine's own word for either is never enough. Also whether the session plans (SPEC U1).
+    fn document_of(&self, link: &Link, session: &str, turn: &str) -> Option<(String, bool)> {
         self.lock()
             .iter()
             .find(|(_, p)| p.runs(session, turn, link))
-            .map(|(document, _)| document.clone())
+            .map(|(document, p)| (document.clone(), p.planning))
     }
 
     /// `ask` opened host requests: the session waits on a person for each
@@ -725,6 +766,7 @@ impl Planners {
                 .handle_request_opened(RequestId(card.clone()), now);
             planner.requests.insert(card);
         }
+        planner.publish(&self.inner.log, now);
         Vec::new()
     }
 
@@ -787,7 +829,9 @@ impl Planners {
         }
         if let Some((link, message)) = outcome.send {
             if !link.send(message) {
-                self.lock().remove(document);
+                if let Some(gone) = self.lock().remove(document) {
+                    gone.publish_end(&self.inner.log, ReleaseReason::LinkClosed);
+                }
                 let line = "The Planner could not be reached; its turn did not start.";
                 self.inner
                     .hub
@@ -822,6 +866,11 @@ fn start_turn(
         document: document.to_owned(),
         messages,
         repair,
+        plan: planner
+            .plan
+            .clone()
+            .filter(|_| planner.planning)
+            .map(Box::new),
     };
     Outcome {
         chat: Vec::new(),

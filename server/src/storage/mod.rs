@@ -12,6 +12,7 @@ mod cards;
 mod chat;
 mod documents;
 mod machines;
+mod sessions;
 mod updates;
 
 use std::path::Path;
@@ -24,6 +25,7 @@ pub use accounts::Account;
 pub use cards::StoredCard;
 pub use documents::DocumentRow;
 pub use machines::{Machine, StoredCredential, EXPIRED_CREDENTIALS_KEPT_MS};
+pub use sessions::{SessionOwner, StoredEvent, StoredSession};
 pub use updates::StoredState;
 
 /// Errors from storage, typed by what a caller can do about them.

@@ -42,8 +42,9 @@ on_both_backends! {
             ServerMessage::Welcome {
                 protocol_version: 1,
                 machine: "ada's laptop".into(),
-                // Resumable sessions are granted (SPEC L1).
-                capabilities: Capabilities { durable_plans: false, features: vec!["resumable-sessions".into()] },
+                // Resumable sessions are granted (SPEC L1); durable plans
+                // are offered to any Planner that declares planning (U1).
+                capabilities: Capabilities { durable_plans: true, features: vec!["resumable-sessions".into()] },
             }
         );
         // Unknown features are ignored and not granted; none asked, none granted.

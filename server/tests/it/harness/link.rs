@@ -101,6 +101,15 @@ impl LinkClient {
         self.next().await.expect("an answer to hello")
     }
 
+    /// A `hello` whose manifest declares `planning: true` (SPEC U1).
+    pub async fn hello_planning(&mut self) -> ServerMessage {
+        self.send_text(
+            r#"{"type":"hello","protocol_version":1,"features":["resumable-sessions"],"manifest":{"planning":true}}"#,
+        )
+        .await;
+        self.next().await.expect("an answer to hello")
+    }
+
     /// A `hello` without `resumable-sessions`: a drop ends the sessions.
     pub async fn hello_without_resume(&mut self) -> ServerMessage {
         self.send_text(r#"{"type":"hello","protocol_version":1,"features":[]}"#)

@@ -8,6 +8,7 @@ pub mod inproc;
 pub mod link;
 pub mod proxy;
 pub mod server;
+pub mod sse;
 
 pub use api::Api;
 pub use client::SyncClient;
@@ -16,6 +17,7 @@ pub use inproc::InProcess;
 pub use link::LinkClient;
 pub use proxy::Proxy;
 pub use server::Server;
+pub use sse::Sse;
 
 /// Declares each test once per backend: `name::sqlite` and `name::postgres`.
 /// The PostgreSQL variant reports itself skipped when `TEST_DATABASE_URL` is

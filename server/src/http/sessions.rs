@@ -1,0 +1,142 @@
+//! A Planner session for applications (SPEC E1–E3): its snapshot with a
+//! cursor, and its events as Server-Sent Events replayed from a cursor.
+//! Both inherit the read authorization of the session's document: a caller
+//! who may not read it gets the same 404 as for a session that does not
+//! exist.
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::stream;
+use margin_protocol::sessions::{Resync, SessionSnapshot};
+use serde::Deserialize;
+
+use super::documents::visible;
+use super::extract::Caller;
+use super::{AppError, AppState};
+use crate::sessions::Step;
+
+/// Longest session id looked up.
+const MAX_SESSION_ID_BYTES: usize = 64;
+
+/// `GET /sessions/{sid}` (SPEC E1).
+pub async fn snapshot(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(session): Path<String>,
+) -> Result<Json<SessionSnapshot>, AppError> {
+    Ok(Json(readable(&state, &account, &session).await?))
+}
+
+#[derive(Deserialize)]
+pub struct EventsQuery {
+    /// The cursor to replay after, when no `Last-Event-ID` is sent.
+    after: Option<String>,
+}
+
+/// `GET /sessions/{sid}/events` (SPEC E2): every event after the cursor
+/// (`Last-Event-ID`, else `?after=`, else 0), then each new one as it is
+/// committed. A cursor the log cannot continue from gets one `resync`
+/// event, without an id, and the stream ends.
+pub async fn events(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(session): Path<String>,
+    headers: HeaderMap,
+    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, AppError> {
+    let Query(query) = query.map_err(|e| AppError::bad_request("invalid_query", e.body_text()))?;
+    let last = headers
+        .get("last-event-id")
+        .map(|value| value.to_str().unwrap_or("\u{fffd}").to_owned());
+    let after = match last.or(query.after) {
+        None => 0,
+        Some(cursor) => cursor.trim().parse::<u64>().map_err(|_| {
+            AppError::bad_request(
+                "invalid_cursor",
+                format!(
+                    "a cursor is an event id (a whole number); got {:?}",
+                    truncate(&cursor)
+                ),
+            )
+        })?,
+    };
+    let snapshot = readable(&state, &account, &session).await?;
+    let href = format!("/sessions/{session}");
+    let reader = state.log.reader(&snapshot, after);
+    let body = stream::unfold(Some(reader), move |reader| {
+        let href = href.clone();
+        async move {
+            let mut reader = reader?;
+            match reader.next().await {
+                Step::Events(frames) => {
+                    Some((Ok::<_, std::convert::Infallible>(frames), Some(reader)))
+                }
+                Step::KeepAlive => {
+                    Some((Ok(Bytes::from_static(b": keep-alive\n\n")), Some(reader)))
+                }
+                Step::Resync(reason) => Some((Ok(resync_frame(reason, href)), None)),
+                Step::End => None,
+            }
+        }
+    });
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+            // Proxies that buffer would hold events back.
+            (
+                header::HeaderName::from_static("x-accel-buffering"),
+                HeaderValue::from_static("no"),
+            ),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response())
+}
+
+/// The session's snapshot, if `account` may read its document; the same
+/// 404 otherwise, so its existence never leaks (SPEC E3).
+async fn readable(
+    state: &AppState,
+    account: &crate::storage::Account,
+    session: &str,
+) -> Result<SessionSnapshot, AppError> {
+    let not_found = || AppError::NotFound {
+        code: "session_not_found",
+        message: format!(
+            "no Planner session {:?} that you can see",
+            truncate(session)
+        ),
+    };
+    if session.is_empty() || session.len() > MAX_SESSION_ID_BYTES {
+        return Err(not_found());
+    }
+    let Some((document, snapshot)) = state.log.snapshot(session).await? else {
+        return Err(not_found());
+    };
+    match visible(state, account, &document).await {
+        Ok(_) => Ok(snapshot),
+        Err(AppError::NotFound { .. }) => Err(not_found()),
+        Err(other) => Err(other),
+    }
+}
+
+fn resync_frame(reason: String, snapshot: String) -> Bytes {
+    let body =
+        serde_json::to_string(&Resync { reason, snapshot }).unwrap_or_else(|_| "{}".to_owned());
+    Bytes::from(format!("event: resync\ndata: {body}\n\n"))
+}
+
+fn truncate(text: &str) -> &str {
+    let mut end = text.len().min(64);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}

@@ -1,0 +1,154 @@
+//! What a session last told applications, and the events that move it to
+//! its state now (SPEC E2). The Planners compare a session's state with
+//! what they last published after each change, so every change becomes
+//! events in the order it happened, from one place, whichever path made it.
+
+use margin_protocol::sessions::{SessionEvent, SessionRun};
+
+/// The parts of a session's state its feed shows, as last published. The
+/// plan is not here: only `update_plan` changes it, with its own event.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Published {
+    /// The machine is away.
+    pub away: bool,
+    /// The turn replying.
+    pub turn: Option<String>,
+    /// A Stop waits for the machine.
+    pub stop_pending: bool,
+    /// Runs, by id.
+    pub runs: Vec<SessionRun>,
+    /// Open host requests (card ids).
+    pub host_requests: Vec<String>,
+}
+
+impl Published {
+    /// The events that take a session from `self` to `next`. A run no
+    /// longer in `next` keeps its last published status.
+    pub fn diff(&self, next: &Published) -> Vec<SessionEvent> {
+        let mut events = Vec::new();
+        if self.away != next.away {
+            events.push(if next.away {
+                SessionEvent::PlannerDisconnected {}
+            } else {
+                SessionEvent::PlannerReconnected {}
+            });
+        }
+        if self.stop_pending != next.stop_pending {
+            events.push(if next.stop_pending {
+                SessionEvent::StopRequested {}
+            } else {
+                SessionEvent::StopWithdrawn {}
+            });
+        }
+        if self.turn != next.turn {
+            if let Some(turn) = &self.turn {
+                events.push(SessionEvent::TurnFinished { turn: turn.clone() });
+            }
+            if let Some(turn) = &next.turn {
+                events.push(SessionEvent::TurnStarted { turn: turn.clone() });
+            }
+        }
+        for run in &next.runs {
+            if !self.runs.contains(run) {
+                events.push(SessionEvent::RunUpdated { run: run.clone() });
+            }
+        }
+        for request in &self.host_requests {
+            if !next.host_requests.contains(request) {
+                events.push(SessionEvent::HostRequestClosed {
+                    request: request.clone(),
+                });
+            }
+        }
+        for request in &next.host_requests {
+            if !self.host_requests.contains(request) {
+                events.push(SessionEvent::HostRequestOpened {
+                    request: request.clone(),
+                });
+            }
+        }
+        events
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use margin_protocol::link::RunStatus;
+    use margin_protocol::sessions::{SessionSnapshot, SessionState};
+
+    use super::*;
+
+    fn run(id: &str, status: RunStatus) -> SessionRun {
+        SessionRun {
+            run: id.into(),
+            name: format!("run {id}"),
+            status,
+        }
+    }
+
+    /// What a snapshot shows of `published`.
+    fn shown(snapshot: &SessionSnapshot) -> Published {
+        let mut runs = snapshot.runs.clone();
+        runs.sort_by(|a, b| a.run.cmp(&b.run));
+        let mut host_requests = snapshot.host_requests.clone();
+        host_requests.sort();
+        Published {
+            away: snapshot.state == SessionState::Disconnected,
+            turn: snapshot.turn.clone(),
+            stop_pending: snapshot.stop_pending,
+            runs,
+            host_requests,
+        }
+    }
+
+    #[test]
+    fn folding_the_diff_of_each_change_gives_the_state_after_it() {
+        let states = [
+            Published::default(),
+            Published {
+                turn: Some("t1".into()),
+                runs: vec![run("a", RunStatus::Running)],
+                host_requests: vec!["c1".into(), "c2".into()],
+                ..Published::default()
+            },
+            Published {
+                away: true,
+                turn: Some("t1".into()),
+                stop_pending: true,
+                runs: vec![run("a", RunStatus::Paused), run("b", RunStatus::Running)],
+                host_requests: vec!["c2".into()],
+            },
+            Published {
+                turn: Some("t2".into()),
+                runs: vec![run("a", RunStatus::Completed), run("b", RunStatus::Running)],
+                host_requests: vec!["c3".into()],
+                ..Published::default()
+            },
+            Published {
+                runs: vec![run("a", RunStatus::Completed), run("b", RunStatus::Stopped)],
+                ..Published::default()
+            },
+        ];
+        let mut snapshot = SessionSnapshot::empty("s1");
+        let mut cursor = 0;
+        let mut last = Published::default();
+        for state in states {
+            for event in last.diff(&state) {
+                cursor += 1;
+                snapshot.apply(cursor, &event);
+            }
+            assert_eq!(shown(&snapshot), state);
+            last = state;
+        }
+    }
+
+    #[test]
+    fn no_change_is_no_event() {
+        let state = Published {
+            turn: Some("t1".into()),
+            runs: vec![run("a", RunStatus::Running)],
+            ..Published::default()
+        };
+        assert!(state.diff(&state.clone()).is_empty());
+    }
+}

@@ -1,0 +1,175 @@
+//! Planner sessions as applications read them (SPEC E1, E2, U5): each
+//! session's snapshot at its cursor and its event log, written together.
+//!
+//! The rows hold JSON the `sessions` module folds and encodes; storage
+//! only keeps a snapshot and its events in step: one transaction appends
+//! events and moves the snapshot to the last of them, fenced on the cursor
+//! it started from, so a failed commit leaves both as they were.
+
+use sqlx::Row;
+
+use super::{int, now_ms, StorageError, Store};
+
+/// One stored event of a session's log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredEvent {
+    /// Its cursor: contiguous per session, from 1.
+    pub seq: u64,
+    /// Its SSE event name.
+    pub kind: String,
+    /// Its JSON.
+    pub body: String,
+}
+
+/// A session's stored snapshot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredSession {
+    /// Its document.
+    pub document: String,
+    /// Its owner's account.
+    pub account: String,
+    /// The last event folded into `snapshot`.
+    pub cursor: u64,
+    /// The snapshot's JSON.
+    pub snapshot: String,
+}
+
+/// Who a new session belongs to, for its first commit.
+#[derive(Clone, Copy, Debug)]
+pub struct SessionOwner<'a> {
+    /// Its document.
+    pub document: &'a str,
+    /// Its owner's account.
+    pub account: &'a str,
+}
+
+impl Store {
+    /// Appends `events` (numbered on from `base`) to session `id`'s log and
+    /// moves its snapshot to the last of them, in one transaction. `owner`
+    /// is given for the session's first commit (`base` 0), which creates
+    /// it. Fails with [`StorageError::RevisionMoved`], writing nothing, when
+    /// the stored cursor is not `base`.
+    pub async fn commit_session_events(
+        &self,
+        id: &str,
+        owner: Option<SessionOwner<'_>>,
+        base: u64,
+        events: &[StoredEvent],
+        snapshot: &str,
+    ) -> Result<(), StorageError> {
+        let cursor = base + events.len() as u64;
+        let now = now_ms();
+        let mut tx = self.pool.begin().await?;
+        match owner {
+            Some(owner) if base == 0 => {
+                sqlx::query(
+                    "INSERT INTO planner_sessions (id, document_id, account_id, cursor, snapshot, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6)",
+                )
+                .bind(id)
+                .bind(owner.document)
+                .bind(owner.account)
+                .bind(cursor as i64)
+                .bind(snapshot)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            }
+            _ => {
+                let moved = sqlx::query(
+                    "UPDATE planner_sessions SET cursor = $1, snapshot = $2 WHERE id = $3 AND cursor = $4",
+                )
+                .bind(cursor as i64)
+                .bind(snapshot)
+                .bind(id)
+                .bind(base as i64)
+                .execute(&mut *tx)
+                .await?;
+                if moved.rows_affected() != 1 {
+                    let found = sqlx::query("SELECT cursor FROM planner_sessions WHERE id = $1")
+                        .bind(id)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                        .map(|row| int(&row, "cursor"))
+                        .transpose()?
+                        .ok_or(StorageError::NotFound("session"))?;
+                    return Err(StorageError::RevisionMoved {
+                        expected: base as i64,
+                        found,
+                    });
+                }
+            }
+        }
+        for event in events {
+            sqlx::query(
+                "INSERT INTO session_events (session_id, seq, kind, body, created_at) VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(id)
+            .bind(event.seq as i64)
+            .bind(&event.kind)
+            .bind(&event.body)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Session `id`'s snapshot, if it exists.
+    pub async fn session(&self, id: &str) -> Result<Option<StoredSession>, StorageError> {
+        let row = sqlx::query(
+            "SELECT document_id, account_id, cursor, snapshot FROM planner_sessions WHERE id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|row| {
+            Ok(StoredSession {
+                document: row.try_get("document_id")?,
+                account: row.try_get("account_id")?,
+                cursor: int(&row, "cursor")? as u64,
+                snapshot: row.try_get("snapshot")?,
+            })
+        })
+        .transpose()
+    }
+
+    /// Session `id`'s events after cursor `after`, oldest first, at most
+    /// `limit`.
+    pub async fn session_events(
+        &self,
+        id: &str,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<StoredEvent>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT seq, kind, body FROM session_events WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        )
+        .bind(id)
+        .bind(after as i64)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(StoredEvent {
+                    seq: int(row, "seq")? as u64,
+                    kind: row.try_get("kind")?,
+                    body: row.try_get("body")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Drops session `id`'s events at or before `upto`: the snapshot holds
+    /// them (SPEC E2 retention).
+    pub async fn prune_session_events(&self, id: &str, upto: u64) -> Result<u64, StorageError> {
+        let done = sqlx::query("DELETE FROM session_events WHERE session_id = $1 AND seq <= $2")
+            .bind(id)
+            .bind(upto as i64)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+}
