@@ -270,8 +270,9 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         } => {
             // The file is read at each connect and kept current by each
             // renewal, so the Planner relinks hours later (SPEC L8).
-            let connector =
-                Connector::with_credential_file(server, &credential).resumable(!no_resume);
+            let connector = Connector::with_credential_file(server, &credential)
+                .resumable(!no_resume)
+                .planning(true);
             connector.check_credential()?;
             let shutdown = CancellationToken::new();
             let linked = tokio::spawn(demo::keep_linked(connector, shutdown.clone(), None));

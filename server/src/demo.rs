@@ -16,6 +16,7 @@ use margin_protocol::decisions::{
 };
 use margin_protocol::documents::BlockEntry;
 use margin_protocol::link::RunStatus;
+use margin_protocol::sessions::{PlanStep, UpdatePlanInput};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -42,16 +43,20 @@ impl Handler for DemoPlanner {
     async fn turn(&self, turn: Turn) -> Result<String, ToolError> {
         let run = format!("review-{}", turn.id);
         let name = "Review the plan for open questions";
+        let mut plan = Checklist::new(&turn);
+        plan.mark(&turn, Progress::Reading).await?;
         turn.run(&run, name, RunStatus::Running).await?;
         let read = turn.read_document().await?;
         let cards = open_questions(&read.outline);
         if cards.is_empty() {
             turn.run(&run, name, RunStatus::Completed).await?;
+            plan.mark(&turn, Progress::Done { asked: 0 }).await?;
             return Ok(format!(
                 "I read the plan ({} blocks) and found no open questions: nothing ends in a question mark or is marked TBD.",
                 read.outline.len()
             ));
         }
+        plan.mark(&turn, Progress::Capturing).await?;
         let found = cards.len();
         let opened = turn
             .open_decisions(&OpenDecisionsInput {
@@ -65,12 +70,87 @@ impl Handler for DemoPlanner {
         };
         turn.run(&run, name, status).await?;
         let opened = opened?;
+        plan.mark(&turn, Progress::Done { asked: found }).await?;
         Ok(format!(
             "I read the plan ({} blocks) and found {found} open question{}: {}.",
             read.outline.len(),
             if found == 1 { "" } else { "s" },
             opened.summary
         ))
+    }
+}
+
+/// Where a turn of the demo is, as its plan shows it.
+#[derive(Clone, Copy, Debug)]
+enum Progress {
+    Reading,
+    Capturing,
+    Done { asked: usize },
+}
+
+/// The demo's durable plan (SPEC U1–U3): three steps it marks as it goes.
+/// Progress reporting only; people see it in the editor's Plan panel. A
+/// refused update is logged and ends the checklist for the turn: the
+/// plan is never the work.
+struct Checklist {
+    /// The revision the next update expects.
+    revision: u64,
+    /// Whether updates still go out this turn.
+    on: bool,
+}
+
+impl Checklist {
+    fn new(turn: &Turn) -> Self {
+        Checklist {
+            revision: turn.plan.as_ref().map_or(0, |plan| plan.revision),
+            on: true,
+        }
+    }
+
+    /// Replaces the plan with the steps as of `progress`.
+    async fn mark(&mut self, turn: &Turn, progress: Progress) -> Result<(), ToolError> {
+        use margin_protocol::sessions::StepStatus::{Completed, InProgress, Pending};
+        if !self.on {
+            return Ok(());
+        }
+        let (read, capture, answers) = match progress {
+            Progress::Reading => (InProgress, Pending, Pending),
+            Progress::Capturing => (Completed, InProgress, Pending),
+            Progress::Done { asked: 0 } => (Completed, Completed, Completed),
+            Progress::Done { .. } => (Completed, Completed, Pending),
+        };
+        let answers_text = match progress {
+            Progress::Done { asked } if asked > 0 => {
+                format!("People answer the {asked} decision(s) beside their paragraphs")
+            }
+            _ => "People answer the decisions beside their paragraphs".to_owned(),
+        };
+        let update = UpdatePlanInput {
+            expected_revision: self.revision,
+            explanation: Some("Reviewing the plan for open questions".into()),
+            steps: vec![
+                step("read", "Read the plan", read),
+                step("capture", "Open a decision for each open question", capture),
+                step("answers", &answers_text, answers),
+            ],
+        };
+        match turn.update_plan(&update).await {
+            Ok(output) => self.revision = output.plan.revision,
+            Err(ToolError::Refused(refusal)) => {
+                warn!(code = %refusal.code, message = %refusal.message, "the demo's plan was not updated");
+                self.on = false;
+            }
+            Err(other) => return Err(other),
+        }
+        Ok(())
+    }
+}
+
+fn step(id: &str, description: &str, status: margin_protocol::sessions::StepStatus) -> PlanStep {
+    PlanStep {
+        id: id.into(),
+        description: description.into(),
+        status,
     }
 }
 
@@ -225,7 +305,8 @@ impl Demo {
         let shutdown = CancellationToken::new();
         // The demo's credential lives in memory: the connector keeps the
         // newest one the link sent for its next connect (SPEC L8).
-        let connector = Connector::new(format!("http://{}", running.addr), credential.secret);
+        let connector =
+            Connector::new(format!("http://{}", running.addr), credential.secret).planning(true);
         let (linked, first_link) = oneshot::channel();
         let task = tokio::spawn(keep_linked(connector, shutdown.clone(), Some(linked)));
         // Say it is linked only once it is.

@@ -114,7 +114,8 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
         options.session_events_retained,
         &tracker,
         shutdown.clone(),
-    );
+    )
+    .await;
     let planners = Planners::new(
         hub.clone(),
         links.clone(),

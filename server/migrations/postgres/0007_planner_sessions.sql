@@ -8,9 +8,12 @@ CREATE TABLE planner_sessions (
     account_id TEXT NOT NULL REFERENCES accounts (id) ON DELETE CASCADE,
     cursor BIGINT NOT NULL,
     snapshot TEXT NOT NULL,
+    -- The snapshot's state, so a restart finds the sessions it must end.
+    state TEXT NOT NULL CHECK (state IN ('active', 'disconnected', 'ended')),
     created_at BIGINT NOT NULL
 );
 CREATE INDEX planner_sessions_document ON planner_sessions (document_id);
+CREATE INDEX planner_sessions_state ON planner_sessions (state);
 
 CREATE TABLE session_events (
     session_id TEXT NOT NULL REFERENCES planner_sessions (id) ON DELETE CASCADE,

@@ -107,9 +107,11 @@ impl Feeds {
 }
 
 impl SessionLog {
-    /// Starts the writer on `tracker`, keeping `retained` events behind
-    /// each snapshot; it commits what is queued and stops at `shutdown`.
-    pub fn start(
+    /// Ends the sessions a previous run left open (none of them carries
+    /// on in this process), then starts the writer on `tracker`, keeping
+    /// `retained` events behind each snapshot; it commits what is queued
+    /// and stops at `shutdown`.
+    pub async fn start(
         store: Store,
         retained: u64,
         tracker: &TaskTracker,
@@ -120,11 +122,9 @@ impl SessionLog {
             map: Arc::default(),
             capacity: usize::try_from(retained).unwrap_or(usize::MAX),
         };
-        tracker.spawn(writer::run(
-            writer::Writer::new(store.clone(), feeds.clone(), retained),
-            queue,
-            shutdown.clone(),
-        ));
+        let mut writer = writer::Writer::new(store.clone(), feeds.clone(), retained);
+        writer.end_left_open().await;
+        tracker.spawn(writer::run(writer, queue, shutdown.clone()));
         SessionLog {
             inner: Arc::new(Inner {
                 commands,

@@ -14,7 +14,7 @@ use tracing::{debug, error, info_span, Instrument};
 use super::feed::Entry;
 use super::plan::{judge, Judged};
 use super::{Command, Feeds, Owner, PlanDecision};
-use crate::storage::{SessionOwner, StorageError, Store, StoredEvent};
+use crate::storage::{SessionCommit, SessionOwner, StorageError, Store, StoredEvent};
 
 /// Most commands taken from the queue per batch.
 const BATCH: usize = 512;
@@ -26,6 +26,10 @@ pub(super) struct Writer {
     /// Snapshots of sessions written since start, as committed.
     live: HashMap<String, SessionSnapshot>,
 }
+
+/// Why a restart ends the sessions it finds (their machines' work is not
+/// known to this process: a `resume` names them as ended).
+pub(super) const RESTARTED: &str = "the server restarted; the Planner starts a new session";
 
 /// Runs until `shutdown`, then commits what is still queued.
 pub(super) async fn run(
@@ -108,6 +112,25 @@ impl Writer {
         }
         for (session, owner, events) in pending {
             self.commit_logged(&session, owner, events).await;
+        }
+    }
+
+    /// Ends every stored session that is not ended: sessions live in this
+    /// process's memory, so after a restart none of them carries on, and
+    /// their snapshots must not say they do. Their plans stay readable.
+    pub(super) async fn end_left_open(&mut self) {
+        let sessions = match self.store.unended_sessions().await {
+            Ok(sessions) => sessions,
+            Err(error) => {
+                error!(%error, "sessions left open by the last run not read");
+                return;
+            }
+        };
+        for session in sessions {
+            let ended = SessionEvent::SessionEnded {
+                reason: RESTARTED.into(),
+            };
+            self.commit_logged(&session, None, vec![ended]).await;
         }
     }
 
@@ -194,9 +217,20 @@ impl Writer {
             document: &o.document,
             account: &o.account,
         });
+        let state = match snapshot.state {
+            SessionState::Active => "active",
+            SessionState::Disconnected => "disconnected",
+            SessionState::Ended => "ended",
+        };
+        let commit = SessionCommit {
+            base,
+            events: &stored,
+            snapshot: &encode(&snapshot)?,
+            state,
+        };
         let committed = self
             .store
-            .commit_session_events(session, owner, base, &stored, &encode(&snapshot)?)
+            .commit_session_events(session, owner, commit)
             .await;
         if let Err(error) = committed {
             // Storage may hold more or less than memory thought: read it

@@ -25,7 +25,7 @@ pub use accounts::Account;
 pub use cards::StoredCard;
 pub use documents::DocumentRow;
 pub use machines::{Machine, StoredCredential, EXPIRED_CREDENTIALS_KEPT_MS};
-pub use sessions::{SessionOwner, StoredEvent, StoredSession};
+pub use sessions::{SessionCommit, SessionOwner, StoredEvent, StoredSession};
 pub use updates::StoredState;
 
 /// Errors from storage, typed by what a caller can do about them.

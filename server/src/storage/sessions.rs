@@ -34,6 +34,20 @@ pub struct StoredSession {
     pub snapshot: String,
 }
 
+/// What one commit writes: events numbered on from `base`, and the
+/// snapshot after the last of them with its state.
+#[derive(Clone, Copy, Debug)]
+pub struct SessionCommit<'a> {
+    /// The cursor the stored snapshot must be at.
+    pub base: u64,
+    /// The events, numbered `base + 1` on.
+    pub events: &'a [StoredEvent],
+    /// The snapshot's JSON after them.
+    pub snapshot: &'a str,
+    /// Its state: `active`, `disconnected` or `ended`.
+    pub state: &'a str,
+}
+
 /// Who a new session belongs to, for its first commit.
 #[derive(Clone, Copy, Debug)]
 pub struct SessionOwner<'a> {
@@ -44,43 +58,49 @@ pub struct SessionOwner<'a> {
 }
 
 impl Store {
-    /// Appends `events` (numbered on from `base`) to session `id`'s log and
-    /// moves its snapshot to the last of them, in one transaction. `owner`
-    /// is given for the session's first commit (`base` 0), which creates
-    /// it. Fails with [`StorageError::RevisionMoved`], writing nothing, when
-    /// the stored cursor is not `base`.
+    /// Appends `commit`'s events to session `id`'s log and moves its
+    /// snapshot to the last of them, in one transaction. `owner` is given
+    /// for the session's first commit (`base` 0), which creates it. Fails
+    /// with [`StorageError::RevisionMoved`], writing nothing, when the
+    /// stored cursor is not `base`.
     pub async fn commit_session_events(
         &self,
         id: &str,
         owner: Option<SessionOwner<'_>>,
-        base: u64,
-        events: &[StoredEvent],
-        snapshot: &str,
+        commit: SessionCommit<'_>,
     ) -> Result<(), StorageError> {
+        let SessionCommit {
+            base,
+            events,
+            snapshot,
+            state,
+        } = commit;
         let cursor = base + events.len() as u64;
         let now = now_ms();
         let mut tx = self.pool.begin().await?;
         match owner {
             Some(owner) if base == 0 => {
                 sqlx::query(
-                    "INSERT INTO planner_sessions (id, document_id, account_id, cursor, snapshot, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6)",
+                    "INSERT INTO planner_sessions (id, document_id, account_id, cursor, snapshot, state, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
                 )
                 .bind(id)
                 .bind(owner.document)
                 .bind(owner.account)
                 .bind(cursor as i64)
                 .bind(snapshot)
+                .bind(state)
                 .bind(now)
                 .execute(&mut *tx)
                 .await?;
             }
             _ => {
                 let moved = sqlx::query(
-                    "UPDATE planner_sessions SET cursor = $1, snapshot = $2 WHERE id = $3 AND cursor = $4",
+                    "UPDATE planner_sessions SET cursor = $1, snapshot = $2, state = $3 WHERE id = $4 AND cursor = $5",
                 )
                 .bind(cursor as i64)
                 .bind(snapshot)
+                .bind(state)
                 .bind(id)
                 .bind(base as i64)
                 .execute(&mut *tx)
@@ -171,5 +191,15 @@ impl Store {
             .execute(&self.pool)
             .await?;
         Ok(done.rows_affected())
+    }
+
+    /// The sessions whose stored state is not `ended`, oldest first.
+    pub async fn unended_sessions(&self) -> Result<Vec<String>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT id FROM planner_sessions WHERE state <> 'ended' ORDER BY created_at, id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(|row| Ok(row.try_get("id")?)).collect()
     }
 }

@@ -322,8 +322,15 @@ on_both_backends! {
         p.turn = turn;
         p.update(json!({"expected_revision": 1, "steps": [step("a", "Draft the launch", "completed")]})).await.unwrap();
         p.s.server.restart().await;
-        let plan = p.snapshot().await.plan.unwrap().unwrap();
+        let after = p.snapshot().await;
+        let plan = after.plan.unwrap().unwrap();
         assert_eq!((plan.revision, plan.steps[0].status), (2, margin_protocol::sessions::StepStatus::Completed));
+        // Sessions live in the server's memory: after a restart the
+        // snapshot says this one ended, and why, rather than that it runs.
+        assert_eq!(after.state, margin_protocol::sessions::SessionState::Ended);
+        let events = p.events().await;
+        let Some((_, SessionEvent::SessionEnded { reason })) = events.last() else { panic!("{events:?}") };
+        assert!(reason.contains("server restarted"), "{reason}");
     }
 
     async fn steps_never_complete_a_turn_and_a_finished_turn_completes_no_step(db) {
