@@ -120,7 +120,10 @@ pub struct ToolRefusal {
     /// `block_rewritten`, `block_removed_or_moved`, `twin_now`,
     /// `different_decision`, `stale_revision`, `no_access`, `invalid_input`,
     /// `archived` (a write to an archived document), `internal` (the
-    /// server failed).
+    /// server failed); for `update_plan` (SPEC U2–U5): `invalid_plan`,
+    /// `stale_revision`, `turn_ended`, `stop_requested`,
+    /// `session_not_stored`; for a name the session does not offer:
+    /// `unknown_tool`.
     pub code: String,
     /// Names the key and the cause.
     pub message: String,

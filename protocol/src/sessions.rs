@@ -38,8 +38,8 @@ pub const UPDATE_PLAN: &str = "update_plan";
 /// What `plan_updated` says it enforced: session metadata only — it grants
 /// nothing and proves nothing about the work.
 pub const ENFORCEMENT: &str = "session-metadata-only";
-/// Most events one `GET /sessions/{sid}/events?limit=` page or SSE batch
-/// reads from storage at once.
+/// Most events one read of a session's log takes from storage; an SSE
+/// reader far behind reads in batches of this size.
 pub const MAX_EVENTS_PER_READ: u32 = 1_000;
 
 /// A Planner's manifest, sent in `hello` (SPEC U1). Unknown fields are

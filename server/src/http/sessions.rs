@@ -6,11 +6,11 @@
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream;
-use margin_protocol::sessions::{Resync, SessionSnapshot};
+use margin_protocol::sessions::{Resync, SessionSnapshot, SessionState};
 use serde::Deserialize;
 
 use super::documents::visible;
@@ -39,7 +39,8 @@ pub struct EventsQuery {
 /// `GET /sessions/{sid}/events` (SPEC E2): every event after the cursor
 /// (`Last-Event-ID`, else `?after=`, else 0), then each new one as it is
 /// committed. A cursor the log cannot continue from gets one `resync`
-/// event, without an id, and the stream ends.
+/// event, without an id, and the stream ends. The stream also ends after
+/// `session_ended`; asked again from there, it answers 204 No Content.
 pub async fn events(
     State(state): State<AppState>,
     Caller(account): Caller,
@@ -64,6 +65,11 @@ pub async fn events(
         })?,
     };
     let snapshot = readable(&state, &account, &session).await?;
+    if snapshot.state == SessionState::Ended && after == snapshot.cursor {
+        // Everything was delivered and nothing will follow: 204 tells an
+        // EventSource to stop reconnecting.
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
     let href = format!("/sessions/{session}");
     let reader = state.log.reader(&snapshot, after);
     let body = stream::unfold(Some(reader), move |reader| {

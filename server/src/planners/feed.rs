@@ -137,11 +137,39 @@ impl Planners {
                 }
                 Ok(to_value(output))
             }
-            Ok(PlanDecision::Refused(refusal)) => Err(ToolError::Refused(refusal)),
+            Ok(PlanDecision::Refused(refusal)) => {
+                if refusal.code == "stale_revision" {
+                    self.refresh_plan(document, session).await;
+                }
+                Err(ToolError::Refused(refusal))
+            }
             Err(failed) => {
                 error!(document, session, turn, call_id, error = %failed, "plan update not committed");
+                // Whether it landed is not known here: the next turn is
+                // handed what storage holds, not what this call hoped.
+                self.refresh_plan(document, session).await;
                 Err(ToolError::Internal(failed.to_string()))
             }
+        }
+    }
+
+    /// Re-reads the session's plan from storage into what each turn is
+    /// handed back (U6).
+    async fn refresh_plan(&self, document: &str, session: &str) {
+        let stored = match self.inner.log.snapshot(session).await {
+            Ok(Some((_, snapshot))) => snapshot.plan.flatten(),
+            Ok(None) => return,
+            Err(error) => {
+                error!(document, session, %error, "plan not re-read");
+                return;
+            }
+        };
+        if let Some(planner) = self
+            .lock()
+            .get_mut(document)
+            .filter(|p| p.session == session)
+        {
+            planner.plan = stored;
         }
     }
 }

@@ -26,6 +26,8 @@ pub struct Entry {
     pub seq: u64,
     /// `id: …`, `event: …`, `data: …` and the blank line.
     pub frame: Bytes,
+    /// Whether it is `session_ended`: nothing follows it.
+    pub last: bool,
 }
 
 impl Entry {
@@ -34,6 +36,7 @@ impl Entry {
     pub fn new(event: &StoredEvent) -> Self {
         Entry {
             seq: event.seq,
+            last: event.kind == "session_ended",
             frame: Bytes::from(format!(
                 "id: {}\nevent: {}\ndata: {}\n\n",
                 event.seq, event.kind, event.body

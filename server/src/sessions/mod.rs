@@ -199,7 +199,8 @@ impl SessionLog {
 
     /// A reader of `snapshot`'s session from `after` on.
     pub fn reader(&self, snapshot: &SessionSnapshot, after: u64) -> Reader {
-        let feed = if snapshot.state == margin_protocol::sessions::SessionState::Ended {
+        let ended = snapshot.state == margin_protocol::sessions::SessionState::Ended;
+        let feed = if ended {
             // Nothing more will be written: no need to be woken.
             Arc::new(Feed::new(snapshot.cursor, 0))
         } else {
@@ -211,8 +212,7 @@ impl SessionLog {
             self.inner.store.clone(),
             snapshot.session.clone(),
             feed,
-            after,
-            snapshot.cursor,
+            (after, snapshot.cursor, ended),
             self.inner.shutdown.clone(),
         )
     }

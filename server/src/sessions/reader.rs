@@ -28,7 +28,8 @@ pub enum Step {
     KeepAlive,
     /// The cursor cannot be continued: refetch the snapshot.
     Resync(String),
-    /// The server is stopping or storage failed: reconnect from the cursor.
+    /// The session ended and its last event was delivered, or the server
+    /// is stopping or storage failed (reconnect from the cursor).
     End,
 }
 
@@ -39,17 +40,20 @@ pub struct Reader {
     feed: Arc<Feed>,
     watch: watch::Receiver<u64>,
     cursor: u64,
+    /// The cursor of `session_ended`, once known: the stream ends there.
+    ends_at: Option<u64>,
     resync: Option<String>,
     shutdown: CancellationToken,
 }
 
 impl Reader {
+    /// A read of `session` after `after`, whose log is at `current` and
+    /// ends there if `ended`.
     pub(super) fn new(
         store: Store,
         session: String,
         feed: Arc<Feed>,
-        after: u64,
-        current: u64,
+        (after, current, ended): (u64, u64, bool),
         shutdown: CancellationToken,
     ) -> Self {
         let resync = (after > current).then(|| {
@@ -61,6 +65,7 @@ impl Reader {
             watch: feed.watch(),
             feed,
             cursor: after,
+            ends_at: ended.then_some(current),
             resync,
             shutdown,
         }
@@ -77,7 +82,8 @@ impl Reader {
             return Step::Resync(reason);
         }
         loop {
-            if self.shutdown.is_cancelled() {
+            let ended = self.ends_at.is_some_and(|end| self.cursor >= end);
+            if ended || self.shutdown.is_cancelled() {
                 return Step::End;
             }
             // Marked seen before reading: a commit after this read wakes us.
@@ -107,6 +113,9 @@ impl Reader {
             };
             if let Some(last) = entries.last() {
                 self.cursor = last.seq;
+                if let Some(end) = entries.iter().find(|e| e.last) {
+                    self.ends_at = Some(end.seq);
+                }
                 let mut frames = Vec::with_capacity(entries.iter().map(|e| e.frame.len()).sum());
                 for entry in &entries {
                     frames.extend_from_slice(&entry.frame);

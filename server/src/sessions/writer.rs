@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use margin_protocol::decisions::ToolRefusal;
 use margin_protocol::sessions::{SessionEvent, SessionSnapshot, SessionState};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -141,10 +142,15 @@ impl Writer {
         call_id: &str,
         input: margin_protocol::sessions::UpdatePlanInput,
     ) -> Result<PlanDecision, StorageError> {
-        let snapshot = self
-            .load(session)
-            .await?
-            .unwrap_or_else(|| SessionSnapshot::empty(session));
+        let Some(snapshot) = self.load(session).await? else {
+            // Its first commit failed: there is no log to keep a plan in.
+            return Ok(PlanDecision::Refused(ToolRefusal {
+                code: "session_not_stored".into(),
+                message: "this session's log could not be written when it started; its plan cannot be kept".into(),
+                read_again: false,
+                retry: false,
+            }));
+        };
         match judge(&snapshot, turn, call_id, input) {
             Judged::Late(refusal) => Ok(PlanDecision::Refused(refusal)),
             Judged::Accepted { event, output } => {

@@ -86,6 +86,21 @@ impl Sse {
         }
     }
 
+    /// Whether the server ends the stream (with no further event) soon.
+    pub async fn ends(&mut self) -> bool {
+        if self.dispatch().is_some() {
+            return false;
+        }
+        match tokio::time::timeout(Duration::from_secs(2), self.response.chunk()).await {
+            Ok(Ok(None)) => true,
+            Ok(Ok(Some(chunk))) => {
+                self.buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+                self.dispatch().is_none() && Box::pin(self.ends()).await
+            }
+            Ok(Err(_)) | Err(_) => false,
+        }
+    }
+
     /// The next `count` events.
     pub async fn take(&mut self, count: usize) -> Vec<SseEvent> {
         let mut events = Vec::with_capacity(count);
