@@ -114,6 +114,10 @@ pub enum LinkLoss {
     /// A link without `resumable-sessions` closed, or one closed for a
     /// refusal: its sessions end (L1).
     Ended,
+    /// The server restarted and took the session back from storage: kept
+    /// as for a drop, but announced as nothing, neither now nor when the
+    /// machine is back (L9).
+    Restarted,
 }
 
 /// How a turn's reply ended.
@@ -337,9 +341,16 @@ impl Session {
         if self.released.is_some() || self.away.is_some() {
             return Vec::new();
         }
-        let kept = loss == LinkLoss::Dropped && self.in_use();
+        let kept = matches!(loss, LinkLoss::Dropped | LinkLoss::Restarted) && self.in_use();
         match loss {
             LinkLoss::Ended => self.release(ReleaseReason::LinkClosed, now),
+            LinkLoss::Restarted if kept => {
+                self.away = Some(Away {
+                    until: None,
+                    announced: false,
+                });
+                Vec::new()
+            }
             _ if kept => {
                 self.away = Some(Away {
                     until: None,

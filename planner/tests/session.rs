@@ -415,6 +415,26 @@ fn a_dropped_resumable_link_keeps_a_session_with_a_live_run_for_days_with_no_dea
 }
 
 #[test]
+fn a_session_taken_back_after_a_restart_is_kept_like_a_drop_and_announced_as_nothing() {
+    let mut sim = Sim::new();
+    sim.run("build", RunStatus::Running);
+    sim.stop();
+    sim.lose_link(LinkLoss::Restarted);
+    assert!(sim.session.is_away());
+    assert_eq!(sim.session.poll_timeout(), None, "in use: no deadline (L2)");
+    sim.wait(DAYS);
+    assert_eq!(sim.released(), None);
+    // The held Stop goes first; no line says it disconnected or came back (L9).
+    assert_eq!(sim.link_back(), [Effect::SendStop]);
+    assert_eq!(sim.count(&Effect::AnnounceDisconnected), 0);
+    assert_eq!(sim.count(&Effect::StopUnconfirmed), 0);
+    // With nothing in use it is only leased, as for a drop.
+    let mut idle = Sim::new();
+    idle.lose_link(LinkLoss::Restarted);
+    assert!(idle.session.poll_timeout().is_some());
+}
+
+#[test]
 fn a_dropped_resumable_link_keeps_a_session_with_only_an_open_question() {
     let mut sim = Sim::new();
     sim.turn("t1");

@@ -114,8 +114,7 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
         options.session_events_retained,
         &tracker,
         shutdown.clone(),
-    )
-    .await;
+    );
     let planners = Planners::new(
         hub.clone(),
         links.clone(),
@@ -123,6 +122,7 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
         options.planner_idle,
         options.attach_grace,
     );
+    planners.restore().await;
     tracker.spawn(idle_releases(planners.clone(), shutdown.clone()));
     let app = router(AppState {
         hub: hub.clone(),

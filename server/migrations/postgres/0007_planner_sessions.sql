@@ -6,9 +6,12 @@ CREATE TABLE planner_sessions (
     id TEXT PRIMARY KEY,
     document_id TEXT NOT NULL REFERENCES documents (id) ON DELETE CASCADE,
     account_id TEXT NOT NULL REFERENCES accounts (id) ON DELETE CASCADE,
+    -- The machine it ran on, so a restarted server can keep it for that
+    -- account's next resume.
+    machine_id TEXT NOT NULL REFERENCES machines (id) ON DELETE CASCADE,
     cursor BIGINT NOT NULL,
     snapshot TEXT NOT NULL,
-    -- The snapshot's state, so a restart finds the sessions it must end.
+    -- The snapshot's state, so a restart finds the sessions still open.
     state TEXT NOT NULL CHECK (state IN ('active', 'disconnected', 'ended')),
     created_at BIGINT NOT NULL
 );

@@ -198,6 +198,22 @@ impl Links {
         (link, rx)
     }
 
+    /// A link for a session a restarted server took back before its
+    /// machine linked: nothing can be sent on it (every send fails) until
+    /// the machine's `resume` moves the session to a real link.
+    pub fn absent(&self, machine: &Machine, terms: Terms) -> Link {
+        let (outbox, _) = mpsc::channel(1);
+        Link {
+            id: self.inner.next.fetch_add(1, Ordering::Relaxed),
+            machine: machine.clone(),
+            run_capacity: terms.run_capacity,
+            resumable: terms.resumable,
+            planning: terms.planning,
+            outbox,
+            closer: Closer::default(),
+        }
+    }
+
     /// Forgets `link`.
     pub fn close(&self, link: &Link) {
         if let Ok(mut open) = self.inner.open.lock() {

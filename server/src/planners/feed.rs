@@ -21,6 +21,7 @@ impl DocumentPlanner {
             Owner {
                 document: document.to_owned(),
                 account: self.link.machine.account.id.clone(),
+                machine: self.link.machine.id.clone(),
             },
             SessionEvent::SessionStarted {
                 document: document.to_owned(),
@@ -87,6 +88,17 @@ fn ended_because(reason: ReleaseReason) -> &'static str {
             ReleaseTrigger::DocumentClosed => "the document was closed",
             ReleaseTrigger::DocumentDeleted => "the document was deleted",
         },
+    }
+}
+
+/// A run status as a machine reports it.
+pub(super) fn planner_status(status: LinkRunStatus) -> RunStatus {
+    match status {
+        LinkRunStatus::Running => RunStatus::Running,
+        LinkRunStatus::Paused => RunStatus::Paused,
+        LinkRunStatus::Completed => RunStatus::Completed,
+        LinkRunStatus::Failed => RunStatus::Failed,
+        LinkRunStatus::Stopped => RunStatus::Stopped,
     }
 }
 

@@ -10,6 +10,7 @@
 
 mod feed;
 mod links;
+mod restore;
 
 pub use links::ResumeError;
 
@@ -21,7 +22,7 @@ use margin_decisions::{wire, CardState};
 use margin_planner::reply::{judge, repaired, Verdict};
 use margin_planner::{
     Effect, Millis, ReleaseReason, ReleaseTrigger, ReplyOutcome, RequestId, RunId, RunRefusal,
-    RunStatus, Session, Steering, TurnId,
+    Session, Steering, TurnId,
 };
 use margin_protocol::chat::{ChatKind, ChatMessageView, MAX_CHAT_BYTES};
 use margin_protocol::decisions::{AnswerBody, CaptureStatus, OpenDecisionsOutput, ToolRefusal};
@@ -487,13 +488,7 @@ impl Planners {
         let Some(planner) = planners.values_mut().find(|p| p.is(session, link)) else {
             return Some(refusal_unknown_session(session));
         };
-        let status = match status {
-            LinkRunStatus::Running => RunStatus::Running,
-            LinkRunStatus::Paused => RunStatus::Paused,
-            LinkRunStatus::Completed => RunStatus::Completed,
-            LinkRunStatus::Failed => RunStatus::Failed,
-            LinkRunStatus::Stopped => RunStatus::Stopped,
-        };
+        let status = feed::planner_status(status);
         let attempt = attempt.unwrap_or(1);
         match planner
             .lifecycle

@@ -3,7 +3,7 @@
 //! what they last published after each change, so every change becomes
 //! events in the order it happened, from one place, whichever path made it.
 
-use margin_protocol::sessions::{SessionEvent, SessionRun};
+use margin_protocol::sessions::{SessionEvent, SessionRun, SessionSnapshot, SessionState};
 
 /// The parts of a session's state its feed shows, as last published. The
 /// plan is not here: only `update_plan` changes it, with its own event.
@@ -22,6 +22,21 @@ pub struct Published {
 }
 
 impl Published {
+    /// What `snapshot` shows of a session.
+    pub fn shown(snapshot: &SessionSnapshot) -> Published {
+        let mut runs = snapshot.runs.clone();
+        runs.sort_by(|a, b| a.run.cmp(&b.run));
+        let mut host_requests = snapshot.host_requests.clone();
+        host_requests.sort();
+        Published {
+            away: snapshot.state == SessionState::Disconnected,
+            turn: snapshot.turn.clone(),
+            stop_pending: snapshot.stop_pending,
+            runs,
+            host_requests,
+        }
+    }
+
     /// The events that take a session from `self` to `next`. A run no
     /// longer in `next` keeps its last published status.
     pub fn diff(&self, next: &Published) -> Vec<SessionEvent> {
@@ -74,7 +89,6 @@ impl Published {
 #[cfg(test)]
 mod tests {
     use margin_protocol::link::RunStatus;
-    use margin_protocol::sessions::{SessionSnapshot, SessionState};
 
     use super::*;
 
@@ -83,21 +97,6 @@ mod tests {
             run: id.into(),
             name: format!("run {id}"),
             status,
-        }
-    }
-
-    /// What a snapshot shows of `published`.
-    fn shown(snapshot: &SessionSnapshot) -> Published {
-        let mut runs = snapshot.runs.clone();
-        runs.sort_by(|a, b| a.run.cmp(&b.run));
-        let mut host_requests = snapshot.host_requests.clone();
-        host_requests.sort();
-        Published {
-            away: snapshot.state == SessionState::Disconnected,
-            turn: snapshot.turn.clone(),
-            stop_pending: snapshot.stop_pending,
-            runs,
-            host_requests,
         }
     }
 
@@ -137,7 +136,7 @@ mod tests {
                 cursor += 1;
                 snapshot.apply(cursor, &event);
             }
-            assert_eq!(shown(&snapshot), state);
+            assert_eq!(Published::shown(&snapshot), state);
             last = state;
         }
     }

@@ -52,6 +52,8 @@ pub struct Owner {
     pub document: String,
     /// Its owner's account.
     pub account: String,
+    /// The machine it runs on.
+    pub machine: String,
 }
 
 enum Command {
@@ -107,11 +109,9 @@ impl Feeds {
 }
 
 impl SessionLog {
-    /// Ends the sessions a previous run left open (none of them carries
-    /// on in this process), then starts the writer on `tracker`, keeping
-    /// `retained` events behind each snapshot; it commits what is queued
-    /// and stops at `shutdown`.
-    pub async fn start(
+    /// Starts the writer on `tracker`, keeping `retained` events behind
+    /// each snapshot; it commits what is queued and stops at `shutdown`.
+    pub fn start(
         store: Store,
         retained: u64,
         tracker: &TaskTracker,
@@ -122,8 +122,7 @@ impl SessionLog {
             map: Arc::default(),
             capacity: usize::try_from(retained).unwrap_or(usize::MAX),
         };
-        let mut writer = writer::Writer::new(store.clone(), feeds.clone(), retained);
-        writer.end_left_open().await;
+        let writer = writer::Writer::new(store.clone(), feeds.clone(), retained);
         tracker.spawn(writer::run(writer, queue, shutdown.clone()));
         SessionLog {
             inner: Arc::new(Inner {

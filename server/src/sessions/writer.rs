@@ -28,10 +28,6 @@ pub(super) struct Writer {
     live: HashMap<String, SessionSnapshot>,
 }
 
-/// Why a restart ends the sessions it finds (their machines' work is not
-/// known to this process: a `resume` names them as ended).
-pub(super) const RESTARTED: &str = "the server restarted; the Planner starts a new session";
-
 /// Runs until `shutdown`, then commits what is still queued.
 pub(super) async fn run(
     mut writer: Writer,
@@ -113,25 +109,6 @@ impl Writer {
         }
         for (session, owner, events) in pending {
             self.commit_logged(&session, owner, events).await;
-        }
-    }
-
-    /// Ends every stored session that is not ended: sessions live in this
-    /// process's memory, so after a restart none of them carries on, and
-    /// their snapshots must not say they do. Their plans stay readable.
-    pub(super) async fn end_left_open(&mut self) {
-        let sessions = match self.store.unended_sessions().await {
-            Ok(sessions) => sessions,
-            Err(error) => {
-                error!(%error, "sessions left open by the last run not read");
-                return;
-            }
-        };
-        for session in sessions {
-            let ended = SessionEvent::SessionEnded {
-                reason: RESTARTED.into(),
-            };
-            self.commit_logged(&session, None, vec![ended]).await;
         }
     }
 
@@ -222,6 +199,7 @@ impl Writer {
         let owner = owner.as_ref().filter(|_| base == 0).map(|o| SessionOwner {
             document: &o.document,
             account: &o.account,
+            machine: &o.machine,
         });
         let state = match snapshot.state {
             SessionState::Active => "active",

@@ -173,6 +173,17 @@ impl Store {
             .unwrap_or(expires_at))
     }
 
+    /// Machine `id`, revoked or not.
+    pub async fn machine(&self, id: &str) -> Result<Machine, StorageError> {
+        let sql = format!("{SELECT} WHERE m.id = $1");
+        let row = sqlx::query(&sql)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StorageError::NotFound("machine"))?;
+        decode(&row)
+    }
+
     /// The machines of `account`, newest first.
     pub async fn machines_of(&self, account: &Account) -> Result<Vec<Machine>, StorageError> {
         let sql = format!("{SELECT} WHERE m.account_id = $1 ORDER BY m.created_at DESC, m.id");

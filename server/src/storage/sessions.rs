@@ -28,6 +28,8 @@ pub struct StoredSession {
     pub document: String,
     /// Its owner's account.
     pub account: String,
+    /// The machine it ran on.
+    pub machine: String,
     /// The last event folded into `snapshot`.
     pub cursor: u64,
     /// The snapshot's JSON.
@@ -55,6 +57,21 @@ pub struct SessionOwner<'a> {
     pub document: &'a str,
     /// Its owner's account.
     pub account: &'a str,
+    /// The machine it runs on.
+    pub machine: &'a str,
+}
+
+const SELECT: &str =
+    "SELECT id, document_id, account_id, machine_id, cursor, snapshot FROM planner_sessions";
+
+fn decode(row: &sqlx::any::AnyRow) -> Result<StoredSession, StorageError> {
+    Ok(StoredSession {
+        document: row.try_get("document_id")?,
+        account: row.try_get("account_id")?,
+        machine: row.try_get("machine_id")?,
+        cursor: int(row, "cursor")? as u64,
+        snapshot: row.try_get("snapshot")?,
+    })
 }
 
 impl Store {
@@ -81,12 +98,13 @@ impl Store {
         match owner {
             Some(owner) if base == 0 => {
                 sqlx::query(
-                    "INSERT INTO planner_sessions (id, document_id, account_id, cursor, snapshot, state, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                    "INSERT INTO planner_sessions (id, document_id, account_id, machine_id, cursor, snapshot, state, created_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
                 )
                 .bind(id)
                 .bind(owner.document)
                 .bind(owner.account)
+                .bind(owner.machine)
                 .bind(cursor as i64)
                 .bind(snapshot)
                 .bind(state)
@@ -138,21 +156,12 @@ impl Store {
 
     /// Session `id`'s snapshot, if it exists.
     pub async fn session(&self, id: &str) -> Result<Option<StoredSession>, StorageError> {
-        let row = sqlx::query(
-            "SELECT document_id, account_id, cursor, snapshot FROM planner_sessions WHERE id = $1",
-        )
-        .bind(id)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|row| {
-            Ok(StoredSession {
-                document: row.try_get("document_id")?,
-                account: row.try_get("account_id")?,
-                cursor: int(&row, "cursor")? as u64,
-                snapshot: row.try_get("snapshot")?,
-            })
-        })
-        .transpose()
+        let sql = format!("{SELECT} WHERE id = $1");
+        let row = sqlx::query(&sql)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(decode).transpose()
     }
 
     /// Session `id`'s events after cursor `after`, oldest first, at most
@@ -193,13 +202,13 @@ impl Store {
         Ok(done.rows_affected())
     }
 
-    /// The sessions whose stored state is not `ended`, oldest first.
-    pub async fn unended_sessions(&self) -> Result<Vec<String>, StorageError> {
-        let rows = sqlx::query(
-            "SELECT id FROM planner_sessions WHERE state <> 'ended' ORDER BY created_at, id",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(|row| Ok(row.try_get("id")?)).collect()
+    /// The sessions whose stored state is not `ended`, with their ids,
+    /// oldest first: what a restarted server takes back.
+    pub async fn open_sessions(&self) -> Result<Vec<(String, StoredSession)>, StorageError> {
+        let sql = format!("{SELECT} WHERE state <> 'ended' ORDER BY created_at, id");
+        let rows = sqlx::query(&sql).fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|row| Ok((row.try_get("id")?, decode(row)?)))
+            .collect()
     }
 }

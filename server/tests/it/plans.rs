@@ -321,16 +321,31 @@ on_both_backends! {
         assert_eq!((plan.revision, plan.steps[0].description.as_str()), (1, "Draft the launch"));
         p.turn = turn;
         p.update(json!({"expected_revision": 1, "steps": [step("a", "Draft the launch", "completed")]})).await.unwrap();
+        let turn = p.turn.clone();
+        reply(&mut p.link, &p.session.clone(), &turn, "Drafted.").await;
+        p.snapshot_until(|s| s.turn.is_none()).await;
         p.s.server.restart().await;
+        // The session is taken back, waiting for its machine.
         let after = p.snapshot().await;
+        assert_eq!(after.state, margin_protocol::sessions::SessionState::Disconnected);
         let plan = after.plan.unwrap().unwrap();
         assert_eq!((plan.revision, plan.steps[0].status), (2, margin_protocol::sessions::StepStatus::Completed));
-        // Sessions live in the server's memory: after a restart the
-        // snapshot says this one ended, and why, rather than that it runs.
-        assert_eq!(after.state, margin_protocol::sessions::SessionState::Ended);
-        let events = p.events().await;
-        let Some((_, SessionEvent::SessionEnded { reason })) = events.last() else { panic!("{events:?}") };
-        assert!(reason.contains("server restarted"), "{reason}");
+        // The account's next link resumes it, and its next turn is handed
+        // the plan that survived the restart (U6).
+        p.link = p.s.machine().await;
+        p.link.hello_planning().await;
+        p.link.send_message(&ClientMessage::Resume { sessions: vec![margin_protocol::link::HeldSession { session: p.session.clone(), questions: vec![] }] }).await;
+        let Some(ServerMessage::Resumed { sessions, .. }) = p.link.next_work().await else { panic!("no resumed") };
+        assert_eq!(sessions.len(), 1);
+        p.snapshot_until(|s| s.state == margin_protocol::sessions::SessionState::Active).await;
+        p.s.say("@planner and now?").await;
+        let Some(ServerMessage::Invoke { session, plan: Some(plan), turn, .. }) = p.link.next_work().await else {
+            panic!("the turn after the restart carries the plan (U6)")
+        };
+        assert_eq!((session.as_str(), plan.revision), (p.session.as_str(), 2));
+        p.turn = turn;
+        let output = p.update(json!({"expected_revision": 2, "steps": []})).await.unwrap();
+        assert_eq!(output["plan"]["revision"], 3);
     }
 
     async fn steps_never_complete_a_turn_and_a_finished_turn_completes_no_step(db) {

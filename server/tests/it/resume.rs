@@ -274,6 +274,38 @@ on_both_backends! {
         assert!(third.work_within(Duration::from_millis(300)).await.is_none(), "an acknowledged answer is not sent again");
     }
 
+    async fn a_restarted_server_keeps_a_session_waiting_on_a_question_and_delivers_an_answer_given_meanwhile(db) {
+        let mut a = Away::new(&db).await;
+        let (link, session, card) = a.session_with_a_question().await;
+        drop(link);
+        a.s.server.restart().await;
+        // Taken back as if its link had dropped: kept, shown disconnected,
+        // no Chat line about it (L9).
+        let view = a.until_disconnected().await;
+        assert_eq!(view["questions"], json!(1));
+        let chat = a.lines().await;
+        a.answer(&card).await;
+        let (mut back, resumed) = a.resume(json!([{"session": session, "questions": [card]}])).await;
+        let ServerMessage::Resumed { sessions, ended } = resumed else { unreachable!() };
+        assert_eq!((sessions.len(), ended.len()), (1, 0), "the session carries on across the restart");
+        assert_eq!(input_result_for(back.next_work().await), card);
+        assert_eq!(a.lines().await.len(), chat.len(), "a restart announces nothing");
+    }
+
+    async fn a_restarted_server_keeps_a_live_run_and_ends_a_session_nobody_resumes_after_the_grace(db) {
+        let mut a = Away::with(&db, |o| o.attach_grace = Duration::from_millis(300)).await;
+        let (link, session) = a.session_with_a_run().await;
+        drop(link);
+        a.s.server.restart().await;
+        let view = a.until_disconnected().await;
+        assert_eq!((view["runs"][0]["run"].clone(), view["runs"][0]["disconnected"].clone()), (json!("build"), json!(true)));
+        // A live run is in use: no grace ends it (L2).
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let (_, resumed) = a.resume(json!([{"session": session}])).await;
+        let ServerMessage::Resumed { sessions, .. } = resumed else { unreachable!() };
+        assert_eq!(sessions.len(), 1);
+    }
+
     async fn an_answer_written_to_a_dead_socket_is_kept_for_the_only_question_of_a_planner_with_no_run(db) {
         let a = Away::new(&db).await;
         let (mut link, session, card) = a.session_with_a_question().await;
