@@ -181,15 +181,7 @@ impl Links {
         closer: Closer,
     ) -> (Link, mpsc::Receiver<ServerMessage>) {
         let (outbox, rx) = mpsc::channel(LINK_OUTBOX);
-        let link = Link {
-            id: self.inner.next.fetch_add(1, Ordering::Relaxed),
-            machine: machine.clone(),
-            run_capacity: terms.run_capacity,
-            resumable: terms.resumable,
-            planning: terms.planning,
-            outbox,
-            closer,
-        };
+        let link = self.link(machine, terms, outbox, closer);
         if let Ok(mut open) = self.inner.open.lock() {
             open.entry(machine.id.clone())
                 .or_default()
@@ -203,6 +195,16 @@ impl Links {
     /// the machine's `resume` moves the session to a real link.
     pub fn absent(&self, machine: &Machine, terms: Terms) -> Link {
         let (outbox, _) = mpsc::channel(1);
+        self.link(machine, terms, outbox, Closer::default())
+    }
+
+    fn link(
+        &self,
+        machine: &Machine,
+        terms: Terms,
+        outbox: mpsc::Sender<ServerMessage>,
+        closer: Closer,
+    ) -> Link {
         Link {
             id: self.inner.next.fetch_add(1, Ordering::Relaxed),
             machine: machine.clone(),
@@ -210,7 +212,7 @@ impl Links {
             resumable: terms.resumable,
             planning: terms.planning,
             outbox,
-            closer: Closer::default(),
+            closer,
         }
     }
 

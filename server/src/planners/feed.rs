@@ -42,11 +42,7 @@ impl DocumentPlanner {
                 .runs(now)
                 .into_iter()
                 .map(|card| SessionRun {
-                    name: self
-                        .run_names
-                        .get(&card.run.0)
-                        .cloned()
-                        .unwrap_or_else(|| card.run.0.clone()),
+                    name: self.run_name(&card.run.0),
                     run: card.run.0,
                     status: link_status(card.status),
                 })
@@ -55,6 +51,14 @@ impl DocumentPlanner {
         };
         log.append(&self.session, self.published.diff(&next));
         self.published = next;
+    }
+
+    /// A run's name as the machine reported it (its id if it gave none).
+    pub(super) fn run_name(&self, run: &str) -> String {
+        self.run_names
+            .get(run)
+            .cloned()
+            .unwrap_or_else(|| run.to_owned())
     }
 
     /// Publishes the session's end; no event follows it.

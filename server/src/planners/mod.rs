@@ -687,11 +687,7 @@ impl Planners {
                     .runs(now)
                     .into_iter()
                     .map(|card| RunView {
-                        name: planner
-                            .run_names
-                            .get(&card.run.0)
-                            .cloned()
-                            .unwrap_or_else(|| card.run.0.clone()),
+                        name: planner.run_name(&card.run.0),
                         run: card.run.0,
                         status: feed::link_status(card.status),
                         age_ms: card.age.0,
