@@ -331,6 +331,12 @@ pub struct PlannerView {
     /// The machine's name, when connected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine: Option<String>,
+    /// The Planner session's id, while one is bound (connected or
+    /// disconnected): what applications pass to `GET /sessions/{sid}` and
+    /// `GET /sessions/{sid}/events` to follow its plan and runs (SPEC E1).
+    /// A new id means a new session, with a plan of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
     /// Whether a turn is running.
     pub replying: bool,
     /// Whether a Stop was sent and not yet confirmed.
@@ -621,6 +627,42 @@ mod tests {
                 expires_at: 900_000,
             },
             r#"{"machine":{"id":"m1","name":"laptop","revoked":false},"credential":"mgm_x","expires_at":900000}"#,
+        );
+    }
+
+    #[test]
+    fn planner_views_round_trip() {
+        round_trip(
+            PlannerView {
+                connected: false,
+                disconnected: false,
+                machine: None,
+                session: None,
+                replying: false,
+                stop_pending: false,
+                questions: 0,
+                runs: Vec::new(),
+            },
+            r#"{"connected":false,"disconnected":false,"replying":false,"stop_pending":false,"questions":0,"runs":[]}"#,
+        );
+        round_trip(
+            PlannerView {
+                connected: false,
+                disconnected: true,
+                machine: Some("laptop".into()),
+                session: Some("s1".into()),
+                replying: true,
+                stop_pending: true,
+                questions: 1,
+                runs: vec![RunView {
+                    run: "r1".into(),
+                    name: "Build".into(),
+                    status: RunStatus::Running,
+                    age_ms: 60_000,
+                    disconnected: true,
+                }],
+            },
+            r#"{"connected":false,"disconnected":true,"machine":"laptop","session":"s1","replying":true,"stop_pending":true,"questions":1,"runs":[{"run":"r1","name":"Build","status":"running","age_ms":60000,"disconnected":true}]}"#,
         );
     }
 

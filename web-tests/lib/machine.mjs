@@ -1,14 +1,19 @@
 // A Planner machine on the link at /machine, speaking its JSON the way any
-// connector would: hello (resumable), heartbeats answered, messages queued
-// for the test to take in order, renewed credentials kept aside. `drop()`
-// ends the socket without a close frame, as when Wi-Fi goes.
+// connector would: hello (resumable, with a manifest when given), heartbeats
+// answered, messages queued for the test to take in order, renewed
+// credentials kept aside. `drop()` ends the socket without a close frame, as
+// when Wi-Fi goes.
 
 import WebSocket from 'ws';
 import { TIMEOUT } from './browser.mjs';
 
 export class Machine {
-  /** Links with `credential` to `server` and waits for `welcome`. */
-  static async link(server, credential) {
+  /**
+   * Links with `credential` to `server` and waits for `welcome`, kept as
+   * `machine.welcome`. `manifest` (e.g. `{ planning: true }`, SPEC U1) is
+   * sent in `hello` when given.
+   */
+  static async link(server, credential, { manifest } = {}) {
     const machine = new Machine();
     machine.ws = new WebSocket(`${server.baseUrl.replace(/^http/, 'ws')}/machine`, {
       headers: { Authorization: `Bearer ${credential}` },
@@ -34,9 +39,12 @@ export class Machine {
       machine.ws.once('open', resolve);
       machine.ws.once('error', reject);
     });
-    machine.send({ type: 'hello', protocol_version: 1, features: ['resumable-sessions'] });
+    const hello = { type: 'hello', protocol_version: 1, features: ['resumable-sessions'] };
+    if (manifest) hello.manifest = manifest;
+    machine.send(hello);
     const welcome = await machine.next();
     if (welcome.type !== 'welcome') throw new Error(`expected welcome, got ${JSON.stringify(welcome)}`);
+    machine.welcome = welcome;
     return machine;
   }
 

@@ -160,6 +160,9 @@ on_both_backends! {
         s.say("@planner summarise the plan").await;
         let (session, turn, messages, repair) = invoked(&mut planner).await;
         assert_eq!((messages, repair), (vec!["@planner summarise the plan".to_owned()], vec![]));
+        // The view names the session, for GET /sessions/{sid} (SPEC E1, B1).
+        let (_, view) = s.server.get(Some(&s.token), &format!("/documents/{}/planner", s.doc)).await;
+        assert_eq!((view["connected"].as_bool(), view["session"].as_str()), (Some(true), Some(session.as_str())));
         let ServerMessage::ToolResult { output: Some(read), error: None, .. } = call(&mut planner, &session, &turn, "read_document", json!({})).await else {
             panic!("read_document failed")
         };

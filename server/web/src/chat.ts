@@ -32,6 +32,8 @@ interface PlannerStatus {
   /** Its link dropped; its work is kept until it reconnects (SPEC L2). */
   disconnected?: boolean;
   machine?: string;
+  /** The session bound, connected or not: its plan is in plan.ts. */
+  session?: string;
   replying: boolean;
   stop_pending: boolean;
   runs: PlannerRun[];
@@ -42,6 +44,8 @@ export interface ChatOptions {
   token: string;
   readOnly: boolean;
   onAuthFailure: (e: unknown) => boolean;
+  /** Told the Planner session each PlannerView names (null for none). */
+  onSession?: (session: string | null) => void;
 }
 
 function el<K extends keyof HTMLElementTagNameMap>(tag: K, className?: string, text?: string): HTMLElementTagNameMap[K] {
@@ -191,6 +195,7 @@ export class ChatPanel {
 
   private renderPlanner(p: PlannerStatus): void {
     this.planner = p;
+    this.o.onSession?.(typeof p.session === 'string' && p.session ? p.session : null);
     const parts: string[] = [];
     const machine = p.machine ? ` (${p.machine})` : '';
     if (p.connected) parts.push(`Planner connected${machine}`);

@@ -1,7 +1,7 @@
 // Margin's browser editor: sign in with a token, list documents, and edit one
 // document with Tiptap bound to the server's Yjs document over y-websocket,
-// with its decision cards beside their paragraphs (decisions.ts) and its Chat
-// and Planner status below (chat.ts).
+// with its decision cards beside their paragraphs (decisions.ts), and its Chat
+// and Planner status (chat.ts) with the Planner's plan (plan.ts) below.
 //
 // Every string that comes from the server or another user is rendered with
 // textContent (never innerHTML).
@@ -15,6 +15,7 @@ import { WebsocketProvider } from 'y-websocket';
 import { ApiError, api, describe } from './api';
 import { DecisionCards } from './decisions';
 import { ChatPanel } from './chat';
+import { PlanPanel } from './plan';
 
 const TOKEN_KEY = 'margin.token';
 
@@ -81,6 +82,7 @@ let session: {
   ydoc: Y.Doc;
   cards: DecisionCards;
   chat: ChatPanel;
+  plan: PlanPanel;
 } | null = null;
 let renderSeq = 0;
 
@@ -105,9 +107,10 @@ function showError(message: string | null): void {
 
 function closeSession(): void {
   if (!session) return;
-  const { editor, provider, ydoc, cards, chat } = session;
+  const { editor, provider, ydoc, cards, chat, plan } = session;
   session = null;
   chat.destroy();
+  plan.destroy();
   cards.destroy();
   provider.destroy();
   editor.destroy();
@@ -270,8 +273,15 @@ async function renderDocument(token: string, id: string, seq: number): Promise<v
     unanchoredList: $('unanchored-list'),
     onAuthFailure: handleAuthFailure,
   });
-  const chat = new ChatPanel({ docId: doc.id, token, readOnly, onAuthFailure: handleAuthFailure });
-  session = { editor, provider, ydoc, cards, chat };
+  const plan = new PlanPanel({ token, onAuthFailure: handleAuthFailure });
+  const chat = new ChatPanel({
+    docId: doc.id,
+    token,
+    readOnly,
+    onAuthFailure: handleAuthFailure,
+    onSession: (sid) => plan.follow(sid),
+  });
+  session = { editor, provider, ydoc, cards, chat, plan };
 }
 
 async function route(): Promise<void> {
