@@ -338,6 +338,31 @@ on_both_backends! {
         assert_eq!(decisions(&s.server, &s.token, &s.doc).await.decisions.len(), 2);
     }
 
+    async fn the_demo_planner_keeps_a_plan_it_marks_as_it_goes(db) {
+        let s = Scene::new(&db, &["Which region first?"]).await;
+        let linked = Connector::new(format!("http://{}", s.server.addr), &s.credential)
+            .planning(true)
+            .connect()
+            .await
+            .expect("the connector links");
+        let detach = CancellationToken::new();
+        tokio::spawn(linked.serve(DemoPlanner, detach.clone().cancelled_owned()));
+        s.say("@planner please review").await;
+        chat_until(&s.server, &s.token, &s.doc, 1, planner_replies).await;
+        let session = s.planner_view().await.session.expect("the view names the session");
+        let (status, body) = s.server.get(Some(&s.token), &format!("/sessions/{session}")).await;
+        assert_eq!(status, 200, "{body}");
+        let snapshot: margin_protocol::sessions::SessionSnapshot = serde_json::from_value(body).unwrap();
+        let plan = snapshot.plan.flatten().expect("the demo made a plan");
+        // Read, capturing, done: three accepted updates in one turn.
+        assert_eq!(plan.revision, 3);
+        let marks: Vec<_> = plan.steps.iter().map(|s| (s.id.as_str(), s.status)).collect();
+        use margin_protocol::sessions::StepStatus::{Completed, Pending};
+        assert_eq!(marks, [("read", Completed), ("capture", Completed), ("answers", Pending)]);
+        assert_eq!(plan.steps[2].description, "People answer the 1 decision(s) beside their paragraphs");
+        detach.cancel();
+    }
+
     async fn connector_stop_aborts_the_turn_runs_the_stop_handler_then_confirms(db) {
         let s = Scene::new(&db, &["Build it."]).await;
         let (started, mut has_started) = mpsc::unbounded_channel();

@@ -39,6 +39,8 @@ interface Plan {
 interface SessionSnapshot {
   session: string;
   cursor: number;
+  /** `active`, `disconnected` or `ended`. */
+  state: string;
   /** Absent: planning is off. Null: no plan yet. */
   plan?: Plan | null;
 }
@@ -161,6 +163,9 @@ export class PlanPanel {
       return;
     }
     this.offer(snapshot.plan ?? null);
+    // An ended session's log has no more events: the server would answer
+    // 204, so there is nothing to follow.
+    if (snapshot.state === 'ended') return;
     this.open(session, Number(snapshot.cursor) || 0, generation);
   }
 
