@@ -1,0 +1,1980 @@
+//! Session feed benchmark (SPEC E2; issue #6, performance): one Planner
+//! session's events fanned out as Server-Sent Events by the real `margin`
+//! binary over loopback, and replayed from a cursor, with a peer figure from
+//! the same run. Results and how to read them: `docs/performance.md`,
+//! "Session feed (SSE)".
+//!
+//! ```sh
+//! cargo build --release -p margin-server --bin margin   # -> target/release/margin
+//! ulimit -n 8192                                        # 2 × SUBSCRIBERS sockets here (the peer is in process)
+//! cargo bench -p margin-server --bench feed
+//! SUBSCRIBERS=200 EVENTS=2000 PARTS=fanout cargo bench -p margin-server --bench feed
+//! ```
+//!
+//! `cargo bench` builds the package's binaries for its benches, so it
+//! refreshes `target/release/margin` itself (`$CARGO_TARGET_DIR/release/margin`
+//! when that is set); `MARGIN_BIN` points at another binary built from this
+//! checkout (the bench writes the account with this checkout's storage code).
+//!
+//! Every Margin run starts a fresh `margin serve` (fresh temp data dir,
+//! SQLite, `--listen 127.0.0.1:0`, `RUST_LOG=warn`) on a store holding one
+//! account with a token, a paired machine and a document, written before
+//! the server starts (through `margin_server::storage::Store` and
+//! `margin_server::auth`, as `margin account add` / `machine pair` do). The
+//! machine links (`hello` with `resumable-sessions`), `@planner go` in the
+//! document's Chat gives it an `invoke`, and the session's snapshot
+//! (`GET /sessions/{sid}`, polled until its cursor holds still) gives the
+//! cursor `base` to follow from. That machine is the generator: its `k`-th
+//! run report (`run` `r1` "Nightly", `running` for even `k` and `paused` for
+//! odd, so each is a change) becomes event `base + 1 + k`, a `run_updated`;
+//! an event's delay is the time a subscriber read it minus the time its
+//! report was written.
+//!
+//! 1. **Fan-out** (`PARTS` contains `fanout`): `SUBSCRIBERS` SSE clients
+//!    open `GET /sessions/{sid}/events?after=base` at once (time to every
+//!    response head), the machine is left to go quiet, then the generator
+//!    writes `EVENTS` reports paced at `RATE`/s and, with `BURST=1`, again
+//!    unpaced (as fast as it can write) against a fresh server. Every
+//!    subscriber must read every event exactly once, ids contiguous:
+//!    missing events, gaps, duplicates and events of the wrong kind or status
+//!    are counted, and a subscriber missing any is not "complete".
+//! 2. **Replay** (`PARTS` contains `replay`): a server started with
+//!    `--session-events-retained RETAINED`; the generator writes
+//!    `REPLAY_EVENTS` reports unpaced (time to the last one committed, from
+//!    the snapshot's cursor), then one reader replays from cursor 0 until it
+//!    has the last id, one from `EDGE` events before the end (inside the
+//!    server's 1,024-event ring), and a catch-up storm: `CATCH_UP` readers
+//!    at once, each from `BEHIND` events before the end (behind the ring,
+//!    so each reads storage), `REPLAY_READS` times each.
+//!
+//! **The peer** is a minimal axum server in this process (its own runtime,
+//! as many worker threads as CPUs like `margin`'s, thread name
+//! `peer-server`; Nagle left on as `axum::serve` leaves it, unless
+//! `PEER_NODELAY=1`): `/machine` takes the same `run` reports over a
+//! WebSocket and renders each as the `run_updated` frame Margin sends (the
+//! same bytes bar the ids), appended to a list in memory and sent on a tokio
+//! broadcast channel of pre-rendered frames; `/sessions/{sid}/events?after=`
+//! sends the list from the cursor in batches of 1,000 events, then live,
+//! each wake-up writing every frame waiting (up to 1,000) at once, as
+//! Margin's reader does. No storage, no auth: the floor. The runs alternate
+//! Margin, peer; the SSE client (raw tokio `TcpStream`, HTTP/1.1, chunked
+//! decoding, a small line parser) and the generator are the same code for
+//! both.
+//!
+//! Knobs (env vars):
+//!
+//! | var | default | what |
+//! |---|---|---|
+//! | `MARGIN_BIN` | `target/release/margin` | the server binary |
+//! | `PARTS` | `fanout,replay` | which parts to run |
+//! | `SUBSCRIBERS` | `1000` | SSE clients on the one session (fan-out) |
+//! | `EVENTS` | `10000` | run reports per fan-out run |
+//! | `RATE` | `2000` | paced reports per second |
+//! | `BURST` | `1` | also an unpaced fan-out run (`0`: paced only) |
+//! | `REPEAT` | `1` | how many times the fan-out runs are repeated |
+//! | `REPLAY_EVENTS` | `100000` | reports written before the replays |
+//! | `RETAINED` | `200000` | `--session-events-retained` of the replay server |
+//! | `EDGE` | `500` | the near-the-edge reader starts this many events before the end |
+//! | `REPLAY_READS` | `2` | replays of each kind, per server |
+//! | `CATCH_UP` | `100` | readers in the catch-up storm (`0`: none) |
+//! | `BEHIND` | `10000` | how far behind the end each of them starts |
+//! | `PEER_NODELAY` | `0` | `1` sets TCP_NODELAY on the peer's sockets (Margin's are left with Nagle on) |
+//! | `QUIET_WAIT_SECONDS` | `10` | before each measured run, wait up to this long for the machine to be idle (< ¼ core busy for 1 s) |
+//!
+//! CPU figures are from `/proc` (100 ticks/s): the server's (the `margin`
+//! process, or the peer runtime's threads), the client's (this process
+//! minus the peer's threads) and other processes' ("other"). Only `cargo
+//! bench` runs it (`cargo test --benches` skips it).
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::ws::{Message as PeerMessage, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path as Segment, Query, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::serve::ListenerExt;
+use futures_util::stream::SplitSink;
+use futures_util::{SinkExt, StreamExt};
+use margin_protocol::link::{
+    ClientMessage, RunStatus, ServerMessage, PROTOCOL_VERSION, RESUMABLE_SESSIONS,
+};
+use margin_protocol::sessions::{SessionEvent, SessionRun};
+use margin_server::auth;
+use margin_server::storage::Store;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::process::{Child, Command};
+use tokio::sync::{broadcast, mpsc};
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// Linux's USER_HZ: `/proc` CPU times are in these ticks.
+const TICKS_PER_SECOND: f64 = 100.0;
+/// Thread name of the peer server's runtime (its CPU is told apart by it).
+const PEER_THREAD: &str = "peer-server";
+const MARGIN: &str = "margin";
+const PEER: &str = "peer";
+/// How long a subscriber or a setup step waits in silence before giving up.
+const PATIENCE: Duration = Duration::from_secs(60);
+/// Most events the peer writes at once (Margin reads 1,000 from storage).
+const PEER_BATCH: usize = 1_000;
+/// Bytes a subscriber reads at a time.
+const READ_CHUNK: usize = 16 * 1024;
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` does not, and
+    // this is no test.
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("feed bench: skipped (run it with `cargo bench -p margin-server --bench feed`)");
+        return;
+    }
+    let config = Config::from_env();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .thread_name("bench-client")
+        .enable_all()
+        .build()
+        .expect("cannot build the bench's tokio runtime");
+    runtime.block_on(run(config));
+}
+
+// ---------------------------------------------------------------- config
+
+struct Config {
+    bin: PathBuf,
+    fanout: bool,
+    replay: bool,
+    subscribers: usize,
+    events: usize,
+    rate: u64,
+    burst: bool,
+    repeat: usize,
+    replay_events: usize,
+    retained: u64,
+    edge: u64,
+    replay_reads: usize,
+    catch_up: usize,
+    behind: u64,
+    quiet_wait: Duration,
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    match std::env::var(name) {
+        Ok(value) if !value.trim().is_empty() => value
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={value:?} is not a valid value")),
+        _ => default,
+    }
+}
+
+impl Config {
+    fn from_env() -> Config {
+        let bin = match std::env::var_os("MARGIN_BIN") {
+            Some(bin) => PathBuf::from(bin),
+            None => std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
+                .join("release/margin"),
+        };
+        if !bin.is_file() {
+            eprintln!(
+                "feed bench: no margin binary at {}\n\
+                 build it first:  cargo build --release -p margin-server --bin margin\n\
+                 (or point MARGIN_BIN at one)",
+                bin.display()
+            );
+            std::process::exit(2);
+        }
+        let parts: String = env_or("PARTS", "fanout,replay".to_owned());
+        let part = |name: &str| parts.split(',').any(|p| p.trim() == name);
+        let config = Config {
+            bin,
+            fanout: part("fanout"),
+            replay: part("replay"),
+            subscribers: env_or("SUBSCRIBERS", 1000usize).max(1),
+            events: env_or("EVENTS", 10_000usize).max(1),
+            rate: env_or("RATE", 2000u64).max(1),
+            burst: env_or("BURST", 1u8) != 0,
+            repeat: env_or("REPEAT", 1usize).max(1),
+            replay_events: env_or("REPLAY_EVENTS", 100_000usize).max(1),
+            retained: env_or("RETAINED", 200_000u64).max(1),
+            edge: env_or("EDGE", 500u64).max(1),
+            replay_reads: env_or("REPLAY_READS", 2usize).max(1),
+            catch_up: env_or("CATCH_UP", 100usize),
+            behind: env_or("BEHIND", 10_000u64).max(1),
+            quiet_wait: Duration::from_secs(env_or("QUIET_WAIT_SECONDS", 10u64)),
+        };
+        // The subscribers' sockets, and as many again when the peer (in
+        // this process) serves them.
+        let needed = 2 * config.subscribers as u64 + 256;
+        match open_files_limit() {
+            Some(limit) if config.fanout && limit < needed => {
+                eprintln!(
+                    "feed bench: SUBSCRIBERS={} needs about {needed} open files, the limit is {limit}\n\
+                     raise it first:  ulimit -n 8192   (or run with fewer SUBSCRIBERS)",
+                    config.subscribers
+                );
+                std::process::exit(2);
+            }
+            _ => {}
+        }
+        config
+    }
+}
+
+/// The soft `Max open files` of this process (inherited by the server).
+fn open_files_limit() -> Option<u64> {
+    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
+// ---------------------------------------------------------------- main flow
+
+async fn run(config: Config) {
+    let mut report = Report::default();
+    report.environment(&config);
+    println!("{}", report.env_lines.join("\n"));
+    let (peer, peer_state) = start_peer();
+    if config.fanout {
+        fan_out(&config, peer, &mut report).await;
+    }
+    if config.replay {
+        replays(&config, peer, &mut report).await;
+    }
+    report.logs.push(format!(
+        "peer: {} frames lost by lagging subscribers (broadcast overrun)",
+        peer_state.lagged.load(Ordering::Relaxed)
+    ));
+    println!("\n==================== summary ====================\n");
+    println!("{}", report.render());
+}
+
+// ---------------------------------------------------------------- the server process
+
+#[derive(Default)]
+struct LogTally {
+    warn_error: u64,
+    first: Vec<String>,
+    head: Vec<String>,
+}
+
+struct Margin {
+    child: Child,
+    pid: u32,
+    addr: SocketAddr,
+    log: Arc<Mutex<LogTally>>,
+    _data: tempfile::TempDir,
+}
+
+/// One bench account: its token, its machine's credential, its document.
+struct Account {
+    token: String,
+    credential: String,
+    document: String,
+}
+
+/// Writes the account into the store in `data` before any server runs on
+/// it, as `margin account add` and `margin machine pair` do.
+async fn prepare(data: &Path) -> Account {
+    let url = Store::sqlite_url_in(data).expect("cannot create the bench's data folder");
+    let store = Store::open(&url)
+        .await
+        .unwrap_or_else(|e| panic!("cannot open the bench store at {url}: {e}"));
+    let account = store.create_account("feed").await.expect("account");
+    let token = auth::issue_token(&store, &account).await.expect("token");
+    let (_, credential) = auth::pair_machine(
+        &store,
+        &account,
+        "feed laptop",
+        auth::MACHINE_CREDENTIAL_TTL,
+    )
+    .await
+    .expect("machine");
+    let document = store
+        .create_document(&account, "Feed plan")
+        .await
+        .expect("document");
+    store.close().await;
+    Account {
+        token,
+        credential: credential.secret,
+        document: document.id,
+    }
+}
+
+impl Margin {
+    async fn start(bin: &Path, args: &[String]) -> (Margin, Account) {
+        let data = tempfile::Builder::new()
+            .prefix("margin-feed-")
+            .tempdir()
+            .expect("cannot make a temp dir");
+        let account = prepare(data.path()).await;
+        let mut child = Command::new(bin)
+            .arg("serve")
+            .arg("--data")
+            .arg(data.path())
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+        let pid = child.id().expect("margin exited at once");
+        let stderr = child.stderr.take().expect("margin's stderr is piped");
+        let log = Arc::new(Mutex::new(LogTally::default()));
+        let sink = log.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut log = sink.lock().expect("log tally lock");
+                if log.head.len() < 20 {
+                    log.head.push(line.clone());
+                }
+                if line.contains("WARN") || line.contains("ERROR") {
+                    log.warn_error += 1;
+                    if log.first.len() < 8 {
+                        log.first.push(line);
+                    }
+                }
+            }
+        });
+        let stdout = child.stdout.take().expect("margin's stdout is piped");
+        let mut lines = BufReader::new(stdout).lines();
+        let addr = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(url) = line.strip_prefix("margin listening on http://") {
+                    return url.trim().parse::<SocketAddr>().ok();
+                }
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten();
+        let Some(addr) = addr else {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let head = log.lock().expect("log tally lock").head.join("\n  ");
+            panic!(
+                "{} did not start listening; its log:\n  {head}\n\
+                 (the binary must be built from this checkout: \
+                 cargo build --release -p margin-server --bin margin)",
+                bin.display()
+            );
+        };
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let margin = Margin {
+            child,
+            pid,
+            addr,
+            log,
+            _data: data,
+        };
+        (margin, account)
+    }
+
+    /// SIGTERM; how the graceful shutdown went, and the log's WARN/ERROR
+    /// lines.
+    async fn stop(mut self) -> (String, u64, Vec<String>) {
+        let started = Instant::now();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status()
+            .await;
+        let status = match tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await {
+            Ok(Ok(status)) => format!("{status} in {} ms", started.elapsed().as_millis()),
+            Ok(Err(e)) => format!("wait failed: {e}"),
+            Err(_) => {
+                let _ = self.child.kill().await;
+                "did not exit within 30 s; killed".into()
+            }
+        };
+        let log = self.log.lock().expect("log tally lock");
+        (status, log.warn_error, log.first.clone())
+    }
+}
+
+// ---------------------------------------------------------------- the generator
+
+/// A machine link that writes run reports. A task reads what the server
+/// sends: it answers heartbeats and queues the rest in `inbox`.
+struct Machine {
+    sink: Arc<tokio::sync::Mutex<SplitSink<Ws, Message>>>,
+    inbox: mpsc::UnboundedReceiver<ServerMessage>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Machine {
+    async fn connect(url: &str, credential: Option<&str>) -> Machine {
+        let mut request = url.into_client_request().expect("link URL");
+        if let Some(credential) = credential {
+            request.headers_mut().insert(
+                "Authorization",
+                format!("Bearer {credential}")
+                    .parse()
+                    .expect("credential header"),
+            );
+        }
+        // The machine disables Nagle, as a latency-minded connector would.
+        let (ws, _) = tokio_tungstenite::connect_async_with_config(request, None, true)
+            .await
+            .unwrap_or_else(|e| panic!("link to {url}: {e}"));
+        let (sink, mut stream) = ws.split();
+        let sink = Arc::new(tokio::sync::Mutex::new(sink));
+        let (queue, inbox) = mpsc::unbounded_channel();
+        let acks = sink.clone();
+        let reader = tokio::spawn(async move {
+            while let Some(Ok(message)) = stream.next().await {
+                let Message::Text(text) = message else {
+                    continue;
+                };
+                match serde_json::from_str::<ServerMessage>(text.as_str()) {
+                    Ok(ServerMessage::Heartbeat { seq }) => {
+                        let ack = serde_json::to_string(&ClientMessage::HeartbeatAck { seq })
+                            .expect("heartbeat-ack");
+                        if acks.lock().await.send(Message::text(ack)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(message) => {
+                        let _ = queue.send(message);
+                    }
+                    Err(e) => println!("  the server sent a malformed link message ({e}): {text}"),
+                }
+            }
+        });
+        Machine {
+            sink,
+            inbox,
+            reader,
+        }
+    }
+
+    async fn send(&self, text: Utf8Bytes) {
+        self.sink
+            .lock()
+            .await
+            .send(Message::Text(text))
+            .await
+            .expect("link write");
+    }
+
+    async fn next(&mut self) -> ServerMessage {
+        tokio::time::timeout(PATIENCE, self.inbox.recv())
+            .await
+            .expect("the server said nothing on the link for 60 s")
+            .expect("the link closed")
+    }
+
+    /// Refusals received so far.
+    fn refusals(&mut self) -> Vec<String> {
+        let mut refusals = Vec::new();
+        while let Ok(message) = self.inbox.try_recv() {
+            if let ServerMessage::Refusal { code, message, .. } = message {
+                refusals.push(format!("{code}: {message}"));
+            }
+        }
+        refusals
+    }
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+/// When each report was written: nanoseconds since `epoch`, plus one (0:
+/// not yet).
+struct Sent {
+    epoch: Instant,
+    at: Vec<AtomicU64>,
+}
+
+impl Sent {
+    fn new(count: usize) -> Arc<Sent> {
+        Arc::new(Sent {
+            epoch: Instant::now(),
+            at: (0..count).map(|_| AtomicU64::new(0)).collect(),
+        })
+    }
+
+    fn mark(&self, k: usize) {
+        let ns = self.epoch.elapsed().as_nanos() as u64 + 1;
+        self.at[k].store(ns, Ordering::Release);
+    }
+
+    fn at(&self, k: usize) -> Option<Instant> {
+        match self.at.get(k)?.load(Ordering::Acquire) {
+            0 => None,
+            ns => Some(self.epoch + Duration::from_nanos(ns - 1)),
+        }
+    }
+}
+
+/// How the generator wrote its reports.
+struct Generated {
+    sent_rate: f64,
+    lag_p99: u64,
+    lag_max: u64,
+    last_sent: Instant,
+}
+
+/// Writes `sent.at.len()` run reports on `session`: report `k` is due at
+/// `start + k / rate`, or at once without a rate.
+async fn generate(machine: &Machine, session: &str, sent: &Sent, rate: Option<u64>) -> Generated {
+    let report = |status| -> Utf8Bytes {
+        serde_json::to_string(&ClientMessage::Run {
+            session: session.into(),
+            run: "r1".into(),
+            name: "Nightly".into(),
+            status,
+            attempt: None,
+        })
+        .expect("run report")
+        .into()
+    };
+    let reports = [report(RunStatus::Running), report(RunStatus::Paused)];
+    let total = sent.at.len();
+    let mut lag = Vec::with_capacity(total);
+    match rate {
+        None => {
+            for (k, report) in reports.iter().cycle().take(total).enumerate() {
+                sent.mark(k);
+                machine.send(report.clone()).await;
+            }
+        }
+        Some(rate) => {
+            let start = Instant::now() + Duration::from_millis(2);
+            let due = |k: usize| start + Duration::from_secs_f64(k as f64 / rate as f64);
+            let mut k = 0;
+            while k < total {
+                tokio::time::sleep_until(due(k).into()).await;
+                let now = Instant::now();
+                while k < total && due(k) <= now {
+                    lag.push(now.saturating_duration_since(due(k)).as_nanos() as u64);
+                    sent.mark(k);
+                    machine.send(reports[k % 2].clone()).await;
+                    k += 1;
+                }
+            }
+        }
+    }
+    let last_sent = Instant::now();
+    lag.sort_unstable();
+    let first = sent.at(0).unwrap_or(last_sent);
+    Generated {
+        sent_rate: total.saturating_sub(1).max(1) as f64
+            / (last_sent - first).as_secs_f64().max(1e-9),
+        lag_p99: percentile(&lag, 99.0),
+        lag_max: percentile(&lag, 100.0),
+        last_sent,
+    }
+}
+
+// ---------------------------------------------------------------- servers under test
+
+/// A server with one session to follow, and its generator.
+struct Target {
+    server: &'static str,
+    addr: SocketAddr,
+    token: Option<String>,
+    session: String,
+    /// The cursor before the first report.
+    base: u64,
+    machine: Machine,
+    cpu: ServerCpu,
+    margin: Option<Margin>,
+}
+
+impl Target {
+    /// A fresh `margin serve` with `args`, a linked machine, and its
+    /// session from `@planner go`.
+    async fn margin(config: &Config, args: &[String]) -> Target {
+        let (margin, account) = Margin::start(&config.bin, args).await;
+        let mut machine = Machine::connect(
+            &format!("ws://{}/machine", margin.addr),
+            Some(&account.credential),
+        )
+        .await;
+        let hello = ClientMessage::Hello {
+            protocol_version: PROTOCOL_VERSION,
+            features: vec![RESUMABLE_SESSIONS.into()],
+            run_capacity: None,
+            manifest: None,
+        };
+        machine
+            .send(serde_json::to_string(&hello).expect("hello").into())
+            .await;
+        match machine.next().await {
+            ServerMessage::Welcome { .. } => {}
+            other => panic!("expected welcome, got {other:?}"),
+        }
+        let posted = reqwest::Client::new()
+            .post(format!(
+                "http://{}/documents/{}/chat",
+                margin.addr, account.document
+            ))
+            .bearer_auth(&account.token)
+            .json(&json!({ "text": "@planner go" }))
+            .send()
+            .await
+            .expect("chat post");
+        assert!(
+            posted.status().is_success(),
+            "chat post: {}",
+            posted.status()
+        );
+        let session = loop {
+            if let ServerMessage::Invoke { session, .. } = machine.next().await {
+                break session;
+            }
+        };
+        let mut target = Target {
+            server: MARGIN,
+            addr: margin.addr,
+            token: Some(account.token),
+            session,
+            base: 0,
+            machine,
+            cpu: ServerCpu::Process(margin.pid),
+            margin: Some(margin),
+        };
+        target.base = target.cursor(1, true).await;
+        target
+    }
+
+    /// The peer, on a session of its own.
+    async fn peer(addr: SocketAddr, session: String) -> Target {
+        Target {
+            server: PEER,
+            addr,
+            token: None,
+            session,
+            base: 0,
+            machine: Machine::connect(&format!("ws://{addr}/machine"), None).await,
+            cpu: ServerCpu::Peer,
+            margin: None,
+        }
+    }
+
+    /// The snapshot's cursor once it is at least `at_least` and, when
+    /// `settle`, the same on two reads 100 ms apart (polled every 10 ms).
+    async fn cursor(&self, at_least: u64, settle: bool) -> u64 {
+        let http = reqwest::Client::new();
+        let url = format!("http://{}/sessions/{}", self.addr, self.session);
+        let deadline = Instant::now() + PATIENCE;
+        let mut last = None;
+        loop {
+            let mut request = http.get(&url);
+            if let Some(token) = &self.token {
+                request = request.bearer_auth(token);
+            }
+            let cursor = match request.send().await {
+                Ok(response) if response.status().is_success() => response
+                    .json::<Value>()
+                    .await
+                    .ok()
+                    .and_then(|v| v["cursor"].as_u64()),
+                _ => None,
+            };
+            if let Some(cursor) = cursor.filter(|c| *c >= at_least) {
+                if !settle || last == Some(cursor) {
+                    return cursor;
+                }
+                last = Some(cursor);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: session {} never reached cursor {at_least} (last {last:?})",
+                self.server,
+                self.session
+            );
+            let pause = if settle { 100 } else { 10 };
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+        }
+    }
+
+    fn rss_kib(&self) -> Option<u64> {
+        let margin = self.margin.as_ref()?;
+        let status = std::fs::read_to_string(format!("/proc/{}/status", margin.pid)).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    }
+
+    /// Stops a Margin server; what it logged goes to the report.
+    async fn finish(mut self, report: &mut Report) {
+        let refusals = self.machine.refusals();
+        if !refusals.is_empty() {
+            report.logs.push(format!(
+                "{} refused {} run reports, first: {}",
+                self.server,
+                refusals.len(),
+                refusals[0]
+            ));
+        }
+        drop(self.machine);
+        if let Some(margin) = self.margin.take() {
+            let (status, warn_error, first) = margin.stop().await;
+            report.logs.push(format!(
+                "margin (session {}): shutdown {status}; {warn_error} WARN/ERROR lines{}",
+                self.session,
+                if first.is_empty() {
+                    String::new()
+                } else {
+                    format!(", first: {}", first.join(" | "))
+                }
+            ));
+        }
+    }
+}
+
+// ---------------------------------------------------------------- the SSE client
+
+/// One subscriber: an HTTP/1.1 GET on its own connection, its chunked body
+/// decoded into `text`, where frames are parsed from.
+struct Sse {
+    stream: TcpStream,
+    raw: Vec<u8>,
+    chunked: bool,
+    /// Body bytes left in the current chunk.
+    left: usize,
+    /// The CRLF after a chunk's data is still to come.
+    crlf: bool,
+    text: Vec<u8>,
+    ended: bool,
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+impl Sse {
+    async fn open(addr: SocketAddr, path: &str, token: Option<&str>) -> Result<Sse, String> {
+        let mut stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n{auth}\r\n"
+        );
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .map_err(|e| format!("request: {e}"))?;
+        let mut raw = Vec::with_capacity(READ_CHUNK);
+        let head = loop {
+            if let Some(at) = find(&raw, b"\r\n\r\n") {
+                break at;
+            }
+            if raw.len() > READ_CHUNK {
+                return Err("response head over 16 KiB".into());
+            }
+            raw.reserve(READ_CHUNK);
+            match stream.read_buf(&mut raw).await {
+                Ok(0) => return Err("closed before the response head".into()),
+                Ok(_) => {}
+                Err(e) => return Err(format!("response: {e}")),
+            }
+        };
+        let head_text = String::from_utf8_lossy(&raw[..head]).to_ascii_lowercase();
+        let status = head_text
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or("?")
+            .to_owned();
+        if status != "200" {
+            return Err(format!(
+                "{status}: {}",
+                String::from_utf8_lossy(&raw[head + 4..])
+            ));
+        }
+        let chunked = head_text.contains("transfer-encoding: chunked");
+        raw.drain(..head + 4);
+        Ok(Sse {
+            stream,
+            raw,
+            chunked,
+            left: 0,
+            crlf: false,
+            text: Vec::with_capacity(READ_CHUNK),
+            ended: false,
+        })
+    }
+
+    async fn fill(&mut self) -> std::io::Result<usize> {
+        self.raw.reserve(READ_CHUNK);
+        self.stream.read_buf(&mut self.raw).await
+    }
+
+    /// Moves the body bytes read so far from `raw` to `text`.
+    fn dechunk(&mut self) -> Result<(), String> {
+        if !self.chunked {
+            self.text.extend_from_slice(&self.raw);
+            self.raw.clear();
+            return Ok(());
+        }
+        let mut at = 0;
+        loop {
+            if self.left > 0 {
+                let take = self.left.min(self.raw.len() - at);
+                self.text.extend_from_slice(&self.raw[at..at + take]);
+                at += take;
+                self.left -= take;
+                if self.left > 0 {
+                    break;
+                }
+                self.crlf = true;
+            }
+            if self.crlf {
+                if self.raw.len() - at < 2 {
+                    break;
+                }
+                at += 2;
+                self.crlf = false;
+            }
+            let Some(nl) = self.raw[at..].iter().position(|&b| b == b'\n') else {
+                break;
+            };
+            let line = String::from_utf8_lossy(&self.raw[at..at + nl]);
+            let hex = line.split(';').next().unwrap_or("").trim();
+            let size = usize::from_str_radix(hex, 16)
+                .map_err(|_| format!("bad chunk size line {line:?}"))?;
+            at += nl + 1;
+            if size == 0 {
+                self.ended = true;
+                break;
+            }
+            self.left = size;
+        }
+        self.raw.drain(..at);
+        Ok(())
+    }
+}
+
+/// Calls `on(id, event, data)` for each whole frame in `text` (comments
+/// give a frame with no id and no event) and drops them from it.
+fn frames(text: &mut Vec<u8>, mut on: impl FnMut(Option<u64>, &[u8], &[u8])) {
+    let (mut start, mut line) = (0, 0);
+    let (mut id, mut event, mut data) = (None, 0..0, 0..0);
+    while let Some(nl) = text[line..].iter().position(|&b| b == b'\n') {
+        let end = line + nl;
+        let content = &text[line..end];
+        if content.is_empty() {
+            on(id, &text[event.clone()], &text[data.clone()]);
+            (id, event, data) = (None, 0..0, 0..0);
+            start = end + 1;
+        } else if let Some(value) = content.strip_prefix(b"id: ") {
+            id = value.iter().try_fold(0u64, |n, &b| {
+                b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
+            });
+        } else if content.starts_with(b"event: ") {
+            event = line + 7..end;
+        } else if content.starts_with(b"data: ") {
+            data = line + 6..end;
+        }
+        line = end + 1;
+    }
+    text.drain(..start);
+}
+
+/// What a subscriber expects: ids `first..=last`; with `sent`, the id
+/// `base + 1 + k` is report `k`, checked and timed.
+#[derive(Clone)]
+struct Expect {
+    first: u64,
+    last: u64,
+    base: u64,
+    sent: Option<Arc<Sent>>,
+}
+
+/// What one subscriber read.
+#[derive(Default)]
+struct Tally {
+    /// Distinct events in order (a gap skips some; they are missing).
+    received: u64,
+    gaps: u64,
+    duplicates: u64,
+    /// Not a `run_updated`, or not the status report `k` had.
+    wrong: u64,
+    /// Read before its send time was recorded.
+    untimed: u64,
+    delays_us: Vec<u32>,
+    bytes: u64,
+    first_read: Option<Instant>,
+    last_event: Option<Instant>,
+    error: Option<String>,
+}
+
+/// Reads `sse` until it has `expect.last`, or it ends, or `PATIENCE`
+/// passes with nothing to read.
+async fn follow(mut sse: Sse, expect: Expect) -> Tally {
+    let mut tally = Tally::default();
+    if expect.sent.is_some() {
+        tally
+            .delays_us
+            .reserve((expect.last + 1 - expect.first) as usize);
+    }
+    let mut next = expect.first;
+    // Body bytes that came with the response head are read first.
+    let mut now = Instant::now();
+    if !sse.raw.is_empty() {
+        tally.first_read = Some(now);
+        tally.bytes = sse.raw.len() as u64;
+    }
+    loop {
+        if let Err(e) = sse.dechunk() {
+            tally.error = Some(e);
+            break;
+        }
+        let mut resync = None;
+        frames(&mut sse.text, |id, event, data| {
+            let Some(id) = id else {
+                if event == b"resync" {
+                    resync = Some(String::from_utf8_lossy(data).into_owned());
+                }
+                return;
+            };
+            if id < next {
+                tally.duplicates += 1;
+                return;
+            }
+            tally.gaps += id - next;
+            tally.received += 1;
+            tally.last_event = Some(now);
+            next = id + 1;
+            let Some(sent) = expect.sent.as_ref().filter(|_| id > expect.base) else {
+                return;
+            };
+            let k = (id - expect.base - 1) as usize;
+            // Report `k` said `running` for even `k`, `paused` for odd.
+            let status = [b"\"running\"}}".as_slice(), b"\"paused\"}}"][k % 2];
+            if event != b"run_updated" || !data.ends_with(status) {
+                tally.wrong += 1;
+            }
+            match sent.at(k) {
+                Some(at) => tally.delays_us.push(
+                    u32::try_from(now.saturating_duration_since(at).as_micros())
+                        .unwrap_or(u32::MAX),
+                ),
+                None => tally.untimed += 1,
+            }
+        });
+        if let Some(reason) = resync {
+            tally.error = Some(format!("told to resync: {reason}"));
+            break;
+        }
+        if next > expect.last {
+            break;
+        }
+        if sse.ended {
+            tally.error = Some("the stream ended".into());
+            break;
+        }
+        match tokio::time::timeout(PATIENCE, sse.fill()).await {
+            Ok(Ok(0)) => {
+                tally.error = Some("the server closed the stream".into());
+                break;
+            }
+            Ok(Ok(n)) => tally.bytes += n as u64,
+            Ok(Err(e)) => {
+                tally.error = Some(format!("read: {e}"));
+                break;
+            }
+            Err(_) => {
+                tally.error = Some(format!("nothing read for {} s", PATIENCE.as_secs()));
+                break;
+            }
+        }
+        now = Instant::now();
+        tally.first_read.get_or_insert(now);
+    }
+    tally
+}
+
+// ---------------------------------------------------------------- the peer
+
+struct PeerFeed {
+    log: Mutex<Vec<Bytes>>,
+    live: broadcast::Sender<Bytes>,
+}
+
+#[derive(Default)]
+struct PeerState {
+    feeds: Mutex<HashMap<String, Arc<PeerFeed>>>,
+    /// Frames a slow subscriber lost (the broadcast channel overran).
+    lagged: AtomicU64,
+}
+
+impl PeerState {
+    fn feed(&self, session: &str) -> Arc<PeerFeed> {
+        self.feeds
+            .lock()
+            .expect("peer feeds lock")
+            .entry(session.to_owned())
+            .or_insert_with(|| {
+                Arc::new(PeerFeed {
+                    log: Mutex::default(),
+                    live: broadcast::channel(16_384).0,
+                })
+            })
+            .clone()
+    }
+}
+
+/// `/machine`: each `run` report becomes a `run_updated` frame.
+async fn peer_link(mut socket: WebSocket, state: Arc<PeerState>) {
+    while let Some(Ok(message)) = socket.recv().await {
+        let PeerMessage::Text(text) = message else {
+            continue;
+        };
+        let Ok(ClientMessage::Run {
+            session,
+            run,
+            name,
+            status,
+            ..
+        }) = serde_json::from_str(text.as_str())
+        else {
+            continue;
+        };
+        let event = SessionEvent::RunUpdated {
+            run: SessionRun { run, name, status },
+        };
+        let Ok(body) = serde_json::to_string(&event) else {
+            continue;
+        };
+        let feed = state.feed(&session);
+        let mut log = feed.log.lock().expect("peer log lock");
+        let frame = Bytes::from(format!(
+            "id: {}\nevent: run_updated\ndata: {body}\n\n",
+            log.len() + 1
+        ));
+        log.push(frame.clone());
+        let _ = feed.live.send(frame);
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct After {
+    after: Option<usize>,
+}
+
+fn concat(frames: &[Bytes]) -> Bytes {
+    let mut out = Vec::with_capacity(frames.iter().map(Bytes::len).sum());
+    for frame in frames {
+        out.extend_from_slice(frame);
+    }
+    Bytes::from(out)
+}
+
+/// `/sessions/{sid}/events?after=N`: the list from the cursor, then live.
+async fn peer_events(
+    State(state): State<Arc<PeerState>>,
+    Segment(session): Segment<String>,
+    Query(after): Query<After>,
+) -> Response {
+    let feed = state.feed(&session);
+    let (backlog, live) = {
+        let log = feed.log.lock().expect("peer log lock");
+        let from = after.after.unwrap_or(0).min(log.len());
+        (log[from..].to_vec(), feed.live.subscribe())
+    };
+    let body = futures_util::stream::unfold(
+        (backlog, 0, live, state),
+        |(backlog, at, mut live, state)| async move {
+            if at < backlog.len() {
+                let end = (at + PEER_BATCH).min(backlog.len());
+                let frames = concat(&backlog[at..end]);
+                return Some((Ok::<_, Infallible>(frames), (backlog, end, live, state)));
+            }
+            let mut frames = Vec::new();
+            loop {
+                match live.recv().await {
+                    Ok(frame) => {
+                        frames.push(frame);
+                        break;
+                    }
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        state.lagged.fetch_add(n, Ordering::Relaxed);
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+            while frames.len() < PEER_BATCH {
+                match live.try_recv() {
+                    Ok(frame) => frames.push(frame),
+                    Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                        state.lagged.fetch_add(n, Ordering::Relaxed);
+                    }
+                    Err(_) => break,
+                }
+            }
+            Some((Ok(concat(&frames)), (backlog, at, live, state)))
+        },
+    );
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
+/// Starts the peer on its own runtime in this process (as many worker
+/// threads as CPUs, like `margin`'s); returns its address and state.
+fn start_peer() -> (SocketAddr, Arc<PeerState>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let state = Arc::new(PeerState::default());
+    let shared = state.clone();
+    std::thread::Builder::new()
+        .name(PEER_THREAD.into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(std::thread::available_parallelism().map_or(2, |n| n.get()))
+                .thread_name(PEER_THREAD)
+                .enable_all()
+                .build()
+                .expect("cannot build the peer's runtime");
+            runtime.block_on(async move {
+                // The accept backlog `margin` uses (`ACCEPT_BACKLOG`, 4096).
+                let socket = tokio::net::TcpSocket::new_v4().expect("peer socket");
+                socket.set_reuseaddr(true).expect("peer SO_REUSEADDR");
+                socket
+                    .bind(SocketAddr::from(([127, 0, 0, 1], 0)))
+                    .expect("peer cannot bind");
+                let listener = socket.listen(4096).expect("peer cannot listen");
+                tx.send(listener.local_addr().expect("peer address"))
+                    .expect("bench gone");
+                let app = axum::Router::new()
+                    .route(
+                        "/machine",
+                        get(
+                            |ws: WebSocketUpgrade, State(state): State<Arc<PeerState>>| async move {
+                                ws.on_upgrade(move |socket| peer_link(socket, state))
+                            },
+                        ),
+                    )
+                    .route(
+                        "/sessions/{sid}",
+                        get(
+                            |State(state): State<Arc<PeerState>>, Segment(sid): Segment<String>| async move {
+                                let cursor = state.feed(&sid).log.lock().expect("peer log lock").len();
+                                axum::Json(json!({ "cursor": cursor }))
+                            },
+                        ),
+                    )
+                    .route("/sessions/{sid}/events", get(peer_events))
+                    .with_state(state);
+                let served = if std::env::var("PEER_NODELAY").is_ok_and(|v| v == "1") {
+                    let listener = listener.tap_io(|tcp| {
+                        let _ = tcp.set_nodelay(true);
+                    });
+                    axum::serve(listener, app).await
+                } else {
+                    axum::serve(listener, app).await
+                };
+                served.expect("the peer stopped");
+            });
+        })
+        .expect("cannot start the peer thread");
+    (rx.recv().expect("the peer did not start"), shared)
+}
+
+// ---------------------------------------------------------------- /proc
+
+/// utime + stime of a `/proc/.../stat` line, in ticks.
+fn stat_ticks(stat: &str) -> u64 {
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let get = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
+    get(11).unwrap_or(0) + get(12).unwrap_or(0)
+}
+
+fn process_ticks(pid: &str) -> u64 {
+    stat_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default())
+}
+
+/// CPU ticks of this process's peer threads.
+fn peer_ticks() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == PEER_THREAD)
+        })
+        .map(|t| stat_ticks(&std::fs::read_to_string(t.path().join("stat")).unwrap_or_default()))
+        .sum()
+}
+
+/// Busy ticks of the whole machine: user + nice + system + irq + softirq.
+fn machine_busy_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
+        return 0;
+    };
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    [0, 1, 2, 5, 6].iter().filter_map(|&i| v.get(i)).sum()
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// Waits (up to `budget`) until the machine has been nearly idle for a
+/// second: under a quarter of a core busy.
+async fn quiet(budget: Duration) {
+    let deadline = Instant::now() + budget;
+    loop {
+        let before = machine_busy_ticks();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let busy = machine_busy_ticks().saturating_sub(before) as f64 / TICKS_PER_SECOND;
+        if busy < 0.25 {
+            return;
+        }
+        if Instant::now() >= deadline {
+            println!(
+                "  (machine still busy: {busy:.2} cores; going ahead; load {})",
+                loadavg()
+            );
+            return;
+        }
+    }
+}
+
+/// Which server's CPU to count.
+#[derive(Clone, Copy)]
+enum ServerCpu {
+    Process(u32),
+    Peer,
+}
+
+struct CpuSnap {
+    at: Instant,
+    server: u64,
+    peer: u64,
+    bench: u64,
+    busy: u64,
+}
+
+/// CPU seconds over a window: the server's, the client's (this process
+/// but the peer) and every other process's.
+#[derive(Clone, Copy, Debug, Default)]
+struct CpuUse {
+    wall: Duration,
+    server: f64,
+    client: f64,
+    other: f64,
+}
+
+impl CpuSnap {
+    fn take(server: ServerCpu) -> CpuSnap {
+        let peer = peer_ticks();
+        CpuSnap {
+            at: Instant::now(),
+            server: match server {
+                ServerCpu::Process(pid) => process_ticks(&pid.to_string()),
+                ServerCpu::Peer => peer,
+            },
+            peer,
+            bench: process_ticks("self"),
+            busy: machine_busy_ticks(),
+        }
+    }
+
+    fn since(&self, server: ServerCpu) -> CpuUse {
+        let now = CpuSnap::take(server);
+        let d = |a: u64, b: u64| a.saturating_sub(b) as f64 / TICKS_PER_SECOND;
+        let (server_s, bench_s, peer_s) = (
+            d(now.server, self.server),
+            d(now.bench, self.bench),
+            d(now.peer, self.peer),
+        );
+        let busy = d(now.busy, self.busy);
+        CpuUse {
+            wall: now.at - self.at,
+            server: server_s,
+            client: bench_s - peer_s,
+            other: match server {
+                ServerCpu::Process(_) => busy - server_s - bench_s,
+                ServerCpu::Peer => busy - bench_s,
+            },
+        }
+    }
+}
+
+impl CpuUse {
+    fn pct(&self, seconds: f64) -> f64 {
+        100.0 * seconds / self.wall.as_secs_f64().max(1e-9)
+    }
+
+    /// Other processes' CPU in % of a core; "—" for a window under a
+    /// second, where the 10 ms ticks make it noise.
+    fn other_pct(&self) -> String {
+        if self.wall < Duration::from_secs(1) {
+            "—".into()
+        } else {
+            format!("{:.0}%", self.pct(self.other))
+        }
+    }
+}
+
+// ---------------------------------------------------------------- statistics
+
+/// Nearest-rank percentile of sorted values.
+fn percentile<T: Copy + Default>(sorted: &[T], p: f64) -> T {
+    if sorted.is_empty() {
+        return T::default();
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1}", d.as_secs_f64() * 1e3)
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if b > 0.0 {
+        format!("{:.2}", a / b)
+    } else {
+        "—".into()
+    }
+}
+
+// ---------------------------------------------------------------- part 1: fan-out
+
+/// One fan-out run.
+#[derive(Default)]
+struct FanRun {
+    rep: usize,
+    server: &'static str,
+    mode: String,
+    subscribers: usize,
+    opened: usize,
+    open_all: Duration,
+    events: usize,
+    sent_rate: f64,
+    lag_p99: u64,
+    lag_max: u64,
+    deliveries: u64,
+    /// First report written → last event read by anyone.
+    wall: Duration,
+    /// Last report written → last event read by anyone.
+    drain: Duration,
+    /// Delay percentiles (µs): p50, p90, p99, p99.9, max; and the mean.
+    delay: [u32; 5],
+    mean_us: f64,
+    complete: usize,
+    missing: u64,
+    gaps: u64,
+    duplicates: u64,
+    wrong: u64,
+    untimed: u64,
+    frame_bytes: f64,
+    errors: Vec<String>,
+    cpu: CpuUse,
+    rss_kib: Option<u64>,
+    load: String,
+}
+
+impl FanRun {
+    fn delivery_rate(&self) -> f64 {
+        self.deliveries as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+
+    fn server_us(&self) -> f64 {
+        1e6 * self.cpu.server / self.deliveries.max(1) as f64
+    }
+
+    fn line(&self) -> String {
+        let d = |us: u32| format!("{:.1}", f64::from(us) / 1e3);
+        format!(
+            "{} {} rep {}: {} of {} subscribed in {} ms; sent {:.0}/s (lag p99 {:.1} max {:.1} ms); {} deliveries in {} ms = {:.0}/s ({:.0} events/s to all), drain {} ms; delay p50 {} p90 {} p99 {} p99.9 {} max {} mean {:.1} ms; complete {} of {}, missing {}, gaps {}, duplicates {}, wrong {}, untimed {}; {:.0} B/event; server CPU {:.0}% ({:.2} µs/delivery), client {:.0}%, other {}; server RSS {} KiB; load {}",
+            self.server, self.mode, self.rep, self.opened, self.subscribers, ms(self.open_all),
+            self.sent_rate, self.lag_p99 as f64 / 1e6, self.lag_max as f64 / 1e6, self.deliveries, ms(self.wall),
+            self.delivery_rate(), self.delivery_rate() / self.subscribers.max(1) as f64, ms(self.drain),
+            d(self.delay[0]), d(self.delay[1]), d(self.delay[2]), d(self.delay[3]), d(self.delay[4]), self.mean_us / 1e3,
+            self.complete, self.subscribers, self.missing, self.gaps, self.duplicates, self.wrong, self.untimed,
+            self.frame_bytes, self.cpu.pct(self.cpu.server), self.server_us(), self.cpu.pct(self.cpu.client),
+            self.cpu.other_pct(), self.rss_kib.map_or("—".into(), |k| k.to_string()), self.load,
+        )
+    }
+}
+
+async fn fan_out(config: &Config, peer: SocketAddr, report: &mut Report) {
+    println!(
+        "\n== part 1: {} subscribers, {} events ==",
+        config.subscribers, config.events
+    );
+    let mut modes = vec![Some(config.rate)];
+    if config.burst {
+        modes.push(None);
+    }
+    let mut sessions = 0;
+    for rep in 1..=config.repeat {
+        for &rate in &modes {
+            for server in [MARGIN, PEER] {
+                let target = if server == MARGIN {
+                    Target::margin(config, &[]).await
+                } else {
+                    sessions += 1;
+                    Target::peer(peer, format!("fanout-{sessions}")).await
+                };
+                let mut run = fan_out_run(config, &target, rate).await;
+                run.rep = rep;
+                println!("  {}", run.line());
+                target.finish(report).await;
+                report.fan.push(run);
+            }
+        }
+    }
+}
+
+async fn fan_out_run(config: &Config, target: &Target, rate: Option<u64>) -> FanRun {
+    let n = config.subscribers;
+    let sent = Sent::new(config.events);
+    let expect = Expect {
+        first: target.base + 1,
+        last: target.base + config.events as u64,
+        base: target.base,
+        sent: Some(sent.clone()),
+    };
+    let path = format!("/sessions/{}/events?after={}", target.session, target.base);
+    let began = Instant::now();
+    let opened = futures_util::future::join_all(
+        (0..n).map(|_| Sse::open(target.addr, &path, target.token.as_deref())),
+    )
+    .await;
+    let open_all = began.elapsed();
+    let mut errors = Vec::new();
+    let mut followers = Vec::with_capacity(n);
+    for sse in opened {
+        match sse {
+            Ok(sse) => followers.push(tokio::spawn(follow(sse, expect.clone()))),
+            Err(e) => errors.push(format!("subscribe: {e}")),
+        }
+    }
+    quiet(config.quiet_wait).await;
+    let snap = CpuSnap::take(target.cpu);
+    let generated = generate(&target.machine, &target.session, &sent, rate).await;
+    let mut tallies = Vec::with_capacity(followers.len());
+    for follower in followers {
+        tallies.push(follower.await.expect("a subscriber panicked"));
+    }
+    let cpu = snap.since(target.cpu);
+    let rss_kib = target.rss_kib();
+    let first_sent = sent.at(0).unwrap_or(generated.last_sent);
+    let last_event = tallies
+        .iter()
+        .filter_map(|t| t.last_event)
+        .max()
+        .unwrap_or(first_sent);
+    let expected = config.events as u64;
+    let mut delays: Vec<u32> = Vec::with_capacity(tallies.iter().map(|t| t.delays_us.len()).sum());
+    let mut run = FanRun {
+        server: target.server,
+        mode: rate.map_or("burst".into(), |r| format!("paced {r}/s")),
+        subscribers: n,
+        opened: tallies.len(),
+        open_all,
+        events: config.events,
+        sent_rate: generated.sent_rate,
+        lag_p99: generated.lag_p99,
+        lag_max: generated.lag_max,
+        wall: last_event.saturating_duration_since(first_sent),
+        drain: last_event.saturating_duration_since(generated.last_sent),
+        missing: expected * (n - tallies.len()) as u64,
+        cpu,
+        rss_kib,
+        load: loadavg(),
+        ..FanRun::default()
+    };
+    let mut bytes = 0;
+    for tally in tallies {
+        run.deliveries += tally.received;
+        run.missing += expected - tally.received.min(expected);
+        run.gaps += tally.gaps;
+        run.duplicates += tally.duplicates;
+        run.wrong += tally.wrong;
+        run.untimed += tally.untimed;
+        bytes += tally.bytes;
+        let whole = tally.received == expected && tally.gaps == 0 && tally.duplicates == 0;
+        if whole && tally.wrong == 0 && tally.error.is_none() {
+            run.complete += 1;
+        }
+        if let Some(e) = tally.error {
+            errors.push(e);
+        }
+        delays.extend_from_slice(&tally.delays_us);
+    }
+    delays.sort_unstable();
+    run.delay = [50.0, 90.0, 99.0, 99.9, 100.0].map(|p| percentile(&delays, p));
+    run.mean_us = delays.iter().map(|&d| f64::from(d)).sum::<f64>() / delays.len().max(1) as f64;
+    run.frame_bytes = bytes as f64 / run.deliveries.max(1) as f64;
+    errors.sort();
+    errors.dedup();
+    run.errors = errors.into_iter().take(5).collect();
+    run
+}
+
+// ---------------------------------------------------------------- part 2: replay
+
+/// Writing the replay's events.
+struct Generation {
+    server: &'static str,
+    events: usize,
+    sent: Duration,
+    committed: Duration,
+    cpu: CpuUse,
+}
+
+/// Readers replaying at once from one cursor to the last id.
+struct ReplayRun {
+    rep: usize,
+    server: &'static str,
+    reader: &'static str,
+    readers: usize,
+    after: u64,
+    /// Events read, over all readers.
+    received: u64,
+    /// Request → first body bytes, p50 over the readers.
+    first_byte: Duration,
+    /// Request → last event, p50 over the readers, and for all of them.
+    each: Duration,
+    total: Duration,
+    bytes: u64,
+    complete: usize,
+    missing: u64,
+    gaps: u64,
+    duplicates: u64,
+    errors: Vec<String>,
+    cpu: CpuUse,
+}
+
+impl ReplayRun {
+    fn rate(&self) -> f64 {
+        self.received as f64 / self.total.as_secs_f64().max(1e-9)
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "{} {} (after {}) rep {}: {} reader(s), {} events in {} ms = {:.0}/s, {:.1} MB/s; per reader p50 {} ms, first byte p50 {} ms; complete {}, missing {}, gaps {}, duplicates {}{}; server CPU {:.0} ms",
+            self.server, self.reader, self.after, self.rep, self.readers, self.received, ms(self.total), self.rate(),
+            self.bytes as f64 / 1e6 / self.total.as_secs_f64().max(1e-9), ms(self.each), ms(self.first_byte),
+            self.complete, self.missing, self.gaps, self.duplicates,
+            if self.errors.is_empty() { String::new() } else { format!(", errors: {:?}", self.errors) },
+            self.cpu.server * 1e3,
+        )
+    }
+}
+
+async fn replays(config: &Config, peer: SocketAddr, report: &mut Report) {
+    let n = config.replay_events;
+    println!(
+        "\n== part 2: replay of {n} events (margin with --session-events-retained {}) ==",
+        config.retained
+    );
+    let args = [
+        "--session-events-retained".into(),
+        config.retained.to_string(),
+    ];
+    let mut targets = vec![
+        Target::margin(config, &args).await,
+        Target::peer(peer, "replay".into()).await,
+    ];
+    let mut lasts = Vec::new();
+    for target in &targets {
+        quiet(config.quiet_wait).await;
+        let snap = CpuSnap::take(target.cpu);
+        let began = Instant::now();
+        generate(&target.machine, &target.session, &Sent::new(n), None).await;
+        let sent = began.elapsed();
+        let last = target.cursor(target.base + n as u64, false).await;
+        let committed = began.elapsed();
+        let generation = Generation {
+            server: target.server,
+            events: n,
+            sent,
+            committed,
+            cpu: snap.since(target.cpu),
+        };
+        println!(
+            "  {}: {n} reports written in {} ms, all committed in {} ms ({:.0} events/s), last id {last}; server CPU {:.0} ms",
+            target.server,
+            ms(sent),
+            ms(committed),
+            n as f64 / committed.as_secs_f64().max(1e-9),
+            generation.cpu.server * 1e3,
+        );
+        if last != target.base + n as u64 {
+            report.logs.push(format!(
+                "{}: the log ended at {last}, not {} + {n}: other events were written",
+                target.server, target.base
+            ));
+        }
+        lasts.push(last);
+        report.generation.push(generation);
+    }
+    for rep in 1..=config.replay_reads {
+        for (target, &last) in targets.iter().zip(&lasts) {
+            for (reader, readers, behind) in [
+                ("from cursor 0", 1, last),
+                ("near the edge", 1, config.edge),
+                ("catch-up", config.catch_up, config.behind),
+            ] {
+                if readers == 0 {
+                    continue;
+                }
+                quiet(config.quiet_wait).await;
+                let from = (last.saturating_sub(behind), last);
+                let run = replay_run(target, reader, readers, from, rep).await;
+                println!("  {}", run.line());
+                report.replay.push(run);
+            }
+        }
+    }
+    for target in targets.drain(..) {
+        target.finish(report).await;
+    }
+}
+
+/// `readers` subscribers at once, each from `after` until it has `last`.
+async fn replay_run(
+    target: &Target,
+    reader: &'static str,
+    readers: usize,
+    (after, last): (u64, u64),
+    rep: usize,
+) -> ReplayRun {
+    let path = format!("/sessions/{}/events?after={after}", target.session);
+    let expect = Expect {
+        first: after + 1,
+        last,
+        base: u64::MAX,
+        sent: None,
+    };
+    let snap = CpuSnap::take(target.cpu);
+    let began = Instant::now();
+    let tasks: Vec<_> = (0..readers)
+        .map(|_| {
+            let (addr, path, token) = (target.addr, path.clone(), target.token.clone());
+            let expect = expect.clone();
+            tokio::spawn(async move {
+                match Sse::open(addr, &path, token.as_deref()).await {
+                    Ok(sse) => follow(sse, expect).await,
+                    Err(e) => Tally {
+                        error: Some(e),
+                        ..Tally::default()
+                    },
+                }
+            })
+        })
+        .collect();
+    let mut tallies = Vec::with_capacity(readers);
+    for task in tasks {
+        tallies.push(task.await.expect("a reader panicked"));
+    }
+    let cpu = snap.since(target.cpu);
+    let since = |at: Option<Instant>| at.map_or(Duration::ZERO, |at| at - began);
+    let mut each: Vec<Duration> = tallies.iter().map(|t| since(t.last_event)).collect();
+    let mut first: Vec<Duration> = tallies.iter().map(|t| since(t.first_read)).collect();
+    each.sort_unstable();
+    first.sort_unstable();
+    let expected = last - after;
+    let mut errors: Vec<String> = tallies.iter().filter_map(|t| t.error.clone()).collect();
+    errors.dedup();
+    errors.truncate(5);
+    ReplayRun {
+        rep,
+        server: target.server,
+        reader,
+        readers,
+        after,
+        received: tallies.iter().map(|t| t.received).sum(),
+        first_byte: percentile(&first, 50.0),
+        each: percentile(&each, 50.0),
+        total: percentile(&each, 100.0),
+        bytes: tallies.iter().map(|t| t.bytes).sum(),
+        complete: tallies
+            .iter()
+            .filter(|t| t.received == expected && t.gaps + t.duplicates == 0 && t.error.is_none())
+            .count(),
+        missing: tallies
+            .iter()
+            .map(|t| expected.saturating_sub(t.received))
+            .sum(),
+        gaps: tallies.iter().map(|t| t.gaps).sum(),
+        duplicates: tallies.iter().map(|t| t.duplicates).sum(),
+        errors,
+        cpu,
+    }
+}
+
+// ---------------------------------------------------------------- report
+
+#[derive(Default)]
+struct Report {
+    env_lines: Vec<String>,
+    fan: Vec<FanRun>,
+    generation: Vec<Generation>,
+    replay: Vec<ReplayRun>,
+    logs: Vec<String>,
+}
+
+fn command_output(program: &str, args: &[&str]) -> Option<String> {
+    std::process::Command::new(program)
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+}
+
+impl Report {
+    fn environment(&mut self, config: &Config) {
+        let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+        let model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|c| {
+                c.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split_once(':'))
+                    .map(|(_, m)| m.trim().to_owned())
+            })
+            .unwrap_or_else(|| "?".into());
+        let built = std::fs::metadata(&config.bin)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .map_or("?".into(), |age| format!("{} s ago", age.as_secs()));
+        let commit = match command_output("git", &["rev-parse", "--short", "HEAD"]) {
+            Some(commit) => {
+                let dirty =
+                    command_output("git", &["status", "--porcelain", "--untracked-files=no"])
+                        .map_or(0, |s| s.lines().count());
+                format!("checkout at {commit} with {dirty} changed tracked files")
+            }
+            None => "not a git checkout".into(),
+        };
+        self.env_lines = vec![
+            format!("machine: {cpus} CPUs ({model}), load average {}", loadavg()),
+            format!(
+                "margin: {} (built {built}); bench source: {commit}",
+                config.bin.display()
+            ),
+            format!(
+                "config: SUBSCRIBERS={} EVENTS={} RATE={} BURST={} REPEAT={} REPLAY_EVENTS={} RETAINED={} EDGE={} REPLAY_READS={} CATCH_UP={} BEHIND={} QUIET_WAIT_SECONDS={} PEER_NODELAY={} parts:{}{}",
+                config.subscribers,
+                config.events,
+                config.rate,
+                u8::from(config.burst),
+                config.repeat,
+                config.replay_events,
+                config.retained,
+                config.edge,
+                config.replay_reads,
+                config.catch_up,
+                config.behind,
+                config.quiet_wait.as_secs(),
+                std::env::var("PEER_NODELAY").unwrap_or_else(|_| "0".into()),
+                if config.fanout { " fanout" } else { "" },
+                if config.replay { " replay" } else { "" },
+            ),
+        ];
+    }
+
+    fn render(&self) -> String {
+        let mut out = String::new();
+        for line in &self.env_lines {
+            let _ = writeln!(out, "{line}  ");
+        }
+        self.render_fan(&mut out);
+        self.render_replay(&mut out);
+        if !self.logs.is_empty() {
+            let _ = writeln!(out);
+            for line in &self.logs {
+                let _ = writeln!(out, "{line}  ");
+            }
+        }
+        out
+    }
+
+    fn render_fan(&self, out: &mut String) {
+        let Some(first) = self.fan.first() else {
+            return;
+        };
+        let d = |us: u32| format!("{:.1}", f64::from(us) / 1e3);
+        let _ = writeln!(
+            out,
+            "\n### Fan-out: {} SSE subscribers on one session, {} events\n",
+            first.subscribers, first.events
+        );
+        let _ = writeln!(out, "| rep | server | mode | subscribed in ms | sent/s | deliveries/s | events/s to all | first send → last delivery ms | drain ms | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | mean ms | complete | missing | gaps | dups | wrong | server CPU | server µs/delivery | client CPU | other CPU | server RSS KiB |");
+        let _ = writeln!(
+            out,
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        );
+        for r in &self.fan {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {} / {} | {} | {} | {} | {} | {:.0}% | {:.2} | {:.0}% | {} | {} |",
+                r.rep, r.server, r.mode, ms(r.open_all), r.sent_rate, r.delivery_rate(),
+                r.delivery_rate() / r.subscribers.max(1) as f64, ms(r.wall), ms(r.drain),
+                d(r.delay[0]), d(r.delay[1]), d(r.delay[2]), d(r.delay[3]), d(r.delay[4]), r.mean_us / 1e3,
+                r.complete, r.subscribers, r.missing, r.gaps, r.duplicates, r.wrong,
+                r.cpu.pct(r.cpu.server), r.server_us(), r.cpu.pct(r.cpu.client), r.cpu.other_pct(),
+                r.rss_kib.map_or("—".into(), |k| k.to_string()),
+            );
+        }
+        let frame = self
+            .fan
+            .iter()
+            .map(|r| format!("{} {} {:.0} B", r.server, r.mode, r.frame_bytes));
+        let _ = writeln!(
+            out,
+            "\nBytes read per event (frames and chunk framing): {}.",
+            frame.collect::<Vec<_>>().join(", ")
+        );
+        for r in self
+            .fan
+            .iter()
+            .filter(|r| !r.errors.is_empty() || r.untimed > 0)
+        {
+            let _ = writeln!(
+                out,
+                "\n{} {} rep {}: {} untimed; errors: {:?}",
+                r.server, r.mode, r.rep, r.untimed, r.errors
+            );
+        }
+        let _ = writeln!(out, "\n| rep | mode | Margin/peer deliveries/s | Margin/peer p50 | Margin/peer p99 | Margin/peer max | Margin/peer server µs/delivery |");
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|");
+        for m in self.fan.iter().filter(|r| r.server == MARGIN) {
+            let Some(p) = self
+                .fan
+                .iter()
+                .find(|r| r.server == PEER && r.mode == m.mode && r.rep == m.rep)
+            else {
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                m.rep,
+                m.mode,
+                ratio(m.delivery_rate(), p.delivery_rate()),
+                ratio(f64::from(m.delay[0]), f64::from(p.delay[0])),
+                ratio(f64::from(m.delay[2]), f64::from(p.delay[2])),
+                ratio(f64::from(m.delay[4]), f64::from(p.delay[4])),
+                ratio(m.server_us(), p.server_us()),
+            );
+        }
+    }
+
+    fn render_replay(&self, out: &mut String) {
+        if self.generation.is_empty() {
+            return;
+        }
+        let _ = writeln!(out, "\n### Replay\n");
+        let _ = writeln!(out, "| server | reports written unpaced | written in ms | all committed in ms | committed events/s | server CPU s |");
+        let _ = writeln!(out, "|---|---|---|---|---|---|");
+        for g in &self.generation {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {:.0} | {:.2} |",
+                g.server,
+                g.events,
+                ms(g.sent),
+                ms(g.committed),
+                g.events as f64 / g.committed.as_secs_f64().max(1e-9),
+                g.cpu.server
+            );
+        }
+        let _ = writeln!(out, "\n| rep | server | reader | readers | after | events read | first byte ms (p50) | per reader ms (p50) | all done ms | events/s | MB/s | complete | missing | gaps | dups | server CPU ms | other CPU |");
+        let _ = writeln!(
+            out,
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        );
+        for r in &self.replay {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.1} | {} / {} | {} | {} | {} | {:.0} | {} |",
+                r.rep,
+                r.server,
+                r.reader,
+                r.readers,
+                r.after,
+                r.received,
+                ms(r.first_byte),
+                ms(r.each),
+                ms(r.total),
+                r.rate(),
+                r.bytes as f64 / 1e6 / r.total.as_secs_f64().max(1e-9),
+                r.complete,
+                r.readers,
+                r.missing,
+                r.gaps,
+                r.duplicates,
+                r.cpu.server * 1e3,
+                r.cpu.other_pct(),
+            );
+        }
+        for r in self.replay.iter().filter(|r| !r.errors.is_empty()) {
+            let _ = writeln!(
+                out,
+                "\n{} {} rep {}: {:?}",
+                r.server, r.reader, r.rep, r.errors
+            );
+        }
+        let _ = writeln!(out, "\n| rep | reader | Margin/peer events/s | Margin/peer all done | Margin/peer first byte |");
+        let _ = writeln!(out, "|---|---|---|---|---|");
+        for m in self.replay.iter().filter(|r| r.server == MARGIN) {
+            let Some(p) = self
+                .replay
+                .iter()
+                .find(|r| r.server == PEER && r.reader == m.reader && r.rep == m.rep)
+            else {
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} |",
+                m.rep,
+                m.reader,
+                ratio(m.rate(), p.rate()),
+                ratio(m.total.as_secs_f64(), p.total.as_secs_f64()),
+                ratio(m.first_byte.as_secs_f64(), p.first_byte.as_secs_f64()),
+            );
+        }
+    }
+}
