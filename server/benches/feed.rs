@@ -86,6 +86,10 @@
 //! minus the peer's threads) and other processes' ("other"). Only `cargo
 //! bench` runs it (`cargo test --benches` skips it).
 
+// Each bench uses part of the shared helpers.
+#[allow(dead_code)]
+mod support;
+
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::fmt::Write as _;
@@ -122,10 +126,11 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
-/// Linux's USER_HZ: `/proc` CPU times are in these ticks.
-const TICKS_PER_SECOND: f64 = 100.0;
-/// Thread name of the peer server's runtime (its CPU is told apart by it).
-const PEER_THREAD: &str = "peer-server";
+use support::{
+    command_output, env_or, loadavg, machine_busy_ticks, open_files_limit, percentile, CpuSnap,
+    CpuUse, ServerCpu, PEER_THREAD, TICKS_PER_SECOND,
+};
+
 const MARGIN: &str = "margin";
 const PEER: &str = "peer";
 /// How long a subscriber or a setup step waits in silence before giving up.
@@ -169,16 +174,6 @@ struct Config {
     catch_up: usize,
     behind: u64,
     quiet_wait: Duration,
-}
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(value) if !value.trim().is_empty() => value
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={value:?} is not a valid value")),
-        _ => default,
-    }
 }
 
 impl Config {
@@ -234,13 +229,6 @@ impl Config {
         }
         config
     }
-}
-
-/// The soft `Max open files` of this process (inherited by the server).
-fn open_files_limit() -> Option<u64> {
-    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    line.split_whitespace().nth(3)?.parse().ok()
 }
 
 // ---------------------------------------------------------------- main flow
@@ -1202,54 +1190,6 @@ fn start_peer() -> (SocketAddr, Arc<PeerState>) {
 
 // ---------------------------------------------------------------- /proc
 
-/// utime + stime of a `/proc/.../stat` line, in ticks.
-fn stat_ticks(stat: &str) -> u64 {
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return 0;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let get = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
-    get(11).unwrap_or(0) + get(12).unwrap_or(0)
-}
-
-fn process_ticks(pid: &str) -> u64 {
-    stat_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default())
-}
-
-/// CPU ticks of this process's peer threads.
-fn peer_ticks() -> u64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
-    };
-    tasks
-        .flatten()
-        .filter(|t| {
-            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == PEER_THREAD)
-        })
-        .map(|t| stat_ticks(&std::fs::read_to_string(t.path().join("stat")).unwrap_or_default()))
-        .sum()
-}
-
-/// Busy ticks of the whole machine: user + nice + system + irq + softirq.
-fn machine_busy_ticks() -> u64 {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
-        return 0;
-    };
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    [0, 1, 2, 5, 6].iter().filter_map(|&i| v.get(i)).sum()
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
-}
-
 /// Waits (up to `budget`) until the machine has been nearly idle for a
 /// second: under a quarter of a core busy.
 async fn quiet(budget: Duration) {
@@ -1271,93 +1211,7 @@ async fn quiet(budget: Duration) {
     }
 }
 
-/// Which server's CPU to count.
-#[derive(Clone, Copy)]
-enum ServerCpu {
-    Process(u32),
-    Peer,
-}
-
-struct CpuSnap {
-    at: Instant,
-    server: u64,
-    peer: u64,
-    bench: u64,
-    busy: u64,
-}
-
-/// CPU seconds over a window: the server's, the client's (this process
-/// but the peer) and every other process's.
-#[derive(Clone, Copy, Debug, Default)]
-struct CpuUse {
-    wall: Duration,
-    server: f64,
-    client: f64,
-    other: f64,
-}
-
-impl CpuSnap {
-    fn take(server: ServerCpu) -> CpuSnap {
-        let peer = peer_ticks();
-        CpuSnap {
-            at: Instant::now(),
-            server: match server {
-                ServerCpu::Process(pid) => process_ticks(&pid.to_string()),
-                ServerCpu::Peer => peer,
-            },
-            peer,
-            bench: process_ticks("self"),
-            busy: machine_busy_ticks(),
-        }
-    }
-
-    fn since(&self, server: ServerCpu) -> CpuUse {
-        let now = CpuSnap::take(server);
-        let d = |a: u64, b: u64| a.saturating_sub(b) as f64 / TICKS_PER_SECOND;
-        let (server_s, bench_s, peer_s) = (
-            d(now.server, self.server),
-            d(now.bench, self.bench),
-            d(now.peer, self.peer),
-        );
-        let busy = d(now.busy, self.busy);
-        CpuUse {
-            wall: now.at - self.at,
-            server: server_s,
-            client: bench_s - peer_s,
-            other: match server {
-                ServerCpu::Process(_) => busy - server_s - bench_s,
-                ServerCpu::Peer => busy - bench_s,
-            },
-        }
-    }
-}
-
-impl CpuUse {
-    fn pct(&self, seconds: f64) -> f64 {
-        100.0 * seconds / self.wall.as_secs_f64().max(1e-9)
-    }
-
-    /// Other processes' CPU in % of a core; "—" for a window under a
-    /// second, where the 10 ms ticks make it noise.
-    fn other_pct(&self) -> String {
-        if self.wall < Duration::from_secs(1) {
-            "—".into()
-        } else {
-            format!("{:.0}%", self.pct(self.other))
-        }
-    }
-}
-
 // ---------------------------------------------------------------- statistics
-
-/// Nearest-rank percentile of sorted values.
-fn percentile<T: Copy + Default>(sorted: &[T], p: f64) -> T {
-    if sorted.is_empty() {
-        return T::default();
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
 
 fn ms(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1e3)
@@ -1749,16 +1603,6 @@ struct Report {
     generation: Vec<Generation>,
     replay: Vec<ReplayRun>,
     logs: Vec<String>,
-}
-
-fn command_output(program: &str, args: &[&str]) -> Option<String> {
-    std::process::Command::new(program)
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
 }
 
 impl Report {

@@ -80,6 +80,10 @@
 //! Only `cargo bench` runs it (it is not a test; `cargo test --benches` skips
 //! it).
 
+// Each bench uses part of the shared helpers.
+#[allow(dead_code)]
+mod support;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -108,11 +112,12 @@ use tokio_util::sync::CancellationToken;
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
-/// Linux's USER_HZ: `/proc` CPU times are in these ticks.
-const TICKS_PER_SECOND: f64 = 100.0;
-/// Thread name of the peer server's runtime (its CPU is told apart by it).
-const PEER_THREAD: &str = "peer-server";
 /// Row labels.
+use support::{
+    command_output, env_or, loadavg, machine_busy_ticks, open_files_limit, percentile, CpuSnap,
+    CpuUse, ServerCpu, PEER_THREAD, TICKS_PER_SECOND,
+};
+
 const MARGIN_CLOSED: &str = "margin, doc not open";
 const MARGIN_OPEN: &str = "margin, doc open";
 const PEER: &str = "peer";
@@ -156,16 +161,6 @@ struct Config {
     quiet_wait: Duration,
     after_detach: Duration,
     relinks: usize,
-}
-
-fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(value) if !value.trim().is_empty() => value
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={value:?} is not a valid value")),
-        _ => default,
-    }
 }
 
 impl Config {
@@ -221,13 +216,6 @@ impl Config {
         }
         config
     }
-}
-
-/// The soft `Max open files` of this process (inherited by the server).
-fn open_files_limit() -> Option<u64> {
-    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    line.split_whitespace().nth(3)?.parse().ok()
 }
 
 // ---------------------------------------------------------------- main flow
@@ -849,58 +837,6 @@ fn mem(pid: u32) -> Mem {
     }
 }
 
-/// utime + stime of a `/proc/.../stat` line, in ticks.
-fn stat_ticks(stat: &str) -> u64 {
-    // Fields after the `(comm)`: state is field 3, utime 14, stime 15.
-    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-        return 0;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let get = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    get(11) + get(12)
-}
-
-fn process_ticks(pid: &str) -> u64 {
-    stat_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default())
-}
-
-/// CPU ticks of this process's threads named `name`.
-fn thread_ticks(name: &str) -> u64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0;
-    };
-    tasks
-        .flatten()
-        .filter(|t| {
-            std::fs::read_to_string(t.path().join("comm"))
-                .map(|c| c.trim() == name)
-                .unwrap_or(false)
-        })
-        .map(|t| stat_ticks(&std::fs::read_to_string(t.path().join("stat")).unwrap_or_default()))
-        .sum()
-}
-
-/// Busy ticks of the whole machine (all CPUs).
-fn machine_busy_ticks() -> u64 {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
-        return 0;
-    };
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    // user nice system idle iowait irq softirq steal (guest is in user):
-    // busy = user + nice + system + irq + softirq.
-    [0, 1, 2, 5, 6].iter().filter_map(|&i| v.get(i)).sum()
-}
-
 /// Waits (up to `budget`) until the machine has been nearly idle for a
 /// second: under a quarter of a core busy. Meanwhile `turns` answer their
 /// heartbeats (a link left silent for three is closed, rightly). Returns
@@ -948,87 +884,7 @@ async fn answer_heartbeats(turn: &mut Turn) {
     }
 }
 
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
-}
-
-/// Which server's CPU to count.
-#[derive(Clone, Copy)]
-enum ServerCpu {
-    Process(u32),
-    Peer,
-}
-
-struct CpuSnap {
-    at: Instant,
-    server: u64,
-    peer: u64,
-    bench: u64,
-    busy: u64,
-}
-
-impl CpuSnap {
-    fn take(server: ServerCpu) -> CpuSnap {
-        let peer = thread_ticks(PEER_THREAD);
-        CpuSnap {
-            at: Instant::now(),
-            server: match server {
-                ServerCpu::Process(pid) => process_ticks(&pid.to_string()),
-                ServerCpu::Peer => peer,
-            },
-            peer,
-            bench: process_ticks("self"),
-            busy: machine_busy_ticks(),
-        }
-    }
-
-    /// (server, client, other) CPU seconds since `self`, and the wall time.
-    fn since(&self, server: ServerCpu) -> CpuUse {
-        let now = CpuSnap::take(server);
-        let d = |a: u64, b: u64| a.saturating_sub(b) as f64 / TICKS_PER_SECOND;
-        let server_s = d(now.server, self.server);
-        let bench_s = d(now.bench, self.bench);
-        let peer_s = d(now.peer, self.peer);
-        let busy_s = d(now.busy, self.busy);
-        let other_s = match server {
-            ServerCpu::Process(_) => busy_s - server_s - bench_s,
-            ServerCpu::Peer => busy_s - bench_s,
-        };
-        CpuUse {
-            wall: now.at - self.at,
-            server: server_s,
-            client: bench_s - peer_s,
-            other: other_s,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-struct CpuUse {
-    wall: Duration,
-    server: f64,
-    client: f64,
-    other: f64,
-}
-
-impl CpuUse {
-    fn pct(&self, seconds: f64) -> f64 {
-        100.0 * seconds / self.wall.as_secs_f64().max(1e-9)
-    }
-}
-
 // ---------------------------------------------------------------- statistics
-
-/// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[u64], p: f64) -> u64 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
 
 fn ms(ns: u64) -> String {
     format!("{:.3}", ns as f64 / 1e6)
@@ -1937,16 +1793,6 @@ struct Report {
     rtt_server_mem: Mem,
     links: Option<LinksResult>,
     logs: Vec<String>,
-}
-
-fn command_output(program: &str, args: &[&str]) -> Option<String> {
-    std::process::Command::new(program)
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
 }
 
 impl Report {
