@@ -95,7 +95,6 @@ use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -116,9 +115,8 @@ use margin_protocol::sessions::{SessionEvent, SessionRun};
 use margin_server::auth;
 use margin_server::storage::Store;
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::process::{Child, Command};
 use tokio::sync::{broadcast, mpsc};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
@@ -126,6 +124,7 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
+use support::margin::Margin;
 use support::{
     command_output, env_or, loadavg, machine_busy_ticks, open_files_limit, percentile, CpuSnap,
     CpuUse, ServerCpu, PEER_THREAD, TICKS_PER_SECOND,
@@ -253,150 +252,6 @@ async fn run(config: Config) {
 }
 
 // ---------------------------------------------------------------- the server process
-
-#[derive(Default)]
-struct LogTally {
-    warn_error: u64,
-    first: Vec<String>,
-    head: Vec<String>,
-}
-
-struct Margin {
-    child: Child,
-    pid: u32,
-    addr: SocketAddr,
-    log: Arc<Mutex<LogTally>>,
-    _data: tempfile::TempDir,
-}
-
-/// One bench account: its token, its machine's credential, its document.
-struct Account {
-    token: String,
-    credential: String,
-    document: String,
-}
-
-/// Writes the account into the store in `data` before any server runs on
-/// it, as `margin account add` and `margin machine pair` do.
-async fn prepare(data: &Path) -> Account {
-    let url = Store::sqlite_url_in(data).expect("cannot create the bench's data folder");
-    let store = Store::open(&url)
-        .await
-        .unwrap_or_else(|e| panic!("cannot open the bench store at {url}: {e}"));
-    let account = store.create_account("feed").await.expect("account");
-    let token = auth::issue_token(&store, &account).await.expect("token");
-    let (_, credential) = auth::pair_machine(
-        &store,
-        &account,
-        "feed laptop",
-        auth::MACHINE_CREDENTIAL_TTL,
-    )
-    .await
-    .expect("machine");
-    let document = store
-        .create_document(&account, "Feed plan")
-        .await
-        .expect("document");
-    store.close().await;
-    Account {
-        token,
-        credential: credential.secret,
-        document: document.id,
-    }
-}
-
-impl Margin {
-    async fn start(bin: &Path, args: &[String]) -> (Margin, Account) {
-        let data = tempfile::Builder::new()
-            .prefix("margin-feed-")
-            .tempdir()
-            .expect("cannot make a temp dir");
-        let account = prepare(data.path()).await;
-        let mut child = Command::new(bin)
-            .arg("serve")
-            .arg("--data")
-            .arg(data.path())
-            .args(["--listen", "127.0.0.1:0"])
-            .args(args)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
-        let pid = child.id().expect("margin exited at once");
-        let stderr = child.stderr.take().expect("margin's stderr is piped");
-        let log = Arc::new(Mutex::new(LogTally::default()));
-        let sink = log.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let mut log = sink.lock().expect("log tally lock");
-                if log.head.len() < 20 {
-                    log.head.push(line.clone());
-                }
-                if line.contains("WARN") || line.contains("ERROR") {
-                    log.warn_error += 1;
-                    if log.first.len() < 8 {
-                        log.first.push(line);
-                    }
-                }
-            }
-        });
-        let stdout = child.stdout.take().expect("margin's stdout is piped");
-        let mut lines = BufReader::new(stdout).lines();
-        let addr = tokio::time::timeout(Duration::from_secs(30), async {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(url) = line.strip_prefix("margin listening on http://") {
-                    return url.trim().parse::<SocketAddr>().ok();
-                }
-            }
-            None
-        })
-        .await
-        .ok()
-        .flatten();
-        let Some(addr) = addr else {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            let head = log.lock().expect("log tally lock").head.join("\n  ");
-            panic!(
-                "{} did not start listening; its log:\n  {head}\n\
-                 (the binary must be built from this checkout: \
-                 cargo build --release -p margin-server --bin margin)",
-                bin.display()
-            );
-        };
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        let margin = Margin {
-            child,
-            pid,
-            addr,
-            log,
-            _data: data,
-        };
-        (margin, account)
-    }
-
-    /// SIGTERM; how the graceful shutdown went, and the log's WARN/ERROR
-    /// lines.
-    async fn stop(mut self) -> (String, u64, Vec<String>) {
-        let started = Instant::now();
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.pid.to_string()])
-            .status()
-            .await;
-        let status = match tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await {
-            Ok(Ok(status)) => format!("{status} in {} ms", started.elapsed().as_millis()),
-            Ok(Err(e)) => format!("wait failed: {e}"),
-            Err(_) => {
-                let _ = self.child.kill().await;
-                "did not exit within 30 s; killed".into()
-            }
-        };
-        let log = self.log.lock().expect("log tally lock");
-        (status, log.warn_error, log.first.clone())
-    }
-}
 
 // ---------------------------------------------------------------- the generator
 
@@ -578,6 +433,42 @@ async fn generate(machine: &Machine, session: &str, sent: &Sent, rate: Option<u6
 
 // ---------------------------------------------------------------- servers under test
 
+/// One bench account: its token, its machine's credential, its document.
+struct Account {
+    token: String,
+    credential: String,
+    document: String,
+}
+
+/// Writes the account into the store in `data` before any server runs on
+/// it, as `margin account add` and `margin machine pair` do.
+async fn prepare(data: &Path) -> Account {
+    let url = Store::sqlite_url_in(data).expect("cannot create the bench's data folder");
+    let store = Store::open(&url)
+        .await
+        .unwrap_or_else(|e| panic!("cannot open the bench store at {url}: {e}"));
+    let account = store.create_account("feed").await.expect("account");
+    let token = auth::issue_token(&store, &account).await.expect("token");
+    let (_, credential) = auth::pair_machine(
+        &store,
+        &account,
+        "feed laptop",
+        auth::MACHINE_CREDENTIAL_TTL,
+    )
+    .await
+    .expect("machine");
+    let document = store
+        .create_document(&account, "Feed plan")
+        .await
+        .expect("document");
+    store.close().await;
+    Account {
+        token,
+        credential: credential.secret,
+        document: document.id,
+    }
+}
+
 /// A server with one session to follow, and its generator.
 struct Target {
     server: &'static str,
@@ -588,14 +479,20 @@ struct Target {
     base: u64,
     machine: Machine,
     cpu: ServerCpu,
-    margin: Option<Margin>,
+    /// A Margin server and its data folder (removed when dropped).
+    margin: Option<(Margin, tempfile::TempDir)>,
 }
 
 impl Target {
     /// A fresh `margin serve` with `args`, a linked machine, and its
     /// session from `@planner go`.
     async fn margin(config: &Config, args: &[String]) -> Target {
-        let (margin, account) = Margin::start(&config.bin, args).await;
+        let data = tempfile::Builder::new()
+            .prefix("margin-feed-")
+            .tempdir()
+            .expect("cannot make a temp dir");
+        let account = prepare(data.path()).await;
+        let margin = Margin::start(&config.bin, data.path(), args).await;
         let mut machine = Machine::connect(
             &format!("ws://{}/machine", margin.addr),
             Some(&account.credential),
@@ -642,7 +539,7 @@ impl Target {
             base: 0,
             machine,
             cpu: ServerCpu::Process(margin.pid),
-            margin: Some(margin),
+            margin: Some((margin, data)),
         };
         target.base = target.cursor(1, true).await;
         target
@@ -700,7 +597,7 @@ impl Target {
     }
 
     fn rss_kib(&self) -> Option<u64> {
-        let margin = self.margin.as_ref()?;
+        let (margin, _) = self.margin.as_ref()?;
         let status = std::fs::read_to_string(format!("/proc/{}/status", margin.pid)).ok()?;
         let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
         line.split_whitespace().nth(1)?.parse().ok()
@@ -718,16 +615,14 @@ impl Target {
             ));
         }
         drop(self.machine);
-        if let Some(margin) = self.margin.take() {
-            let (status, warn_error, first) = margin.stop().await;
+        if let Some((margin, _data)) = self.margin.take() {
+            let stopped = margin.terminate().await;
             report.logs.push(format!(
-                "margin (session {}): shutdown {status}; {warn_error} WARN/ERROR lines{}",
+                "margin (session {}): shutdown {} in {} ms; {}",
                 self.session,
-                if first.is_empty() {
-                    String::new()
-                } else {
-                    format!(", first: {}", first.join(" | "))
-                }
+                stopped.status,
+                stopped.took.as_millis(),
+                stopped.log_line()
             ));
         }
     }

@@ -113,6 +113,7 @@ use tokio_util::sync::CancellationToken;
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// Row labels.
+use support::margin::Margin;
 use support::{
     command_output, env_or, loadavg, machine_busy_ticks, open_files_limit, percentile, CpuSnap,
     CpuUse, ServerCpu, PEER_THREAD, TICKS_PER_SECOND,
@@ -295,119 +296,6 @@ async fn prepare(data: &Path, prefix: &str, count: usize, documents: bool) -> Ve
         .await;
     store.close().await;
     members
-}
-
-// ---------------------------------------------------------------- the server process
-
-#[derive(Default)]
-struct LogSummary {
-    lines: u64,
-    warn_error: u64,
-    first: Vec<String>,
-    /// The first lines of all, for a server that fails to start.
-    head: Vec<String>,
-}
-
-struct Margin {
-    child: Child,
-    pid: u32,
-    addr: SocketAddr,
-    log: Arc<Mutex<LogSummary>>,
-}
-
-impl Margin {
-    async fn start(bin: &Path, data: &Path) -> Margin {
-        let mut child = Command::new(bin)
-            .arg("serve")
-            .arg("--data")
-            .arg(data)
-            .args(["--listen", "127.0.0.1:0"])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
-        let pid = child.id().expect("margin exited at once");
-        let stdout = child.stdout.take().expect("margin's stdout is piped");
-        let stderr = child.stderr.take().expect("margin's stderr is piped");
-        let log = Arc::new(Mutex::new(LogSummary::default()));
-        let sink = log.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let mut log = sink.lock().expect("log summary lock");
-                log.lines += 1;
-                if log.head.len() < 20 {
-                    log.head.push(line.clone());
-                }
-                if line.contains("WARN") || line.contains("ERROR") {
-                    log.warn_error += 1;
-                    if log.first.len() < 8 {
-                        log.first.push(line);
-                    }
-                }
-            }
-        });
-        let mut lines = BufReader::new(stdout).lines();
-        let addr = tokio::time::timeout(Duration::from_secs(30), async {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(url) = line.strip_prefix("margin listening on http://") {
-                    return url.parse::<SocketAddr>().ok();
-                }
-            }
-            None
-        })
-        .await
-        .ok()
-        .flatten();
-        let Some(addr) = addr else {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            let head = log.lock().expect("log summary lock").head.join("\n  ");
-            panic!(
-                "{} did not start listening; its log:\n  {head}\n\
-                 The bench writes the accounts with this checkout's margin_server, so the binary \
-                 must be built from the same source (a schema it does not know stops it): \
-                 cargo build --release -p margin-server --bin margin",
-                bin.display()
-            );
-        };
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Margin {
-            child,
-            pid,
-            addr,
-            log,
-        }
-    }
-
-    /// SIGTERM; how long the graceful shutdown took and whether it was clean.
-    async fn terminate(mut self) -> (Duration, String) {
-        let started = Instant::now();
-        let sent = Command::new("kill")
-            .args(["-TERM", &self.pid.to_string()])
-            .status()
-            .await
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if !sent {
-            let _ = self.child.kill().await;
-            return (started.elapsed(), "SIGTERM failed; killed".into());
-        }
-        match tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await {
-            Ok(Ok(status)) => (started.elapsed(), status.to_string()),
-            Ok(Err(e)) => (started.elapsed(), format!("wait failed: {e}")),
-            Err(_) => {
-                let _ = self.child.kill().await;
-                (started.elapsed(), "did not exit within 60 s; killed".into())
-            }
-        }
-    }
-
-    fn log_summary(&self) -> (u64, u64, Vec<String>) {
-        let log = self.log.lock().expect("log summary lock");
-        (log.lines, log.warn_error, log.first.clone())
-    }
 }
 
 // ---------------------------------------------------------------- HTTP
@@ -1231,7 +1119,7 @@ async fn round_trips(config: &Config, report: &mut Report) {
     let dir = tempfile::tempdir().expect("cannot make a temp dir");
     // Two accounts: one document nobody has open, one open in an "editor".
     let members = prepare(dir.path(), "rtt", 2, true).await;
-    let margin = Margin::start(&config.bin, dir.path()).await;
+    let margin = Margin::start(&config.bin, dir.path(), &[]).await;
     println!(
         "margin {} listening on {} (pid {})",
         config.bin.display(),
@@ -1322,17 +1210,14 @@ async fn round_trips(config: &Config, report: &mut Report) {
         viewer.abort();
     }
     report.rtt_server_mem = mem(margin.pid);
-    let (lines, warn_error, first) = margin.log_summary();
-    report.logs.push(format!(
-        "round-trip server: {lines} log lines at RUST_LOG=warn, {warn_error} WARN/ERROR{}",
-        if first.is_empty() {
-            String::new()
-        } else {
-            format!(": {}", first.join(" | "))
-        }
-    ));
-    let (took, status) = margin.terminate().await;
-    println!("round-trip server stopped in {took:?} ({status})");
+    let stopped = margin.terminate().await;
+    report
+        .logs
+        .push(format!("round-trip server: {}", stopped.log_line()));
+    println!(
+        "round-trip server stopped in {:?} ({})",
+        stopped.took, stopped.status
+    );
 }
 
 // ---------------------------------------------------------------- parts 2 and 3: many links
@@ -1590,7 +1475,7 @@ async fn many_links(config: &Config, report: &mut Report) {
         result.setup
     );
 
-    let margin = Margin::start(&config.bin, dir.path()).await;
+    let margin = Margin::start(&config.bin, dir.path(), &[]).await;
     let api = Arc::new(Api::new(margin.addr));
     // A request, so the HTTP path is warm before the baseline.
     let _: Value = api.get(&members[0].token, "/me").await.expect("GET /me");
@@ -1741,21 +1626,15 @@ async fn many_links(config: &Config, report: &mut Report) {
         );
         result.relinks.push((again.opened, linked, detached));
     }
-    let (lines, warn_error, first) = margin.log_summary();
-    report.logs.push(format!(
-        "links server: {lines} log lines at RUST_LOG=warn, {warn_error} WARN/ERROR{}",
-        if first.is_empty() {
-            String::new()
-        } else {
-            format!(": {}", first.join(" | "))
-        }
-    ));
-    let (took, status) = margin.terminate().await;
-    result.shutdown = took;
-    result.shutdown_status = status;
+    let stopped = margin.terminate().await;
+    report
+        .logs
+        .push(format!("links server: {}", stopped.log_line()));
+    result.shutdown = stopped.took;
+    result.shutdown_status = stopped.status;
     println!(
-        "links server stopped in {took:?} ({})",
-        result.shutdown_status
+        "links server stopped in {:?} ({})",
+        result.shutdown, result.shutdown_status
     );
 
     // The peer process under the same burst: the floor of an idle link.

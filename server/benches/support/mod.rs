@@ -4,6 +4,8 @@
 //! percentiles. Each bench binary includes this file as `mod support` and
 //! uses part of it.
 
+pub(crate) mod margin;
+
 use std::time::{Duration, Instant};
 
 /// Linux's USER_HZ: `/proc` CPU times are in these ticks.
