@@ -115,8 +115,8 @@ type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 /// Row labels.
 use support::margin::Margin;
 use support::{
-    command_output, env_or, loadavg, machine_busy_ticks, open_files_limit, percentile, CpuSnap,
-    CpuUse, ServerCpu, PEER_THREAD, TICKS_PER_SECOND,
+    describe, env_or, loadavg, machine_busy_ticks, margin_bin, open_files_limit, percentile,
+    CpuSnap, CpuUse, ServerCpu, PEER_THREAD, TICKS_PER_SECOND,
 };
 
 const MARGIN_CLOSED: &str = "margin, doc not open";
@@ -166,24 +166,7 @@ struct Config {
 
 impl Config {
     fn from_env() -> Config {
-        let bin = match std::env::var_os("MARGIN_BIN") {
-            Some(bin) => PathBuf::from(bin),
-            None => {
-                let target = std::env::var_os("CARGO_TARGET_DIR")
-                    .map(PathBuf::from)
-                    .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-                target.join("release/margin")
-            }
-        };
-        if !bin.is_file() {
-            eprintln!(
-                "link bench: no margin binary at {}\n\
-                 build it first:  cargo build --release -p margin-server --bin margin\n\
-                 (or point MARGIN_BIN at one)",
-                bin.display()
-            );
-            std::process::exit(2);
-        }
+        let bin = margin_bin("link");
         let parts: String = env_or("PARTS", "rtt,links".to_owned());
         let config = Config {
             bin,
@@ -1676,36 +1659,10 @@ struct Report {
 
 impl Report {
     fn environment(&mut self, config: &Config) {
-        let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-        let model = std::fs::read_to_string("/proc/cpuinfo")
-            .ok()
-            .and_then(|c| {
-                c.lines()
-                    .find(|l| l.starts_with("model name"))
-                    .and_then(|l| l.split_once(':'))
-                    .map(|(_, m)| m.trim().to_owned())
-            })
-            .unwrap_or_else(|| "?".into());
-        let built = std::fs::metadata(&config.bin)
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok())
-            .map_or("?".into(), |age| format!("{} s ago", age.as_secs()));
-        let commit = match command_output("git", &["rev-parse", "--short", "HEAD"]) {
-            Some(commit) => {
-                let dirty =
-                    command_output("git", &["status", "--porcelain", "--untracked-files=no"])
-                        .map_or(0, |s| s.lines().count());
-                format!("checkout at {commit} with {dirty} changed tracked files")
-            }
-            None => "not a git checkout".into(),
-        };
+        let [machine, margin] = describe(&config.bin);
         self.env_lines = vec![
-            format!("machine: {cpus} CPUs ({model}), load average {}", loadavg()),
-            format!(
-                "margin: {} (built {built}); bench source: {commit}",
-                config.bin.display(),
-            ),
+            machine,
+            margin,
             format!(
                 "config: RATE={} SECONDS={} WARMUP={} PARAGRAPHS={} REPEAT={} LINKS={} HOLD_SECONDS={} HTTP_CONCURRENCY={} QUIET_WAIT_SECONDS={} AFTER_DETACH_SECONDS={} RELINKS={} PEER_NODELAY={} parts:{}{}",
                 config.rate,

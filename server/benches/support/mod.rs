@@ -6,6 +6,7 @@
 
 pub(crate) mod margin;
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Linux's USER_HZ: `/proc` CPU times are in these ticks.
@@ -133,7 +134,7 @@ pub(crate) fn open_files_limit() -> Option<u64> {
     line.split_whitespace().nth(3)?.parse().ok()
 }
 
-pub(crate) fn command_output(program: &str, args: &[&str]) -> Option<String> {
+fn command_output(program: &str, args: &[&str]) -> Option<String> {
     std::process::Command::new(program)
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -172,4 +173,61 @@ pub(crate) fn thread_ticks(name: &str) -> u64 {
         .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == name))
         .map(|t| stat_ticks(&std::fs::read_to_string(t.path().join("stat")).unwrap_or_default()))
         .sum()
+}
+
+/// The `margin` binary under test: `MARGIN_BIN`, else the release build in
+/// the target folder; exits with how to build it when there is none.
+pub(crate) fn margin_bin(bench: &str) -> PathBuf {
+    let bin = match std::env::var_os("MARGIN_BIN") {
+        Some(bin) => PathBuf::from(bin),
+        None => std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
+            .join("release/margin"),
+    };
+    if !bin.is_file() {
+        eprintln!(
+            "{bench} bench: no margin binary at {}\n\
+             build it first:  cargo build --release -p margin-server --bin margin\n\
+             (or point MARGIN_BIN at one)",
+            bin.display()
+        );
+        std::process::exit(2);
+    }
+    bin
+}
+
+/// The report's first lines: the machine (CPUs, model, load) and the
+/// binary under test (how old, from which checkout).
+pub(crate) fn describe(bin: &Path) -> [String; 2] {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.trim().to_owned())
+        })
+        .unwrap_or_else(|| "?".into());
+    let built = std::fs::metadata(bin)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .map_or("?".into(), |age| format!("{} s ago", age.as_secs()));
+    let commit = match command_output("git", &["rev-parse", "--short", "HEAD"]) {
+        Some(commit) => {
+            let dirty = command_output("git", &["status", "--porcelain", "--untracked-files=no"])
+                .map_or(0, |s| s.lines().count());
+            format!("checkout at {commit} with {dirty} changed tracked files")
+        }
+        None => "not a git checkout".into(),
+    };
+    [
+        format!("machine: {cpus} CPUs ({model}), load average {}", loadavg()),
+        format!(
+            "margin: {} (built {built}); bench source: {commit}",
+            bin.display()
+        ),
+    ]
 }
