@@ -7,6 +7,7 @@
 // innerHTML.
 
 import { ApiError, api, describe } from './api';
+import { byId, el } from './dom';
 
 const POLL_MS = 1500;
 
@@ -48,18 +49,7 @@ export interface ChatOptions {
   onSession?: (session: string | null) => void;
 }
 
-function el<K extends keyof HTMLElementTagNameMap>(tag: K, className?: string, text?: string): HTMLElementTagNameMap[K] {
-  const e = document.createElement(tag);
-  if (className) e.className = className;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
 
-function byId<T extends HTMLElement>(id: string): T {
-  const e = document.getElementById(id);
-  if (!e) throw new Error(`missing element #${id}`);
-  return e as T;
-}
 
 const KINDS = new Set(['member', 'planner', 'system']);
 

@@ -17,6 +17,7 @@
 import type { Editor } from '@tiptap/core';
 import * as Y from 'yjs';
 import { ApiError, api, describe } from './api';
+import { el } from './dom';
 
 export interface ChoiceView {
   id: string;
@@ -114,16 +115,6 @@ export function parseCard(id: string, raw: unknown): DecisionCardView | null {
   };
 }
 
-function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  className?: string,
-  text?: string,
-): HTMLElementTagNameMap[K] {
-  const e = document.createElement(tag);
-  if (className) e.className = className;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
 
 function button(text: string, className: string, type: 'button' | 'submit' = 'button'): HTMLButtonElement {
   const b = el('button', className, text);

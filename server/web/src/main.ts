@@ -16,6 +16,7 @@ import { ApiError, api, describe } from './api';
 import { DecisionCards } from './decisions';
 import { ChatPanel } from './chat';
 import { PlanPanel } from './plan';
+import { byId as $ } from './dom';
 
 const TOKEN_KEY = 'margin.token';
 
@@ -26,12 +27,6 @@ interface DocumentSummary {
   role: string;
   /** Archived: read-only for everyone until its owner unarchives it. */
   archived?: boolean;
-}
-
-function $(id: string): HTMLElement {
-  const el = document.getElementById(id);
-  if (!el) throw new Error(`missing element #${id}`);
-  return el;
 }
 
 function show(id: string, visible: boolean): void {

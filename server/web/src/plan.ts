@@ -13,6 +13,7 @@
 // which Margin does not check.
 
 import { ApiError, api, describe } from './api';
+import { byId, el } from './dom';
 
 /** Wait before starting again after a failure or a stream the browser gave up on. */
 const RETRY_MS = 3000;
@@ -60,18 +61,7 @@ export interface PlanOptions {
   onAuthFailure: (e: unknown) => boolean;
 }
 
-function el<K extends keyof HTMLElementTagNameMap>(tag: K, className?: string, text?: string): HTMLElementTagNameMap[K] {
-  const e = document.createElement(tag);
-  if (className) e.className = className;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
 
-function byId<T extends HTMLElement>(id: string): T {
-  const e = document.getElementById(id);
-  if (!e) throw new Error(`missing element #${id}`);
-  return e as T;
-}
 
 export class PlanPanel {
   private destroyed = false;
