@@ -119,7 +119,7 @@ impl Writer {
         call_id: &str,
         input: margin_protocol::sessions::UpdatePlanInput,
     ) -> Result<PlanDecision, StorageError> {
-        let Some(snapshot) = self.load(session).await? else {
+        let Some(snapshot) = self.take(session).await? else {
             // Its first commit failed: there is no log to keep a plan in.
             return Ok(PlanDecision::Refused(ToolRefusal {
                 code: "session_not_stored".into(),
@@ -129,13 +129,16 @@ impl Writer {
             }));
         };
         match judge(&snapshot, turn, call_id, input) {
-            Judged::Late(refusal) => Ok(PlanDecision::Refused(refusal)),
+            Judged::Late(refusal) => {
+                self.keep(session, snapshot);
+                Ok(PlanDecision::Refused(refusal))
+            }
             Judged::Accepted { event, output } => {
-                self.commit(session, None, vec![event]).await?;
+                self.commit(session, None, snapshot, vec![event]).await?;
                 Ok(PlanDecision::Updated(output))
             }
             Judged::Rejected { event, refusal } => {
-                self.commit(session, None, vec![event]).await?;
+                self.commit(session, None, snapshot, vec![event]).await?;
                 Ok(PlanDecision::Refused(refusal))
             }
         }
@@ -148,36 +151,42 @@ impl Writer {
         events: Vec<SessionEvent>,
     ) {
         let count = events.len();
-        if let Err(error) = self.commit(session, owner, events).await {
+        if let Err(error) = self.commit_events(session, owner, events).await {
             // The session's state already changed; only its feed missed
             // these. Readers carry on from the stored log.
             error!(%session, %error, count, "session events not written");
         }
     }
 
-    /// The committed snapshot of `session`, from memory or storage.
-    async fn load(&mut self, session: &str) -> Result<Option<SessionSnapshot>, StorageError> {
-        if let Some(snapshot) = self.live.get(session) {
-            return Ok(Some(snapshot.clone()));
+    /// Takes `session`'s committed snapshot out of memory, or reads it
+    /// from storage; [`Writer::keep`] puts it back once it is committed.
+    async fn take(&mut self, session: &str) -> Result<Option<SessionSnapshot>, StorageError> {
+        if let Some(snapshot) = self.live.remove(session) {
+            return Ok(Some(snapshot));
         }
         let Some(stored) = self.store.session(session).await? else {
             return Ok(None);
         };
-        let snapshot: SessionSnapshot = serde_json::from_str(&stored.snapshot)
+        let snapshot = serde_json::from_str(&stored.snapshot)
             .map_err(|e| StorageError::Corrupt(format!("session snapshot: {e}")))?;
-        self.live.insert(session.to_owned(), snapshot.clone());
         Ok(Some(snapshot))
     }
 
-    /// Folds `events` into `session`'s snapshot and commits both; then, and
-    /// only then, readers see them.
-    async fn commit(
+    /// Keeps a committed snapshot in memory while its session lives.
+    fn keep(&mut self, session: &str, snapshot: SessionSnapshot) {
+        if snapshot.state != SessionState::Ended {
+            self.live.insert(session.to_owned(), snapshot);
+        }
+    }
+
+    /// Commits `events` of `session` (opening it when `owner` is given).
+    async fn commit_events(
         &mut self,
         session: &str,
         owner: Option<Owner>,
         events: Vec<SessionEvent>,
     ) -> Result<(), StorageError> {
-        let mut snapshot = match (self.load(session).await?, &owner) {
+        let snapshot = match (self.take(session).await?, &owner) {
             (Some(snapshot), _) => snapshot,
             (None, Some(_)) => SessionSnapshot::empty(session),
             (None, None) => return Err(StorageError::NotFound("session")),
@@ -186,6 +195,19 @@ impl Writer {
             debug!(%session, "events after the session ended are not written");
             return Ok(());
         }
+        self.commit(session, owner, snapshot, events).await
+    }
+
+    /// Folds `events` into `snapshot` and commits both; then, and only
+    /// then, readers see them. On failure the snapshot is dropped: storage
+    /// is read again next time.
+    async fn commit(
+        &mut self,
+        session: &str,
+        owner: Option<Owner>,
+        mut snapshot: SessionSnapshot,
+        events: Vec<SessionEvent>,
+    ) -> Result<(), StorageError> {
         let base = snapshot.cursor;
         let mut stored = Vec::with_capacity(events.len());
         for (seq, event) in (base + 1..).zip(&events) {
@@ -212,25 +234,16 @@ impl Writer {
             snapshot: &encode(&snapshot)?,
             state,
         };
-        let committed = self
-            .store
+        self.store
             .commit_session_events(session, owner, commit)
-            .await;
-        if let Err(error) = committed {
-            // Storage may hold more or less than memory thought: read it
-            // again next time.
-            self.live.remove(session);
-            return Err(error);
-        }
+            .await?;
         let entries = stored.iter().map(|e| Arc::new(Entry::new(e))).collect();
         self.feeds.get_or_new(session, base).push(entries);
         let cursor = snapshot.cursor;
         if snapshot.state == SessionState::Ended {
-            self.live.remove(session);
             self.feeds.lock().remove(session);
-        } else {
-            self.live.insert(session.to_owned(), snapshot);
         }
+        self.keep(session, snapshot);
         self.prune(session, base, cursor).await;
         Ok(())
     }
