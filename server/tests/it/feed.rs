@@ -136,6 +136,23 @@ on_both_backends! {
         }
     }
 
+    async fn a_stream_ends_after_session_ended_and_answers_204_from_there(db) {
+        let mut p = Planning::new(&db).await;
+        let (status, _) = p.s.server.post(Some(&p.s.token), &format!("/documents/{}/planner/stop", p.s.doc), json!({})).await;
+        assert_eq!(status, 202);
+        assert!(matches!(p.link.next_work().await, Some(ServerMessage::Stop { .. })));
+        p.link.send_message(&ClientMessage::Stopped { session: p.session.clone() }).await;
+        let ended = p.snapshot_until(|s| s.state == SessionState::Ended).await;
+        let mut last = open_at(&p, ended.cursor - 1).await;
+        let event = last.next().await.unwrap();
+        assert_eq!((event.id, event.event.as_str()), (Some(ended.cursor), "session_ended"));
+        assert!(last.ends().await, "nothing follows session_ended: the stream ends");
+        let Err((status, _)) = Sse::open(p.s.server.addr, &p.s.token, &events_path(&p), Some(&ended.cursor.to_string())).await else {
+            panic!("an ended session is not followed from its end")
+        };
+        assert_eq!(status, 204, "204 tells an EventSource to stop reconnecting");
+    }
+
     async fn a_replayed_older_plan_updated_never_replaces_a_newer_plan(db) {
         let mut p = Planning::new(&db).await;
         for revision in 0..3 {
