@@ -283,6 +283,28 @@ async fn prepare(data: &Path, prefix: &str, count: usize, documents: bool) -> Ve
 
 // ---------------------------------------------------------------- HTTP
 
+/// Sends `request` (`method path`, for messages) and reads a JSON answer;
+/// a non-2xx status is an error carrying its body.
+async fn answer<T: serde::de::DeserializeOwned>(
+    request: reqwest::RequestBuilder,
+    method: &str,
+    path: &str,
+) -> Result<T, String> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| format!("{method} {path}: {e}"))?;
+    let status = response.status();
+    if !status.is_success() {
+        let body = response.text().await.unwrap_or_default();
+        return Err(format!("{method} {path}: {status} {body}"));
+    }
+    response
+        .json()
+        .await
+        .map_err(|e| format!("{method} {path}: {e}"))
+}
+
 struct Api {
     base: String,
     http: reqwest::Client,
@@ -302,23 +324,8 @@ impl Api {
         path: &str,
         body: &B,
     ) -> Result<T, String> {
-        let response = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(token)
-            .json(body)
-            .send()
-            .await
-            .map_err(|e| format!("POST {path}: {e}"))?;
-        let status = response.status();
-        if !status.is_success() {
-            let body = response.text().await.unwrap_or_default();
-            return Err(format!("POST {path}: {status} {body}"));
-        }
-        response
-            .json()
-            .await
-            .map_err(|e| format!("POST {path}: {e}"))
+        let request = self.http.post(format!("{}{path}", self.base));
+        answer(request.bearer_auth(token).json(body), "POST", path).await
     }
 
     async fn get<T: serde::de::DeserializeOwned>(
@@ -326,22 +333,8 @@ impl Api {
         token: &str,
         path: &str,
     ) -> Result<T, String> {
-        let response = self
-            .http
-            .get(format!("{}{path}", self.base))
-            .bearer_auth(token)
-            .send()
-            .await
-            .map_err(|e| format!("GET {path}: {e}"))?;
-        let status = response.status();
-        if !status.is_success() {
-            let body = response.text().await.unwrap_or_default();
-            return Err(format!("GET {path}: {status} {body}"));
-        }
-        response
-            .json()
-            .await
-            .map_err(|e| format!("GET {path}: {e}"))
+        let request = self.http.get(format!("{}{path}", self.base));
+        answer(request.bearer_auth(token), "GET", path).await
     }
 
     async fn chat(
