@@ -320,7 +320,8 @@ pub enum RunStatus {
 }
 
 /// A document's Planner as people see it: `GET /documents/{id}/planner`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// The default is a document with no Planner session.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct PlannerView {
     /// Whether a Planner session is bound to a linked machine.
     pub connected: bool,

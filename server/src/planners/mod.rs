@@ -666,16 +666,7 @@ impl Planners {
             .get(document)
             .filter(|p| p.lifecycle.is_away() || self.inner.links.is_open(p.link.id))
         {
-            None => PlannerView {
-                connected: false,
-                disconnected: false,
-                machine: None,
-                session: None,
-                replying: false,
-                stop_pending: false,
-                questions: 0,
-                runs: Vec::new(),
-            },
+            None => PlannerView::default(),
             Some(planner) => PlannerView {
                 connected: !planner.lifecycle.is_away(),
                 disconnected: planner.lifecycle.is_away(),
