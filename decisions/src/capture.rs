@@ -10,6 +10,8 @@
 use std::collections::HashSet;
 use std::fmt;
 
+use margin_protocol::RefusalCode;
+
 use crate::block::BlockIdentity;
 use crate::card::{limits, Anchor, CardSpec, CardState, Choice, DecisionCard, Key, Passage};
 use crate::outline::Outline;
@@ -81,9 +83,9 @@ pub enum BatchError {
 
 impl BatchError {
     /// The stable code: `invalid_input` or the refusal's.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> RefusalCode {
         match self {
-            BatchError::Invalid(_) => "invalid_input",
+            BatchError::Invalid(_) => RefusalCode::InvalidInput,
             BatchError::Refused(refusal) => refusal.code(),
         }
     }

@@ -4,6 +4,8 @@
 
 use std::collections::HashMap;
 
+use margin_protocol::RefusalCode;
+
 use yrs::types::xml::{XmlElementPrelim, XmlTextPrelim};
 use yrs::{Any, TransactionMut, Xml, XmlElementRef, XmlFragment, XmlFragmentRef, XmlOut};
 
@@ -90,10 +92,10 @@ pub enum EditError {
 
 impl EditError {
     /// The stable code.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> RefusalCode {
         match self {
-            EditError::AddressMismatch { .. } => "address_mismatch",
-            EditError::Invalid { .. } => "invalid_input",
+            EditError::AddressMismatch { .. } => RefusalCode::AddressMismatch,
+            EditError::Invalid { .. } => RefusalCode::InvalidInput,
         }
     }
 }

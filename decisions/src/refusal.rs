@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use margin_protocol::RefusalCode;
+
 use crate::card::Key;
 
 /// The cause of a refusal.
@@ -67,17 +69,17 @@ pub struct Refusal {
 
 impl Cause {
     /// The stable machine-readable code.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> RefusalCode {
         match self {
-            Cause::ReadEvicted { .. } => "read_evicted",
-            Cause::AddressMismatch { .. } => "address_mismatch",
-            Cause::RepeatedWhenRead { .. } => "repeated_when_read",
-            Cause::BlockRewritten { .. } => "block_rewritten",
-            Cause::BlockRemovedOrMoved { .. } => "block_removed_or_moved",
-            Cause::TwinNow { .. } => "twin_now",
-            Cause::DifferentDecision { .. } => "different_decision",
-            Cause::StaleRevision { .. } => "stale_revision",
-            Cause::NoAccess => "no_access",
+            Cause::ReadEvicted { .. } => RefusalCode::ReadEvicted,
+            Cause::AddressMismatch { .. } => RefusalCode::AddressMismatch,
+            Cause::RepeatedWhenRead { .. } => RefusalCode::RepeatedWhenRead,
+            Cause::BlockRewritten { .. } => RefusalCode::BlockRewritten,
+            Cause::BlockRemovedOrMoved { .. } => RefusalCode::BlockRemovedOrMoved,
+            Cause::TwinNow { .. } => RefusalCode::TwinNow,
+            Cause::DifferentDecision { .. } => RefusalCode::DifferentDecision,
+            Cause::StaleRevision { .. } => RefusalCode::StaleRevision,
+            Cause::NoAccess => RefusalCode::NoAccess,
         }
     }
 
@@ -129,7 +131,7 @@ impl Refusal {
     }
 
     /// The stable code.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> RefusalCode {
         self.cause.code()
     }
 }

@@ -20,6 +20,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::documents::BlockEntry;
+use crate::refusal::RefusalCode;
 
 /// A block address: its index and digest in the outline of a revision.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -116,15 +117,14 @@ pub struct OpenDecisionsOutput {
 /// A refused tool call: nothing changed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolRefusal {
-    /// Stable code: `read_evicted`, `address_mismatch`, `repeated_when_read`,
-    /// `block_rewritten`, `block_removed_or_moved`, `twin_now`,
-    /// `different_decision`, `stale_revision`, `no_access`, `invalid_input`,
-    /// `archived` (a write to an archived document), `internal` (the
-    /// server failed); for `update_plan` (SPEC U2–U5): `invalid_plan`,
-    /// `stale_revision`, `turn_ended`, `stop_requested`,
-    /// `session_not_stored`; for a name the session does not offer:
+    /// Stable code (see [`RefusalCode`]): for a batch or edit one of the
+    /// address causes, `different_decision`, `stale_revision`, `no_access`,
+    /// `invalid_input`, `archived` or `internal`; for `update_plan` (SPEC
+    /// U2–U5) `invalid_plan`, `stale_revision`, `turn_ended` or
+    /// `stop_requested`; for a call in flight when the server stopped,
+    /// `interrupted` (SPEC W1); for a name the session does not offer,
     /// `unknown_tool`.
-    pub code: String,
+    pub code: RefusalCode,
     /// Names the key and the cause.
     pub message: String,
     /// Whether reading the document again is the remedy.
@@ -365,7 +365,7 @@ mod tests {
         );
         round_trip(
             ToolRefusal {
-                code: "twin_now".into(),
+                code: RefusalCode::TwinNow,
                 message: "m".into(),
                 read_again: true,
                 retry: false,
@@ -374,7 +374,7 @@ mod tests {
         );
         round_trip(
             ToolRefusal {
-                code: "internal".into(),
+                code: RefusalCode::Internal,
                 message: "m".into(),
                 read_again: false,
                 retry: true,

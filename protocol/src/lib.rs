@@ -12,8 +12,10 @@ pub mod decisions;
 pub mod documents;
 pub mod error;
 pub mod link;
+pub mod refusal;
 pub mod sessions;
 pub mod sync;
+pub mod tools;
 
 #[cfg(test)]
 mod testing;
@@ -23,3 +25,4 @@ pub use documents::{
     Role,
 };
 pub use error::{ErrorBody, ErrorDetail};
+pub use refusal::RefusalCode;

@@ -47,6 +47,8 @@ pub const RESUMABLE_SESSIONS: &str = "resumable-sessions";
 pub const MAX_RESUME_SESSIONS: usize = 256;
 /// Most questions a `resume` may name per session.
 pub const MAX_HELD_QUESTIONS: usize = 256;
+/// Most calls a `resume` may name per session.
+pub const MAX_HELD_CALLS: usize = 64;
 
 /// Every `type` a machine may send, so a receiver can tell an unknown type
 /// from a malformed known one.
@@ -204,10 +206,9 @@ pub enum ServerMessage {
         turn: String,
         /// The call's id.
         call_id: String,
-        /// The tool's output.
+        /// The tool's output (its tool's output type).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        #[schemars(with = "Option<serde_json::Value>")]
-        output: Option<serde_json::Value>,
+        output: Option<crate::tools::ToolOutput>,
         /// The refusal; nothing changed.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<crate::decisions::ToolRefusal>,
@@ -224,9 +225,11 @@ pub enum ServerMessage {
         /// Who answered.
         answered_by: String,
     },
-    /// Answers `resume` (SPEC L3): what carries on and what ended. After it
-    /// come, in order, any held `stop` and every unacknowledged
-    /// `input-result`.
+    /// Answers `resume` (SPEC L3, W1): what carries on and what ended.
+    /// After it come, per session and in order: a held `stop`, every
+    /// unacknowledged `input-result`, and a `tool-result` for each call the
+    /// `resume` listed (a call still running gets its result when it
+    /// finishes).
     Resumed {
         /// Sessions that carry on, on this link.
         sessions: Vec<ResumedSession>,
@@ -265,10 +268,12 @@ pub enum ServerMessage {
     /// A message was refused. The link stays open unless the server also
     /// closes it (bad `hello`, unresponsive, revoked).
     Refusal {
-        /// Stable code: `unsupported_version`, `hello_expected`,
+        /// Stable code (see [`RefusalCode`](crate::RefusalCode)):
+        /// `unsupported_version`, `hello_expected`, `invalid_hello`,
         /// `malformed_message`, `unknown_message`, `unexpected_message`,
-        /// `invalid_hello`, `unknown_turn`.
-        code: String,
+        /// `unknown_turn`, `unknown_session`, `unknown_call`,
+        /// `run_capacity`, `superseded_attempt`, `session_busy`.
+        code: crate::RefusalCode,
         /// Names the problem.
         message: String,
         /// The `tool-call` this refusal answers, when it answers one (so a
@@ -288,6 +293,17 @@ pub struct HeldSession {
     /// the server has open that is not listed was withdrawn by the machine.
     #[serde(default)]
     pub questions: Vec<String>,
+    /// The turn it still runs, if any: the server hands it back, so its
+    /// calls go on and its reply is judged as usual. A running turn the
+    /// machine does not name has ended on the machine (SPEC W2a).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<String>,
+    /// The calls of that turn still waiting for a result; at most 64. After
+    /// `resumed` each gets exactly one: the result the server committed, or
+    /// `interrupted` when it was in flight as the server stopped; none is
+    /// run again (SPEC W1).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<String>,
 }
 
 /// A session that carries on, in `resumed`.
@@ -556,7 +572,7 @@ mod tests {
         );
         round_trip(
             ServerMessage::Refusal {
-                code: "unknown_message".into(),
+                code: crate::RefusalCode::UnknownMessage,
                 message: "m".into(),
                 call_id: None,
             },
@@ -564,7 +580,7 @@ mod tests {
         );
         round_trip(
             ServerMessage::Refusal {
-                code: "unknown_turn".into(),
+                code: crate::RefusalCode::UnknownTurn,
                 message: "m".into(),
                 call_id: Some("c1".into()),
             },
@@ -576,12 +592,22 @@ mod tests {
     fn resume_messages_round_trip() {
         round_trip(
             ClientMessage::Resume {
-                sessions: vec![HeldSession {
-                    session: "s".into(),
-                    questions: vec!["q1".into()],
-                }],
+                sessions: vec![
+                    HeldSession {
+                        session: "s".into(),
+                        questions: vec!["q1".into()],
+                        turn: None,
+                        calls: vec![],
+                    },
+                    HeldSession {
+                        session: "s2".into(),
+                        questions: vec![],
+                        turn: Some("t3".into()),
+                        calls: vec!["c7".into()],
+                    },
+                ],
             },
-            r#"{"type":"resume","sessions":[{"session":"s","questions":["q1"]}]}"#,
+            r#"{"type":"resume","sessions":[{"session":"s","questions":["q1"]},{"session":"s2","questions":[],"turn":"t3","calls":["c7"]}]}"#,
         );
         round_trip(
             ClientMessage::InputReceived {

@@ -57,6 +57,11 @@ fn schemas() -> Vec<(&'static str, Schema)> {
         ("SessionSnapshot", schema_for!(sessions::SessionSnapshot)),
         ("SessionEvent", schema_for!(sessions::SessionEvent)),
         ("Resync", schema_for!(sessions::Resync)),
+        ("RefusalCode", schema_for!(margin_protocol::RefusalCode)),
+        (
+            "ReadDocumentInput",
+            schema_for!(margin_protocol::tools::ReadDocumentInput),
+        ),
     ]
 }
 
@@ -78,5 +83,21 @@ fn committed_schemas_match_the_wire_types() {
     assert!(
         stale.is_empty(),
         "docs/protocol/ is out of date for {stale:?}; regenerate with:\n    UPDATE_SCHEMAS=1 cargo test -p margin-protocol --test schemas"
+    );
+}
+
+/// The tool catalogue a Planner shows its model: every tool's name,
+/// description and the schemas of its input and output.
+#[test]
+fn committed_tool_catalogue_matches_the_tool_table() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/protocol/tools.json");
+    let generated =
+        serde_json::to_string_pretty(&margin_protocol::tools::catalogue()).unwrap() + "\n";
+    if std::env::var_os("UPDATE_SCHEMAS").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    assert!(
+        std::fs::read_to_string(&path).ok().as_deref() == Some(generated.as_str()),
+        "docs/protocol/tools.json is out of date; regenerate with:\n    UPDATE_SCHEMAS=1 cargo test -p margin-protocol --test schemas"
     );
 }

@@ -99,6 +99,7 @@ use margin_protocol::decisions::{EditInput, EditPlanInput, ReadDocumentOutput};
 use margin_protocol::link::{
     Capabilities, ClientMessage, PlannerView, ServerMessage, PROTOCOL_VERSION,
 };
+use margin_protocol::tools::ToolOutput;
 use margin_server::auth;
 use margin_server::storage::Store;
 use serde_json::{json, Value};
@@ -387,6 +388,8 @@ async fn send(ws: &mut Ws, message: &ClientMessage) -> Result<(), String> {
 }
 
 /// What a frame from the server was.
+// One value per frame read, never stored: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Frame {
     Message(ServerMessage, usize),
     Closed(String),
@@ -484,7 +487,7 @@ async fn call(
             ) if call_id == id => {
                 return Ok((
                     match (output, error) {
-                        (Some(output), _) => Ok(output),
+                        (Some(output), _) => Ok(serde_json::to_value(&output).unwrap_or_default()),
                         (None, Some(error)) => Err(format!("{}: {}", error.code, error.message)),
                         (None, None) => Err("a tool-result with neither output nor error".into()),
                     },
@@ -504,7 +507,7 @@ async fn call(
 /// The peer: a minimal tokio-tungstenite JSON server. `hello` → `welcome`,
 /// `tool-call` → `tool-result` with `output`; everything else is parsed and
 /// gets no answer.
-async fn serve_peer(listener: TcpListener, output: Arc<Value>) {
+async fn serve_peer(listener: TcpListener, output: Arc<ToolOutput>) {
     // Margin's listener leaves Nagle on (axum's default); so does the peer,
     // unless PEER_NODELAY=1.
     let nodelay = std::env::var("PEER_NODELAY").is_ok_and(|v| v == "1");
@@ -539,7 +542,7 @@ async fn serve_peer(listener: TcpListener, output: Arc<Value>) {
                         session,
                         turn,
                         call_id,
-                        output: Some(Value::clone(&output)),
+                        output: Some(ToolOutput::clone(&output)),
                         error: None,
                     },
                     Ok(ClientMessage::Detach {}) => break,
@@ -590,7 +593,11 @@ fn start_peer(output: Value) -> SocketAddr {
                 let listener = peer_listener();
                 tx.send(listener.local_addr().expect("peer address"))
                     .expect("bench gone");
-                serve_peer(listener, Arc::new(output)).await;
+                serve_peer(
+                    listener,
+                    Arc::new(serde_json::from_value(output).expect("a tool output")),
+                )
+                .await;
             });
         })
         .expect("cannot start the peer thread");
@@ -618,7 +625,11 @@ fn peer_process() {
             while std::io::stdin().read_line(&mut line).is_ok_and(|n| n > 0) {}
             std::process::exit(0);
         });
-        serve_peer(listener, Arc::new(Value::Null)).await;
+        let empty = ToolOutput::ReadDocument(ReadDocumentOutput {
+            revision: 0,
+            outline: Vec::new(),
+        });
+        serve_peer(listener, Arc::new(empty)).await;
     });
 }
 

@@ -684,6 +684,8 @@ async fn handshake(
         sessions: vec![HeldSession {
             session,
             questions: Vec::new(),
+            turn: None,
+            calls: Vec::new(),
         }],
     };
     send(&mut ws, &resume).await?;

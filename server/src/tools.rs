@@ -12,6 +12,7 @@ use margin_protocol::decisions::{
     EditPlanInput, EditPlanOutput, OpenDecisionInput, OpenDecisionsInput, OpenDecisionsOutput,
     ReadDocumentOutput, ToolRefusal,
 };
+use margin_protocol::RefusalCode;
 use tracing::{info, Instrument};
 use uuid::Uuid;
 
@@ -31,13 +32,10 @@ pub enum ToolError {
     Internal(String),
 }
 
-/// The refusal code of a write to an archived document (SPEC P3).
-pub const ARCHIVED: &str = "archived";
-
 impl ToolError {
-    fn refused(code: &str, message: impl Into<String>, read_again: bool) -> Self {
+    fn refused(code: RefusalCode, message: impl Into<String>, read_again: bool) -> Self {
         ToolError::Refused(ToolRefusal {
-            code: code.to_owned(),
+            code,
             message: message.into(),
             read_again,
             retry: false,
@@ -47,7 +45,11 @@ impl ToolError {
     /// A write to an archived document: nothing changes until its owner
     /// unarchives it, and reading again will not help.
     fn archived() -> Self {
-        ToolError::refused(ARCHIVED, EditRefused::Archived.to_string(), false)
+        ToolError::refused(
+            RefusalCode::Archived,
+            EditRefused::Archived.to_string(),
+            false,
+        )
     }
 }
 
@@ -121,7 +123,7 @@ impl Tools {
             .map(|(i, e)| {
                 wire::edit(e).map_err(|m| {
                     ToolError::refused(
-                        "invalid_input",
+                        RefusalCode::InvalidInput,
                         format!("edit {i}: {m}; nothing was changed"),
                         false,
                     )
@@ -132,10 +134,14 @@ impl Tools {
             Ok(done) => done,
             Err(EditRefused::Stale { revision, current }) => {
                 let message = EditRefused::Stale { revision, current }.to_string();
-                return Err(ToolError::refused("stale_revision", message, true));
+                return Err(ToolError::refused(
+                    RefusalCode::StaleRevision,
+                    message,
+                    true,
+                ));
             }
             Err(EditRefused::Edit(e)) => {
-                let read_again = e.code() == "address_mismatch";
+                let read_again = e.code() == RefusalCode::AddressMismatch;
                 return Err(ToolError::refused(
                     e.code(),
                     format!("{e}; nothing was changed"),
@@ -332,7 +338,7 @@ impl Granted for Access {
         match self {
             Access::Granted => Ok(()),
             Access::Denied => Err(ToolError::refused(
-                "no_access",
+                RefusalCode::NoAccess,
                 "the Planner has no access to this document",
                 false,
             )),

@@ -178,7 +178,7 @@ pub fn card(key: &str, question: &str, passages: Vec<Passage>) -> CardSpec {
 pub fn code(result: &Result<Vec<Capture>, BatchError>) -> &'static str {
     match result {
         Ok(_) => "ok",
-        Err(e) => e.code(),
+        Err(e) => e.code().as_str(),
     }
 }
 

@@ -265,7 +265,7 @@ impl<H: Handler> Serving<H> {
                 &call_id,
                 match error {
                     Some(refusal) => Err(ToolError::Refused(refusal)),
-                    None => Ok(output.unwrap_or_default()),
+                    None => serde_json::to_value(output).map_err(ToolError::Output),
                 },
             ),
             ServerMessage::InputResult {
@@ -493,6 +493,8 @@ impl Calls {
                 .map(|(session, questions)| HeldSession {
                     session: session.clone(),
                     questions: questions.iter().cloned().collect(),
+                    turn: None,
+                    calls: Vec::new(),
                 })
                 .collect(),
         }

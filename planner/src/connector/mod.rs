@@ -134,7 +134,7 @@ pub enum ConnectError {
     #[error("the server refused hello ({code}): {message}")]
     Hello {
         /// The refusal's code.
-        code: String,
+        code: margin_protocol::RefusalCode,
         /// Its message.
         message: String,
     },

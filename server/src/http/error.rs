@@ -141,7 +141,7 @@ impl IntoResponse for AppError {
             AppError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, *code),
             AppError::Refused { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, *code),
             AppError::Tool(refusal) => {
-                let body = ErrorBody::new(refusal.code.clone(), refusal.message.clone());
+                let body = ErrorBody::new(refusal.code.as_str(), refusal.message.clone());
                 return (StatusCode::UNPROCESSABLE_ENTITY, Json(body)).into_response();
             }
             AppError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),

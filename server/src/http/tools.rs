@@ -12,12 +12,13 @@ use margin_protocol::decisions::{
 
 use super::extract::{Caller, JsonBody};
 use super::{AppError, AppState};
-use crate::tools::{ToolError, Tools, ARCHIVED};
+use crate::tools::{ToolError, Tools};
+use margin_protocol::RefusalCode;
 
 impl From<ToolError> for AppError {
     fn from(error: ToolError) -> Self {
         match error {
-            ToolError::Refused(refusal) if refusal.code == ARCHIVED => {
+            ToolError::Refused(refusal) if refusal.code == RefusalCode::Archived => {
                 AppError::Archived(refusal.message)
             }
             ToolError::Refused(refusal) => AppError::Tool(refusal),

@@ -10,6 +10,7 @@ use margin_protocol::link::{
     close, Capabilities, ClientMessage, ServerMessage, CLIENT_MESSAGE_TYPES, MAX_FEATURES,
     MAX_FEATURE_BYTES, MAX_RUN_CAPACITY, PROTOCOL_VERSION, RESUMABLE_SESSIONS,
 };
+use margin_protocol::RefusalCode;
 use tokio::time::{interval_at, Instant, MissedTickBehavior};
 use tracing::{debug, info, warn, Instrument};
 
@@ -121,7 +122,7 @@ pub async fn serve(
                         let text = match frame {
                             Some(Ok(Message::Text(text))) => text.to_string(),
                             Some(Ok(Message::Binary(_))) => {
-                                let refusal = refusal("malformed_message", "link frames are JSON text, not binary");
+                                let refusal = refusal(RefusalCode::MalformedMessage, "link frames are JSON text, not binary");
                                 if send(&mut sink, &refusal).await.is_err() { return; }
                                 continue;
                             }
@@ -138,7 +139,7 @@ pub async fn serve(
                         match parse(&text) {
                             Ok(ClientMessage::HeartbeatAck { seq: acked }) if acked <= seq => unanswered = 0,
                             Ok(ClientMessage::HeartbeatAck { seq: acked }) => {
-                                let refusal = refusal("unexpected_message", format!("heartbeat-ack {acked} answers no heartbeat sent"));
+                                let refusal = refusal(RefusalCode::UnexpectedMessage, format!("heartbeat-ack {acked} answers no heartbeat sent"));
                                 if send(&mut sink, &refusal).await.is_err() { return; }
                             }
                             Ok(ClientMessage::Detach {}) => {
@@ -146,12 +147,12 @@ pub async fn serve(
                                 return;
                             }
                             Ok(ClientMessage::Hello { .. }) => {
-                                let refusal = refusal("unexpected_message", "the link is already open; hello comes once");
+                                let refusal = refusal(RefusalCode::UnexpectedMessage, "the link is already open; hello comes once");
                                 if send(&mut sink, &refusal).await.is_err() { return; }
                             }
                             Ok(ClientMessage::ToolCall { session, turn, call_id, name, arguments }) => {
                                 if call_id.is_empty() || call_id.len() > 128 {
-                                    let refusal = refusal("malformed_message", "call_id is 1 to 128 bytes");
+                                    let refusal = refusal(RefusalCode::MalformedMessage, "call_id is 1 to 128 bytes");
                                     if send(&mut sink, &refusal).await.is_err() { return; }
                                     continue;
                                 }
@@ -220,7 +221,7 @@ async fn next_text(stream: &mut futures_util::stream::SplitStream<WebSocket>) ->
 }
 
 /// Checks a `hello`; the features granted and what it declared.
-fn hello(text: &str) -> Result<(Vec<String>, Terms), (&'static str, String)> {
+fn hello(text: &str) -> Result<(Vec<String>, Terms), (RefusalCode, String)> {
     match parse(text) {
         Ok(ClientMessage::Hello {
             protocol_version,
@@ -230,7 +231,7 @@ fn hello(text: &str) -> Result<(Vec<String>, Terms), (&'static str, String)> {
         }) => {
             if protocol_version != PROTOCOL_VERSION {
                 return Err((
-                    "unsupported_version",
+                    RefusalCode::UnsupportedVersion,
                     format!("this server speaks protocol version {PROTOCOL_VERSION}; the machine sent {protocol_version}"),
                 ));
             }
@@ -240,14 +241,14 @@ fn hello(text: &str) -> Result<(Vec<String>, Terms), (&'static str, String)> {
                     .any(|f| f.is_empty() || f.len() > MAX_FEATURE_BYTES)
             {
                 return Err((
-                    "invalid_hello",
+                    RefusalCode::InvalidHello,
                     format!("hello lists at most {MAX_FEATURES} features of 1 to {MAX_FEATURE_BYTES} bytes"),
                 ));
             }
             let run_capacity = run_capacity.unwrap_or(margin_planner::DEFAULT_RUN_CAPACITY as u32);
             if !(1..=MAX_RUN_CAPACITY).contains(&run_capacity) {
                 return Err((
-                    "invalid_hello",
+                    RefusalCode::InvalidHello,
                     format!(
                         "run_capacity is 1 to {MAX_RUN_CAPACITY}; the machine sent {run_capacity}"
                     ),
@@ -267,9 +268,12 @@ fn hello(text: &str) -> Result<(Vec<String>, Terms), (&'static str, String)> {
             };
             Ok((granted, terms))
         }
-        Ok(_) => Err(("hello_expected", "the first message must be hello".into())),
+        Ok(_) => Err((
+            RefusalCode::HelloExpected,
+            "the first message must be hello".into(),
+        )),
         Err((_, message)) => Err((
-            "hello_expected",
+            RefusalCode::HelloExpected,
             format!("the first message must be hello: {message}"),
         )),
     }
@@ -277,24 +281,32 @@ fn hello(text: &str) -> Result<(Vec<String>, Terms), (&'static str, String)> {
 
 /// Parses a machine's message, telling malformed JSON, an unknown type and
 /// a malformed known message apart.
-fn parse(text: &str) -> Result<ClientMessage, (&'static str, String)> {
-    let value: serde_json::Value = serde_json::from_str(text)
-        .map_err(|e| ("malformed_message", format!("not a JSON object: {e}")))?;
+fn parse(text: &str) -> Result<ClientMessage, (RefusalCode, String)> {
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+        (
+            RefusalCode::MalformedMessage,
+            format!("not a JSON object: {e}"),
+        )
+    })?;
     let kind = value
         .get("type")
         .and_then(|t| t.as_str())
         .map(str::to_owned);
     match kind {
         None => Err((
-            "malformed_message",
+            RefusalCode::MalformedMessage,
             "a message needs a string \"type\"".into(),
         )),
         Some(kind) if !CLIENT_MESSAGE_TYPES.contains(&kind.as_str()) => Err((
-            "unknown_message",
+            RefusalCode::UnknownMessage,
             format!("unknown message type {:?}", truncate(&kind)),
         )),
-        Some(kind) => serde_json::from_value(value)
-            .map_err(|e| ("malformed_message", format!("malformed {kind}: {e}"))),
+        Some(kind) => serde_json::from_value(value).map_err(|e| {
+            (
+                RefusalCode::MalformedMessage,
+                format!("malformed {kind}: {e}"),
+            )
+        }),
     }
 }
 
@@ -307,9 +319,9 @@ fn truncate(text: &str) -> &str {
 }
 
 /// A refusal that answers no particular call.
-pub(crate) fn refusal(code: &str, message: impl Into<String>) -> ServerMessage {
+pub(crate) fn refusal(code: RefusalCode, message: impl Into<String>) -> ServerMessage {
     ServerMessage::Refusal {
-        code: code.to_owned(),
+        code,
         message: message.into(),
         call_id: None,
     }

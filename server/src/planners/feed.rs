@@ -9,9 +9,11 @@ use margin_protocol::link::RunStatus as LinkRunStatus;
 use margin_protocol::sessions::{SessionEvent, SessionRun, UpdatePlanInput, UPDATE_PLAN};
 use tracing::{error, info};
 
-use super::{to_value, DocumentPlanner, Planners};
+use super::{DocumentPlanner, Planners};
 use crate::sessions::{Owner, PlanDecision, Published, SessionLog};
 use crate::tools::ToolError;
+use margin_protocol::tools::ToolOutput;
+use margin_protocol::RefusalCode;
 
 impl DocumentPlanner {
     /// Opens this new session's log (SPEC E1).
@@ -128,7 +130,7 @@ impl Planners {
         turn: &str,
         call_id: &str,
         input: UpdatePlanInput,
-    ) -> Result<serde_json::Value, ToolError> {
+    ) -> Result<ToolOutput, ToolError> {
         match self
             .inner
             .log
@@ -151,10 +153,10 @@ impl Planners {
                     // Handed back with each later turn (U6).
                     planner.plan = Some(output.plan.clone());
                 }
-                Ok(to_value(output))
+                Ok(ToolOutput::UpdatePlan(output))
             }
             Ok(PlanDecision::Refused(refusal)) => {
-                if refusal.code == "stale_revision" {
+                if refusal.code == RefusalCode::StaleRevision {
                     self.refresh_plan(document, session).await;
                 }
                 Err(ToolError::Refused(refusal))
@@ -198,7 +200,7 @@ pub(super) fn unknown_tool(name: &str, planning: bool) -> ToolError {
         String::new()
     };
     ToolError::Refused(ToolRefusal {
-        code: "unknown_tool".into(),
+        code: RefusalCode::UnknownTool,
         message: format!(
             "no tool named {name:?}; tools: read_document, edit_plan, open_decisions, open_decision, ask{plan}"
         ),

@@ -13,6 +13,7 @@ use margin_protocol::decisions::AnswerBody;
 use margin_protocol::link::{
     HeldSession, ResumedSession, ServerMessage, MAX_HELD_QUESTIONS, MAX_RESUME_SESSIONS,
 };
+use margin_protocol::RefusalCode;
 use tracing::{info, warn};
 
 use super::{refusal_unknown_session, DocumentPlanner, Planners, SYSTEM_AUTHOR};
@@ -175,7 +176,7 @@ impl Planners {
             })
         {
             return Err(refusal(
-                "malformed_message",
+                RefusalCode::MalformedMessage,
                 format!("resume names at most {MAX_RESUME_SESSIONS} sessions, each with at most {MAX_HELD_QUESTIONS} questions, ids of 1 to 128 bytes"),
             ));
         }
@@ -187,7 +188,10 @@ impl Planners {
         {
             let mut planners = self.lock();
             let account = &link.machine.account.id;
-            for HeldSession { session, questions } in held {
+            for HeldSession {
+                session, questions, ..
+            } in held
+            {
                 let Some((document, planner)) = planners
                     .iter_mut()
                     .find(|(_, p)| p.session == session && p.link.machine.account.id == *account)

@@ -28,6 +28,8 @@ use margin_protocol::chat::{ChatKind, ChatMessageView, MAX_CHAT_BYTES};
 use margin_protocol::decisions::{AnswerBody, CaptureStatus, OpenDecisionsOutput, ToolRefusal};
 use margin_protocol::link::{PlannerView, RunStatus as LinkRunStatus, RunView, ServerMessage};
 use margin_protocol::sessions::UPDATE_PLAN;
+use margin_protocol::tools::ToolOutput;
+use margin_protocol::RefusalCode;
 use serde::de::DeserializeOwned;
 use tracing::{info, warn};
 use uuid::Uuid;
@@ -302,12 +304,15 @@ impl Planners {
         let account = &link.machine.account;
         let tools = Tools::new(self.inner.hub.clone());
         let result = match name {
-            "read_document" => tools.read_document(account, &document).await.map(to_value),
+            "read_document" => tools
+                .read_document(account, &document)
+                .await
+                .map(ToolOutput::ReadDocument),
             "edit_plan" => match input(arguments) {
                 Ok(input) => tools
                     .edit_plan(account, &document, input)
                     .await
-                    .map(to_value),
+                    .map(ToolOutput::EditPlan),
                 Err(e) => Err(e),
             },
             "open_decisions" => match input(arguments) {
@@ -357,7 +362,7 @@ impl Planners {
                 warn!(%detail, tool = name, "tool call failed");
                 // The one refusal that is not a decision (SPEC L6).
                 let refusal = ToolRefusal {
-                    code: "internal".into(),
+                    code: RefusalCode::Internal,
                     message: "the server failed and could not decide; nothing was acknowledged, so the same call may succeed later".into(),
                     read_again: false,
                     retry: true,
@@ -386,7 +391,7 @@ impl Planners {
     ) -> Option<ServerMessage> {
         if text.len() > MAX_CHAT_BYTES {
             return Some(refusal(
-                "malformed_message",
+                RefusalCode::MalformedMessage,
                 format!("a reply is at most {MAX_CHAT_BYTES} bytes"),
             ));
         }
@@ -479,7 +484,7 @@ impl Planners {
     ) -> Option<ServerMessage> {
         if run.is_empty() || run.len() > 128 || name.trim().is_empty() || name.len() > 200 {
             return Some(refusal(
-                "malformed_message",
+                RefusalCode::MalformedMessage,
                 "a run has an id of 1 to 128 bytes and a name of 1 to 200 bytes",
             ));
         }
@@ -501,9 +506,9 @@ impl Planners {
             }
             Err(refused) => {
                 let code = match refused {
-                    RunRefusal::NoAttemptZero => "malformed_message",
-                    RunRefusal::CapacityFull { .. } => "run_capacity",
-                    RunRefusal::Superseded { .. } => "superseded_attempt",
+                    RunRefusal::NoAttemptZero => RefusalCode::MalformedMessage,
+                    RunRefusal::CapacityFull { .. } => RefusalCode::RunCapacity,
+                    RunRefusal::Superseded { .. } => RefusalCode::SupersededAttempt,
                 };
                 Some(refusal(code, format!("run {run:?}: {refused}")))
             }
@@ -790,7 +795,7 @@ impl Planners {
         document: &str,
         turn: &str,
         done: Result<OpenDecisionsOutput, ToolError>,
-    ) -> Result<serde_json::Value, ToolError> {
+    ) -> Result<ToolOutput, ToolError> {
         let output = done?;
         if let Some(current) = self
             .lock()
@@ -800,7 +805,7 @@ impl Planners {
         {
             current.captured += output.captured;
         }
-        Ok(to_value(output))
+        Ok(ToolOutput::Decisions(output))
     }
 
     async fn carry_out(&self, document: &str, outcome: Outcome) -> Result<(), StorageError> {
@@ -864,7 +869,7 @@ fn start_turn(
 
 fn refusal_unknown_session(session: &str) -> ServerMessage {
     refusal(
-        "unknown_session",
+        RefusalCode::UnknownSession,
         format!("session {session:?} is not running on this machine"),
     )
 }
@@ -873,7 +878,7 @@ fn refusal_unknown_session(session: &str) -> ServerMessage {
 /// `tool-call` refused, so the machine can fail that call.
 fn refusal_unknown_turn(session: &str, turn: &str, call_id: Option<String>) -> ServerMessage {
     ServerMessage::Refusal {
-        code: "unknown_turn".into(),
+        code: RefusalCode::UnknownTurn,
         message: format!("turn {turn:?} of session {session:?} is not running on this machine"),
         call_id,
     }
@@ -882,14 +887,10 @@ fn refusal_unknown_turn(session: &str, turn: &str, call_id: Option<String>) -> S
 fn input<T: DeserializeOwned>(arguments: serde_json::Value) -> Result<T, ToolError> {
     serde_json::from_value(arguments).map_err(|e| {
         ToolError::Refused(ToolRefusal {
-            code: "invalid_input".into(),
+            code: RefusalCode::InvalidInput,
             message: format!("malformed arguments: {e}"),
             read_again: false,
             retry: false,
         })
     })
-}
-
-fn to_value<T: serde::Serialize>(output: T) -> serde_json::Value {
-    serde_json::to_value(output).unwrap_or(serde_json::Value::Null)
 }

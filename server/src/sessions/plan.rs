@@ -8,6 +8,7 @@ use margin_protocol::sessions::{
     PlanStep, PlanView, SessionEvent, SessionSnapshot, SessionState, StepStatus as WireStatus,
     UpdatePlanInput, UpdatePlanOutput, ENFORCEMENT, UPDATE_PLAN,
 };
+use margin_protocol::RefusalCode;
 
 /// What a call does to the session.
 pub enum Judged {
@@ -32,9 +33,9 @@ pub fn judge(
     call_id: &str,
     input: UpdatePlanInput,
 ) -> Judged {
-    let late = |code: &str, message: String| {
+    let late = |code: RefusalCode, message: String| {
         Judged::Late(ToolRefusal {
-            code: code.into(),
+            code,
             message,
             read_again: false,
             retry: false,
@@ -42,19 +43,19 @@ pub fn judge(
     };
     let Some(held) = &snapshot.plan else {
         return late(
-            "unknown_tool",
+            RefusalCode::UnknownTool,
             "this Planner did not declare planning: true; update_plan is not offered".into(),
         );
     };
     if snapshot.state == SessionState::Ended || snapshot.turn.as_deref() != Some(turn) {
         return late(
-            "turn_ended",
+            RefusalCode::TurnEnded,
             format!("turn {turn:?} is over or was cancelled; the plan is unchanged"),
         );
     }
     if snapshot.stop_pending {
         return late(
-            "stop_requested",
+            RefusalCode::StopRequested,
             "a Stop was asked for; the plan is unchanged".into(),
         );
     }
@@ -81,10 +82,9 @@ pub fn judge(
         Err(refused) => {
             let refusal = ToolRefusal {
                 code: match refused {
-                    PlanRefusal::StaleRevision { .. } => "stale_revision",
-                    _ => "invalid_plan",
-                }
-                .into(),
+                    PlanRefusal::StaleRevision { .. } => RefusalCode::StaleRevision,
+                    _ => RefusalCode::InvalidPlan,
+                },
                 message: refused.to_string(),
                 read_again: false,
                 retry: false,

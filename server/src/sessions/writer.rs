@@ -122,7 +122,7 @@ impl Writer {
         let Some(snapshot) = self.take(session).await? else {
             // Its first commit failed: there is no log to keep a plan in.
             return Ok(PlanDecision::Refused(ToolRefusal {
-                code: "session_not_stored".into(),
+                code: margin_protocol::RefusalCode::Internal,
                 message: "this session's log could not be written when it started; its plan cannot be kept".into(),
                 read_again: false,
                 retry: false,

@@ -173,6 +173,7 @@ impl Scene {
         else {
             panic!("read_document failed")
         };
+        let read = serde_json::to_value(&read).unwrap();
         link.send_message(&ClientMessage::Run {
             session: session.clone(),
             run: "r1".into(),
@@ -192,6 +193,7 @@ impl Scene {
         else {
             panic!("ask failed")
         };
+        let asked = serde_json::to_value(&asked).unwrap();
         let card = asked["captures"][0]["card_id"].as_str().unwrap().to_owned();
         link.send_message(&ClientMessage::Reply {
             session: session.clone(),

@@ -13,6 +13,7 @@ use margin_protocol::decisions::{
     AnswerBody, CardInput, DecisionList, OpenDecisionInput, PassageAddress, ToolRefusal,
 };
 use margin_protocol::link::{PlannerView, RunStatus};
+use margin_protocol::RefusalCode;
 use margin_server::demo::DemoPlanner;
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -260,7 +261,7 @@ async fn scripted_server(
                     calls += 1;
                     let result = results.next().expect("no more scripted results");
                     let (output, error) = match result {
-                        Ok(o) => (Some(o), None),
+                        Ok(o) => (Some(serde_json::from_value(o).unwrap()), None),
                         Err(e) => (None, Some(e)),
                     };
                     let answer = ServerMessage::ToolResult {
@@ -280,9 +281,9 @@ async fn scripted_server(
     (format!("http://{addr}"), task)
 }
 
-fn refusal(code: &str, retry: bool) -> ToolRefusal {
+fn refusal(code: RefusalCode, retry: bool) -> ToolRefusal {
     ToolRefusal {
-        code: code.into(),
+        code,
         message: format!("{code} happened"),
         read_again: false,
         retry,
@@ -293,8 +294,8 @@ fn refusal(code: &str, retry: bool) -> ToolRefusal {
 async fn connector_tries_again_only_a_call_the_server_could_not_decide() {
     let empty = json!({"revision": 1, "outline": []});
     let (server, seen) = scripted_server(vec![
-        Err(refusal("internal", true)),
-        Err(refusal("internal", true)),
+        Err(refusal(RefusalCode::Internal, true)),
+        Err(refusal(RefusalCode::Internal, true)),
         Ok(empty),
     ])
     .await;
@@ -304,7 +305,8 @@ async fn connector_tries_again_only_a_call_the_server_could_not_decide() {
     assert_eq!((calls, reply.as_str()), (3, "0 blocks."));
 
     // A decision is returned at once, never tried again.
-    let (server, seen) = scripted_server(vec![Err(refusal("stale_revision", false))]).await;
+    let (server, seen) =
+        scripted_server(vec![Err(refusal(RefusalCode::StaleRevision, false))]).await;
     let linked = Connector::new(server, "mgm_x").connect().await.unwrap();
     tokio::spawn(linked.serve(Reads, std::future::pending()));
     let (calls, reply) = tokio::time::timeout(PATIENCE, seen).await.unwrap().unwrap();

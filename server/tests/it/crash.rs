@@ -92,7 +92,7 @@ on_both_backends! {
         let snapshot: SessionSnapshot = serde_json::from_value(body).unwrap();
         assert_eq!((snapshot.state, snapshot.plan.flatten().map(|p| p.revision)), (SessionState::Disconnected, Some(1)));
         let mut back = linked_planner(&server, &token).await;
-        back.send_message(&ClientMessage::Resume { sessions: vec![HeldSession { session: session.clone(), questions: vec![] }] }).await;
+        back.send_message(&ClientMessage::Resume { sessions: vec![HeldSession { session: session.clone(), questions: vec![], turn: None, calls: vec![] }] }).await;
         let Some(ServerMessage::Resumed { sessions, .. }) = back.next_work().await else { panic!("no resumed") };
         assert_eq!(sessions.len(), 1);
         let (status, _) = server.post(Some(&token), &format!("/documents/{doc}/chat"), json!({"text": "@planner go on"})).await;

@@ -224,6 +224,7 @@ on_both_backends! {
             name: "read_document".into(), arguments: json!({}),
         }).await;
         let Some(ServerMessage::ToolResult { output: Some(output), .. }) = link.next_work().await else { panic!("no tool result") };
+        let output = serde_json::to_value(&output).unwrap();
         assert_eq!(output["outline"][0]["text"], "Pick a region");
         link.send_message(&ClientMessage::Reply { session, turn, text: "Read it.".into() }).await;
         let chat = tokio::time::timeout(PATIENCE, async {

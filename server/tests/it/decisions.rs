@@ -147,7 +147,7 @@ fn card(key: &str, passages: Vec<PassageAddress>) -> CardInput {
 fn refusal_code(result: &Result<OpenDecisionsOutput, ToolError>) -> String {
     match result {
         Ok(_) => "ok".into(),
-        Err(ToolError::Refused(r)) => r.code.clone(),
+        Err(ToolError::Refused(r)) => r.code.to_string(),
         Err(other) => format!("internal: {other}"),
     }
 }

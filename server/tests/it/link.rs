@@ -28,7 +28,7 @@ async fn paired(db: &crate::harness::TestDb) -> (InProcess, String, String, Stri
 
 fn refusal_code(message: Option<ServerMessage>) -> String {
     match message {
-        Some(ServerMessage::Refusal { code, .. }) => code,
+        Some(ServerMessage::Refusal { code, .. }) => code.to_string(),
         other => panic!("expected a refusal, got {other:?}"),
     }
 }

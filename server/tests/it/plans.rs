@@ -90,11 +90,11 @@ impl Planning {
                 output: Some(output),
                 error: None,
                 ..
-            } => Ok(output),
+            } => Ok(serde_json::to_value(&output).unwrap()),
             ServerMessage::ToolResult {
                 error: Some(refusal),
                 ..
-            } => Err((refusal.code, refusal.message)),
+            } => Err((refusal.code.to_string(), refusal.message)),
             other => panic!("expected a tool result, got {other:?}"),
         }
     }
@@ -334,7 +334,7 @@ on_both_backends! {
         // the plan that survived the restart (U6).
         p.link = p.s.machine().await;
         p.link.hello_planning().await;
-        p.link.send_message(&ClientMessage::Resume { sessions: vec![margin_protocol::link::HeldSession { session: p.session.clone(), questions: vec![] }] }).await;
+        p.link.send_message(&ClientMessage::Resume { sessions: vec![margin_protocol::link::HeldSession { session: p.session.clone(), questions: vec![], turn: None, calls: vec![] }] }).await;
         let Some(ServerMessage::Resumed { sessions, .. }) = p.link.next_work().await else { panic!("no resumed") };
         assert_eq!(sessions.len(), 1);
         p.snapshot_until(|s| s.state == margin_protocol::sessions::SessionState::Active).await;

@@ -90,6 +90,7 @@ impl Away {
         else {
             panic!("read failed")
         };
+        let read = serde_json::to_value(&read).unwrap();
         let question = json!({"revision": read["revision"], "card": {"key": "launch-date", "question": "Ship on March 3?",
             "response": "yes_no", "passages": [{"index": 0, "digest": read["outline"][0]["digest"]}]}});
         let ServerMessage::ToolResult {
@@ -99,6 +100,7 @@ impl Away {
         else {
             panic!("ask failed")
         };
+        let asked = serde_json::to_value(&asked).unwrap();
         let card = asked["captures"][0]["card_id"].as_str().unwrap().to_owned();
         reply(&mut link, &session, &turn, "Asked.").await;
         self.s.chat_len(2).await;

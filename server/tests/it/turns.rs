@@ -166,6 +166,7 @@ on_both_backends! {
         let ServerMessage::ToolResult { output: Some(read), error: None, .. } = call(&mut planner, &session, &turn, "read_document", json!({})).await else {
             panic!("read_document failed")
         };
+        let read = serde_json::to_value(&read).unwrap();
         assert_eq!(read["outline"][0]["text"], "Pick a region");
         reply(&mut planner, &session, &turn, "The plan has one open item: the region.").await;
         let chat = s.chat_len(2).await;
@@ -181,9 +182,11 @@ on_both_backends! {
         let (same, repair_turn, messages, repair) = invoked(&mut planner).await;
         assert_eq!((same, messages, repair), (session.clone(), vec![], vec!["Which region launches first?".to_owned()]));
         let ServerMessage::ToolResult { output: Some(read), .. } = call(&mut planner, &session, &repair_turn, "read_document", json!({})).await else { panic!() };
+        let read = serde_json::to_value(&read).unwrap();
         let batch = json!({"revision": read["revision"], "cards": [{"key": "launch-region", "question": "Which region launches first?",
             "response": "single_choice", "choices": ["EU", "US"], "passages": [{"index": 0, "digest": read["outline"][0]["digest"]}]}]});
         let ServerMessage::ToolResult { output: Some(opened), error: None, .. } = call(&mut planner, &session, &repair_turn, "open_decisions", batch).await else { panic!() };
+        let opened = serde_json::to_value(&opened).unwrap();
         assert_eq!(opened["captured"], 1);
         reply(&mut planner, &session, &repair_turn, "I opened the region question beside its paragraph.").await;
         let chat = s.chat_len(3).await;
@@ -333,9 +336,11 @@ on_both_backends! {
         s.say("@planner plan the launch").await;
         let (session, turn, _, _) = invoked(&mut planner).await;
         let ServerMessage::ToolResult { output: Some(read), .. } = call(&mut planner, &session, &turn, "read_document", json!({})).await else { panic!() };
+        let read = serde_json::to_value(&read).unwrap();
         let question = json!({"revision": read["revision"], "card": {"key": "launch-date", "question": "Ship on March 3?",
             "response": "yes_no", "passages": [{"index": 0, "digest": read["outline"][0]["digest"]}]}});
         let ServerMessage::ToolResult { output: Some(asked), error: None, .. } = call(&mut planner, &session, &turn, "ask", question).await else { panic!() };
+        let asked = serde_json::to_value(&asked).unwrap();
         let card = asked["captures"][0]["card_id"].as_str().unwrap().to_owned();
         reply(&mut planner, &session, &turn, "I asked about the date beside its paragraph.").await;
         s.chat_len(2).await;
@@ -369,6 +374,7 @@ async fn question_is_withdrawn_when(db: crate::harness::TestDb, ending: &str) {
     else {
         panic!()
     };
+    let read = serde_json::to_value(&read).unwrap();
     let question = json!({"revision": read["revision"], "card": {"key": "launch-date", "question": "Ship on March 3?",
         "response": "yes_no", "passages": [{"index": 0, "digest": read["outline"][0]["digest"]}]}});
     call(&mut planner, &session, &turn, "ask", question).await;
@@ -462,6 +468,7 @@ on_both_backends! {
         s.say("@planner plan").await;
         let (session, turn, _, _) = invoked(&mut planner).await;
         let ServerMessage::ToolResult { output: Some(read), .. } = call(&mut planner, &session, &turn, "read_document", json!({})).await else { panic!() };
+        let read = serde_json::to_value(&read).unwrap();
         let question = json!({"revision": read["revision"], "card": {"key": "date", "question": "Ship on March 3?",
             "response": "yes_no", "passages": [{"index": 0, "digest": read["outline"][0]["digest"]}]}});
         call(&mut planner, &session, &turn, "ask", question).await;
@@ -584,9 +591,11 @@ on_both_backends! {
         s.say("@planner ask about the date").await;
         let (session, turn, _, _) = invoked(&mut planner).await;
         let ServerMessage::ToolResult { output: Some(read), .. } = call(&mut planner, &session, &turn, "read_document", json!({})).await else { panic!() };
+        let read = serde_json::to_value(&read).unwrap();
         let question = json!({"revision": read["revision"], "card": {"key": "launch-date", "question": "Ship on March 3?",
             "response": "yes_no", "passages": [{"index": 0, "digest": read["outline"][0]["digest"]}]}});
         let ServerMessage::ToolResult { output: Some(asked), .. } = call(&mut planner, &session, &turn, "ask", question.clone()).await else { panic!() };
+        let asked = serde_json::to_value(&asked).unwrap();
         let card = asked["captures"][0]["card_id"].as_str().unwrap().to_owned();
         reply(&mut planner, &session, &turn, "Asked.").await;
         s.chat_len(2).await;
@@ -599,6 +608,7 @@ on_both_backends! {
         s.say("@planner and the date?").await;
         let (_, turn, _, _) = invoked(&mut planner).await;
         let ServerMessage::ToolResult { output: Some(read), .. } = call(&mut planner, &session, &turn, "read_document", json!({})).await else { panic!() };
+        let read = serde_json::to_value(&read).unwrap();
         let mut question = question;
         question["revision"] = read["revision"].clone();
         let result = call(&mut planner, &session, &turn, "ask", question).await;
@@ -629,6 +639,7 @@ on_both_backends! {
         s.say("@planner plan").await;
         let (session, turn, _, _) = invoked(&mut planner).await;
         let ServerMessage::ToolResult { output: Some(read), .. } = call(&mut planner, &session, &turn, "read_document", json!({})).await else { panic!() };
+        let read = serde_json::to_value(&read).unwrap();
         let batch = |revision: serde_json::Value| json!({"revision": revision, "cards": [{"key": "k", "question": "Ship on March 3?",
             "response": "yes_no", "passages": [{"index": 0, "digest": read["outline"][0]["digest"]}]}]});
         // A decision: a revision the document never had.
