@@ -5,14 +5,12 @@
 //! the caller's `now` ([`Millis`]) and every output is a value the caller
 //! carries out. The server drives one [`Session`] per Planner session.
 //!
-//! The `connector` feature adds the other side: the Rust connector SDK a
-//! machine uses to link to Margin and serve its Planner ([`connector`]).
+//! The other side of the link, the Rust connector SDK a machine uses to link
+//! to Margin and serve its Planner, is the `margin-sdk` crate (`sdk/rust`).
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod attempt;
-#[cfg(feature = "connector")]
-pub mod connector;
 mod ids;
 pub mod plan;
 pub mod reply;

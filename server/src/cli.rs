@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::auth;
-use margin_planner::connector::{write_credential_file, ConnectError, Connector};
+use margin_sdk::{write_credential_file, ConnectError, Connector};
 use tokio_util::sync::CancellationToken;
 
 use crate::demo::{self, Demo, DemoError};

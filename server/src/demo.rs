@@ -10,13 +10,13 @@
 
 use std::time::Duration;
 
-use margin_planner::connector::{Connector, Ended, Handler, ToolError, Turn};
 use margin_protocol::decisions::{
     CardInput, EditInput, EditPlanInput, OpenDecisionsInput, PassageAddress,
 };
 use margin_protocol::documents::BlockEntry;
 use margin_protocol::link::RunStatus;
 use margin_protocol::sessions::{PlanStep, UpdatePlanInput};
+use margin_sdk::{Connector, Ended, Handler, ToolError, Turn};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};

@@ -1,19 +1,19 @@
-//! The Rust connector SDK (`margin_planner::connector`) against a real
-//! server over real sockets: turns with typed tool calls and replies, Stop,
-//! answers to questions, refused calls; and the demo Planner built on it,
-//! including `margin serve --demo-planner` as the README runs it.
+//! The Rust connector SDK (`margin_sdk`) against a real server over real
+//! sockets: turns with typed tool calls and replies, Stop, answers to
+//! questions, refused calls; and the demo Planner built on it, including
+//! `margin serve --demo-planner` as the README runs it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use margin_planner::connector::{Answer, Connector, Handler, SessionHandle, ToolError, Turn};
 use margin_protocol::chat::{ChatKind, ChatList};
 use margin_protocol::decisions::{
     AnswerBody, CardInput, DecisionList, OpenDecisionInput, PassageAddress, ToolRefusal,
 };
 use margin_protocol::link::{PlannerView, RunStatus};
 use margin_protocol::RefusalCode;
+use margin_sdk::{Answer, Connector, Handler, SessionHandle, ToolError, Turn};
 use margin_server::demo::DemoPlanner;
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -473,7 +473,7 @@ on_both_backends! {
         assert!(view.connected && !view.disconnected, "{view:?}");
         assert_eq!(view.questions, 0);
         detach.cancel();
-        assert_eq!(running.await.unwrap(), margin_planner::connector::Ended::Detached);
+        assert_eq!(running.await.unwrap(), margin_sdk::Ended::Detached);
     }
 
     async fn serve_with_demo_planner_pairs_links_and_opens_cards_in_its_sample_plan(db) {

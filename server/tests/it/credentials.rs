@@ -7,9 +7,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use margin_planner::connector::{ConnectError, Connector, Ended, Handler, ToolError, Turn};
 use margin_protocol::chat::{ChatKind, ChatList};
 use margin_protocol::link::{refused, ClientMessage, ServerMessage};
+use margin_sdk::{ConnectError, Connector, Ended, Handler, ToolError, Turn};
 use margin_server::serve::ServeOptions;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;

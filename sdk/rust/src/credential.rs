@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use tracing::{debug, warn};
 
-use super::ConnectError;
+use crate::ConnectError;
 
 /// The machine's current credential, shared by a connector's clones and
 /// the links they open.

@@ -21,9 +21,9 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tracing::{debug, warn, Instrument};
 
-use super::credential::Keeper;
-use super::handler::{Answer, Handler, SessionHandle, ToolError, Turn};
-use super::Welcome;
+use crate::credential::Keeper;
+use crate::handler::{Answer, Handler, SessionHandle, ToolError, Turn};
+use crate::Welcome;
 
 pub(super) type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 type Pending = HashMap<String, oneshot::Sender<Result<serde_json::Value, ToolError>>>;
@@ -56,7 +56,7 @@ pub enum Ended {
     /// The connection broke without a close.
     Dropped(String),
     /// The server refused to link again, for good (an unknown or revoked
-    /// credential, a refused `hello`): [`super::Connector::run`] gave up.
+    /// credential, a refused `hello`): [`crate::Connector::run`] gave up.
     Refused(String),
 }
 
@@ -111,7 +111,7 @@ impl Linked {
 
     /// Serves `handler` on this one link until the server closes it or
     /// `until` completes (then the machine sends `detach`). Turns still
-    /// running when the link ends are aborted. [`super::Connector::run`]
+    /// running when the link ends are aborted. [`crate::Connector::run`]
     /// instead links again and resumes. Each fresh credential the server
     /// sends is kept (in memory or in the credential file) before the next
     /// message is read, so a link that ends has saved the newest.

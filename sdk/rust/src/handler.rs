@@ -14,7 +14,7 @@ use margin_protocol::sessions::{PlanView, UpdatePlanInput, UpdatePlanOutput, UPD
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::link::Calls;
+use crate::link::Calls;
 
 /// How many times a tool call the server could not decide is tried.
 const TRIES: u32 = 4;

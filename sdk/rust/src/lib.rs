@@ -1,5 +1,5 @@
-//! The Rust connector SDK (feature `connector`): links a machine to Margin
-//! at `/machine` and runs a [`Handler`] for its Planner.
+//! Margin's Rust connector SDK: links a Planner machine to Margin at
+//! `/machine` and runs a [`Handler`] for its Planner (SPEC O3).
 //!
 //! The SDK owns the link's mechanics so a Planner only writes its work:
 //! `hello` (asking for `resumable-sessions` unless told not to, SPEC L1),
@@ -15,7 +15,7 @@
 //! that restarts re-attaches with a credential that is still valid.
 //!
 //! ```no_run
-//! use margin_planner::connector::{Connector, Handler, Turn, ToolError};
+//! use margin_sdk::{Connector, Handler, Turn, ToolError};
 //!
 //! struct Echo;
 //!
@@ -33,6 +33,8 @@
 //! println!("link ended: {ended}");
 //! # Ok(()) }
 //! ```
+#![warn(missing_docs)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod credential;
 mod handler;
