@@ -17,10 +17,12 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use serde::{Deserialize, Serialize};
+
 use crate::ids::RunId;
 
 /// An attempt's state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum AttemptState {
     /// Admitted against capacity, not yet dispatched.
     Prepared,
@@ -58,7 +60,7 @@ impl AttemptState {
 }
 
 /// How an attempt ended, as observed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Ending {
     /// It completed.
     Completed,
@@ -69,7 +71,8 @@ pub enum Ending {
 }
 
 /// Identifies an attempt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
 pub struct AttemptId(pub u64);
 
 /// Why a transition was refused; nothing changed.
@@ -128,7 +131,7 @@ impl fmt::Display for AttemptError {
 
 impl std::error::Error for AttemptError {}
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 struct Attempt {
     run: RunId,
     state: AttemptState,
@@ -136,7 +139,7 @@ struct Attempt {
 }
 
 /// The attempts of one session's runs, under one declared capacity.
-#[derive(Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attempts {
     capacity: usize,
     attempts: BTreeMap<AttemptId, Attempt>,

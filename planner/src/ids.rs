@@ -2,9 +2,16 @@
 
 use std::fmt;
 
-/// Milliseconds on the caller's monotonic clock. The machines never read a
-/// clock; tests drive them with a virtual one.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+use serde::{Deserialize, Serialize};
+
+/// Milliseconds on the caller's clock. The machines never read a clock;
+/// tests drive them with a virtual one. The server passes milliseconds
+/// since the Unix epoch, so times kept in the journal (a run's start, the
+/// end of the last activity) keep their meaning across a restart.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(transparent)]
 pub struct Millis(pub u64);
 
 impl Millis {
@@ -32,7 +39,8 @@ impl Millis {
 macro_rules! name {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
-        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(transparent)]
         pub struct $name(pub String);
 
         impl fmt::Display for $name {
@@ -60,4 +68,8 @@ name!(
 name!(
     /// A host request: a question the Planner asked that waits on a member.
     RequestId
+);
+name!(
+    /// A tool call, as the machine named it (unique within its turn).
+    CallId
 );

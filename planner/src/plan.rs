@@ -10,6 +10,10 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
+use margin_protocol::sessions::{PlanStep, PlanView, StepStatus as WireStatus, UpdatePlanInput};
+use margin_protocol::RefusalCode;
+use serde::{Deserialize, Serialize};
+
 /// Most steps a plan holds.
 pub const MAX_STEPS: usize = 32;
 /// Longest step id, in bytes (ASCII).
@@ -20,7 +24,7 @@ pub const MAX_DESCRIPTION_BYTES: usize = 240;
 pub const MAX_EXPLANATION_BYTES: usize = 500;
 
 /// A step's status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum StepStatus {
     /// Not started.
     Pending,
@@ -31,7 +35,7 @@ pub enum StepStatus {
 }
 
 /// One step.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Step {
     /// Stable ASCII id, 1–64 bytes, unique in the plan.
     pub id: String,
@@ -53,7 +57,7 @@ pub struct PlanUpdate {
 }
 
 /// The plan as accepted: what snapshots and `plan_updated` carry.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Plan {
     /// 0 before the first update; +1 per accepted replacement.
     pub revision: u64,
@@ -206,4 +210,61 @@ fn check(update: &PlanUpdate) -> Result<(), PlanRefusal> {
 
 fn has_control(text: &str) -> bool {
     text.chars().any(char::is_control)
+}
+
+impl PlanRefusal {
+    /// Its stable code: `stale_revision`, else `invalid_plan`.
+    pub fn code(&self) -> RefusalCode {
+        match self {
+            PlanRefusal::StaleRevision { .. } => RefusalCode::StaleRevision,
+            _ => RefusalCode::InvalidPlan,
+        }
+    }
+}
+
+impl Plan {
+    /// The plan as the wire shows it; none before the first update.
+    pub fn view(&self) -> Option<PlanView> {
+        Some(PlanView {
+            revision: self.revision,
+            turn_id: self.turn_id.clone()?,
+            call_id: self.call_id.clone()?,
+            explanation: self.explanation.clone(),
+            steps: self
+                .steps
+                .iter()
+                .map(|step| PlanStep {
+                    id: step.id.clone(),
+                    description: step.description.clone(),
+                    status: match step.status {
+                        StepStatus::Pending => WireStatus::Pending,
+                        StepStatus::InProgress => WireStatus::InProgress,
+                        StepStatus::Completed => WireStatus::Completed,
+                    },
+                })
+                .collect(),
+        })
+    }
+}
+
+impl From<UpdatePlanInput> for PlanUpdate {
+    fn from(input: UpdatePlanInput) -> Self {
+        PlanUpdate {
+            expected_revision: input.expected_revision,
+            explanation: input.explanation,
+            steps: input
+                .steps
+                .into_iter()
+                .map(|step| Step {
+                    id: step.id,
+                    description: step.description,
+                    status: match step.status {
+                        WireStatus::Pending => StepStatus::Pending,
+                        WireStatus::InProgress => StepStatus::InProgress,
+                        WireStatus::Completed => StepStatus::Completed,
+                    },
+                })
+                .collect(),
+        }
+    }
 }

@@ -335,6 +335,13 @@ pub enum RunStatus {
     Stopped,
 }
 
+impl RunStatus {
+    /// Whether the run still belongs to its session: running or paused.
+    pub fn is_live(self) -> bool {
+        matches!(self, RunStatus::Running | RunStatus::Paused)
+    }
+}
+
 /// A document's Planner as people see it: `GET /documents/{id}/planner`.
 /// The default is a document with no Planner session.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

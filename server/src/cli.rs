@@ -145,8 +145,9 @@ enum TokenCommand {
 /// Where the data lives.
 #[derive(Debug, Args)]
 struct Database {
-    /// Data folder for the embedded SQLite database.
-    #[arg(long, default_value = "margin-data", conflicts_with = "database_url")]
+    /// Data folder: the embedded SQLite database, and the demo Planner's
+    /// credential and held sessions (also with `--database-url`).
+    #[arg(long, default_value = "margin-data")]
     data: PathBuf,
     /// `postgres://…` (or `sqlite://…`) instead of the data folder.
     #[arg(long, env = "MARGIN_DATABASE_URL")]
@@ -245,7 +246,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             // Tests and scripts read the bound address (useful with port 0).
             println!("margin listening on http://{}", running.addr);
             let demo = match demo_planner {
-                Some(account) => match Demo::start(&running, &account).await {
+                Some(account) => match Demo::start(&running, &account, &database.data).await {
                     Ok(demo) => Some(announce(&running, demo)),
                     Err(e) => {
                         running.stop().await?;
@@ -270,7 +271,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         } => {
             // The file is read at each connect and kept current by each
             // renewal, so the Planner relinks hours later (SPEC L8).
+            // Beside it, the sessions it holds: restarted, it resumes them.
+            let held = credential.with_extension("sessions.json");
             let connector = Connector::with_credential_file(server, &credential)
+                .held_file(held)
                 .resumable(!no_resume)
                 .planning(true);
             connector.check_credential()?;

@@ -8,6 +8,7 @@
 //! (SPEC D2, D3). `margin serve --demo-planner` pairs it and links it over a
 //! real socket; `margin planner demo` runs it against any server.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use margin_protocol::decisions::{
@@ -16,7 +17,7 @@ use margin_protocol::decisions::{
 use margin_protocol::documents::BlockEntry;
 use margin_protocol::link::RunStatus;
 use margin_protocol::sessions::{PlanStep, UpdatePlanInput};
-use margin_sdk::{Connector, Ended, Handler, ToolError, Turn};
+use margin_sdk::{write_credential_file, Connector, Ended, Handler, ToolError, Turn};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -263,6 +264,9 @@ pub enum DemoError {
     /// The sample document could not be written.
     #[error("cannot write the sample document: {0}")]
     Sample(String),
+    /// The demo's files could not be kept.
+    #[error("cannot keep the demo Planner's files at {0:?}: {1}")]
+    Files(PathBuf, std::io::Error),
 }
 
 /// What `--demo-planner` set up.
@@ -278,10 +282,14 @@ pub struct Demo {
 }
 
 impl Demo {
-    /// Pairs the demo Planner to `account` (created if missing) on a running
-    /// server and links it over a real socket. Earlier demo machines of the
-    /// account are revoked, so exactly one serves its documents.
-    pub async fn start(running: &Running, account: &str) -> Result<Demo, DemoError> {
+    /// Links the demo Planner for `account` (created if missing) on a
+    /// running server, over a real socket. It keeps one machine: the first
+    /// start pairs it; a later start links the same machine again — with
+    /// the credential kept in `data` (mode 0600, renewed over the link as
+    /// any machine's), or a fresh one for it when that expired while the
+    /// server was down — and resumes the sessions it held, which it keeps
+    /// in `data` too (SPEC L3, L8, W2).
+    pub async fn start(running: &Running, account: &str, data: &Path) -> Result<Demo, DemoError> {
         auth::valid_account_name(account).map_err(DemoError::AccountName)?;
         let store = running.hub.store();
         let account = match store.account_by_name(account).await {
@@ -290,23 +298,21 @@ impl Demo {
             Err(e) => return Err(e.into()),
         };
         let token = auth::issue_token(store, &account).await?;
-        for machine in store.machines_of(&account).await? {
-            if machine.name == MACHINE_NAME && !machine.revoked {
-                store.revoke_machine(&account, &machine.id).await?;
-            }
-        }
-        let (_, credential) =
-            auth::pair_machine(store, &account, MACHINE_NAME, running.credential_ttl).await?;
+        std::fs::create_dir_all(data).map_err(|e| DemoError::Files(data.to_owned(), e))?;
+        let files = DemoFiles::in_folder(data, &account.name);
+        let credential = machine_credential(running, &account, &files).await?;
+        write_credential_file(&files.credential, &credential)
+            .map_err(|e| DemoError::Files(files.credential.clone(), e))?;
         let document = if store.documents_of(&account).await?.is_empty() {
             Some(sample_document(running, &account).await?)
         } else {
             None
         };
         let shutdown = CancellationToken::new();
-        // The demo's credential lives in memory: the connector keeps the
-        // newest one the link sent for its next connect (SPEC L8).
         let connector =
-            Connector::new(format!("http://{}", running.addr), credential.secret).planning(true);
+            Connector::with_credential_file(format!("http://{}", running.addr), &files.credential)
+                .held_file(&files.held)
+                .planning(true);
         let (linked, first_link) = oneshot::channel();
         let task = tokio::spawn(keep_linked(connector, shutdown.clone(), Some(linked)));
         // Say it is linked only once it is.
@@ -329,6 +335,60 @@ impl Demo {
         self.shutdown.cancel();
         let _ = self.task.await;
     }
+}
+
+/// Where the demo keeps what a machine keeps: its credential and the
+/// sessions it holds.
+struct DemoFiles {
+    credential: PathBuf,
+    held: PathBuf,
+}
+
+impl DemoFiles {
+    fn in_folder(data: &Path, account: &str) -> Self {
+        DemoFiles {
+            credential: data.join(format!("demo-planner-{account}.credential")),
+            held: data.join(format!("demo-planner-{account}.sessions.json")),
+        }
+    }
+}
+
+/// A credential of the demo's machine: the one kept in its file while it
+/// still opens links, else a fresh one for the same machine. With no
+/// machine yet (or only revoked ones), a new one is paired, and what the
+/// files held for an earlier machine goes.
+async fn machine_credential(
+    running: &Running,
+    account: &Account,
+    files: &DemoFiles,
+) -> Result<String, DemoError> {
+    let store = running.hub.store();
+    let ttl = running.credential_ttl;
+    let mut ours = store
+        .machines_of(account)
+        .await?
+        .into_iter()
+        .filter(|m| m.name == MACHINE_NAME && !m.revoked);
+    // Newest first: one machine serves the demo; older ones are revoked.
+    let machine = ours.next();
+    for older in ours {
+        store.revoke_machine(account, &older.id).await?;
+    }
+    let Some(machine) = machine else {
+        let _ = std::fs::remove_file(&files.held);
+        let (_, issued) = auth::pair_machine(store, account, MACHINE_NAME, ttl).await?;
+        return Ok(issued.secret);
+    };
+    if let Ok(kept) = std::fs::read_to_string(&files.credential) {
+        let kept = kept.trim().to_owned();
+        if matches!(auth::authenticate_machine(store, &kept, ttl).await, Ok(m) if m.id == machine.id)
+        {
+            return Ok(kept);
+        }
+    }
+    Ok(auth::renew_machine_credential(store, &machine, ttl)
+        .await?
+        .secret)
 }
 
 /// A short plan with two questions and a TBD, for the demo to find.
@@ -368,6 +428,7 @@ async fn sample_document(running: &Running, account: &Account) -> Result<String,
                         text: text.into(),
                     }],
                 },
+                None,
             )
             .await
             .map_err(failed)?;

@@ -4,11 +4,11 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod auth;
+pub mod cards;
 pub mod cli;
 pub mod demo;
 pub mod http;
 pub mod link;
-pub mod planners;
 pub mod serve;
 pub mod sessions;
 pub mod storage;

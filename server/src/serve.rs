@@ -12,10 +12,10 @@ use tokio_util::task::TaskTracker;
 
 use crate::http::{router, AppState};
 use crate::link::{LinkSettings, Links};
-use crate::planners::Planners;
-use crate::sessions::SessionLog;
+use crate::sessions::Sessions;
 use crate::storage::Store;
 use crate::sync::{Hub, HubSettings};
+use margin_planner::Millis;
 
 /// Connections the kernel queues before they are accepted. The default
 /// tokio/mio listener asks for 128: a storm of 1,000 machines relinking at
@@ -109,26 +109,23 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
     );
     let credential_ttl = options.links.credential_ttl;
     let links = Links::new(options.links, shutdown.clone());
-    let log = SessionLog::start(
-        store.clone(),
+    let timing = margin_planner::Timing {
+        idle: Millis(options.planner_idle.as_millis() as u64),
+        attach_grace: Millis(options.attach_grace.as_millis() as u64),
+    };
+    let sessions = Sessions::new(
+        hub.clone(),
+        links.clone(),
+        timing,
         options.session_events_retained,
         &tracker,
         shutdown.clone(),
     );
-    let planners = Planners::new(
-        hub.clone(),
-        links.clone(),
-        log.clone(),
-        options.planner_idle,
-        options.attach_grace,
-    );
-    planners.restore().await;
-    tracker.spawn(idle_releases(planners.clone(), shutdown.clone()));
+    sessions.restore().await;
     let app = router(AppState {
         hub: hub.clone(),
         links,
-        planners,
-        log,
+        sessions,
     });
     let stop = shutdown.clone();
     let http = tokio::spawn(async move {
@@ -177,17 +174,6 @@ fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(ACCEPT_BACKLOG)
-}
-
-/// Runs the Planners' idle clock until shutdown.
-async fn idle_releases(planners: Planners, shutdown: CancellationToken) {
-    let every = planners.tick_every();
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(every) => planners.tick().await,
-        }
-    }
 }
 
 /// Waits for SIGINT or SIGTERM.

@@ -1,25 +1,57 @@
 //! The Planner's document tools — `read_document`, `edit_plan`,
 //! `open_decisions`, `open_decision` and `ask` — as calls on the server,
-//! independent of transport (the machine link exposes them). Each takes the
-//! acting account and wire input and returns wire output or a refusal.
+//! independent of transport (the machine link and HTTP expose them). Each
+//! takes the acting account and wire input and returns wire output or a
+//! refusal.
+//!
+//! A call from a Planner session carries a [`Recorder`]: a tool that writes
+//! commits the call's result with its own writes, in one transaction
+//! (SPEC W1) — an edit with its document change, new cards with their
+//! live mirror.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use margin_decisions::{
     open_decisions, wire, Access, BatchError, DecisionCard, Key, Outcome, Strictness,
 };
+use margin_decisions::{CardState, Outline};
 use margin_protocol::decisions::{
-    EditPlanInput, EditPlanOutput, OpenDecisionInput, OpenDecisionsInput, OpenDecisionsOutput,
-    ReadDocumentOutput, ToolRefusal,
+    AnswerBody, EditPlanInput, EditPlanOutput, OpenDecisionInput, OpenDecisionsInput,
+    OpenDecisionsOutput, ReadDocumentOutput, ToolRefusal,
 };
+use margin_protocol::tools::{ToolCall, ToolOutput};
 use margin_protocol::RefusalCode;
 use tracing::{info, Instrument};
 use uuid::Uuid;
 
-use crate::storage::{Account, StorageError};
-use crate::sync::command::EditRefused;
+use crate::storage::{Account, SessionWrite, StorageError};
+use crate::sync::command::{CardsRefused, EditRefused, Ride, Rider};
 use crate::sync::hub::OutlineError;
 use crate::sync::Hub;
+
+/// A Planner session's side of a tool call that writes: it turns the
+/// call's output into the session write that records it, and hears when
+/// that write committed (SPEC W1).
+pub trait Recording: Send {
+    /// The session write recording `output` as the call's result.
+    fn record(&mut self, output: &ToolOutput) -> Option<SessionWrite>;
+    /// That write committed, with the call's own writes.
+    fn committed(&mut self);
+}
+
+/// A [`Recording`], shared with the document task that commits it.
+pub type Recorder = Arc<Mutex<dyn Recording>>;
+
+/// What a call came to.
+#[derive(Debug)]
+pub struct Ran {
+    /// Its output, or why it did nothing.
+    pub result: Result<ToolOutput, ToolError>,
+    /// For `ask`: questions it replayed that people already answered — the
+    /// card, the answer and who gave it (SPEC D3).
+    pub answered: Vec<(String, AnswerBody, String)>,
+}
 
 /// Why a tool call did nothing.
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +144,7 @@ impl Tools {
         account: &Account,
         document: &str,
         input: EditPlanInput,
+        recorder: Option<Recorder>,
     ) -> Result<EditPlanOutput, ToolError> {
         self.access(account, document, Intent::Write)
             .await?
@@ -130,7 +163,19 @@ impl Tools {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let (revision, outline) = match self.hub.edit(document, input.revision, edits).await {
+        let rider = recorder.map(|recorder| {
+            Rider(Arc::new(Mutex::new(Rides {
+                recorder,
+                output: |revision, outline: &Arc<Outline>| {
+                    ToolOutput::EditPlan(EditPlanOutput {
+                        revision,
+                        outline: wire::blocks(outline),
+                    })
+                },
+            })))
+        });
+        let (revision, outline) = match self.hub.edit(document, input.revision, edits, rider).await
+        {
             Ok(done) => done,
             Err(EditRefused::Stale { revision, current }) => {
                 let message = EditRefused::Stale { revision, current }.to_string();
@@ -166,15 +211,14 @@ impl Tools {
         account: &Account,
         document: &str,
         input: OpenDecisionsInput,
+        recorder: Option<Recorder>,
     ) -> Result<OpenDecisionsOutput, ToolError> {
-        self.open(
-            account,
-            document,
-            input.revision,
-            &input.cards,
-            Strictness::StaleAllowed,
-        )
-        .await
+        let batch = Batch {
+            revision: input.revision,
+            cards: &input.cards,
+            strictness: Strictness::StaleAllowed,
+        };
+        self.open(account, document, batch, recorder).await
     }
 
     /// `open_decision`: one card, strict revision (SPEC D9).
@@ -183,16 +227,15 @@ impl Tools {
         account: &Account,
         document: &str,
         input: OpenDecisionInput,
+        recorder: Option<Recorder>,
     ) -> Result<OpenDecisionsOutput, ToolError> {
         let cards = [input.card];
-        self.open(
-            account,
-            document,
-            input.revision,
-            &cards,
-            Strictness::CurrentOnly,
-        )
-        .await
+        let batch = Batch {
+            revision: input.revision,
+            cards: &cards,
+            strictness: Strictness::CurrentOnly,
+        };
+        self.open(account, document, batch, recorder).await
     }
 
     /// `ask`: a question for people, as one card at the current revision
@@ -202,18 +245,103 @@ impl Tools {
         account: &Account,
         document: &str,
         input: OpenDecisionInput,
+        recorder: Option<Recorder>,
     ) -> Result<OpenDecisionsOutput, ToolError> {
-        self.open_decision(account, document, input).await
+        self.open_decision(account, document, input, recorder).await
+    }
+
+    /// Runs a Planner session's `call` for `account` on `document`; a tool
+    /// that writes records its result through `recorder` with its writes.
+    /// `update_plan` is the session's own and is never run here.
+    pub async fn run(
+        &self,
+        account: &Account,
+        document: &str,
+        call: ToolCall,
+        recorder: Recorder,
+    ) -> Ran {
+        let recorder = Some(recorder);
+        let result = match call {
+            ToolCall::ReadDocument(_) => self
+                .read_document(account, document)
+                .await
+                .map(ToolOutput::ReadDocument),
+            ToolCall::EditPlan(input) => self
+                .edit_plan(account, document, input, recorder)
+                .await
+                .map(ToolOutput::EditPlan),
+            ToolCall::OpenDecisions(input) => self
+                .open_decisions(account, document, input, recorder)
+                .await
+                .map(ToolOutput::Decisions),
+            ToolCall::OpenDecision(input) => self
+                .open_decision(account, document, input, recorder)
+                .await
+                .map(ToolOutput::Decisions),
+            ToolCall::Ask(input) => {
+                let asked = self.ask(account, document, input, recorder).await;
+                let answered = match &asked {
+                    Ok(output) => self.answered_replays(document, output).await,
+                    Err(_) => Vec::new(),
+                };
+                return Ran {
+                    result: asked.map(ToolOutput::Decisions),
+                    answered,
+                };
+            }
+            ToolCall::UpdatePlan(_) => Err(ToolError::Internal(
+                "update_plan is the session's own tool".into(),
+            )),
+        };
+        Ran {
+            result,
+            answered: Vec::new(),
+        }
+    }
+
+    /// The answers people already gave to questions `output` replayed: an
+    /// `ask` that repeats one gets its answer at once, nobody is asked
+    /// twice (SPEC D3).
+    async fn answered_replays(
+        &self,
+        document: &str,
+        output: &OpenDecisionsOutput,
+    ) -> Vec<(String, AnswerBody, String)> {
+        let mut answered = Vec::new();
+        let replayed = output
+            .captures
+            .iter()
+            .filter(|c| c.status == margin_protocol::decisions::CaptureStatus::AlreadyInDocument);
+        for capture in replayed {
+            match self.hub.store().card(document, &capture.card_id).await {
+                Ok(stored) => {
+                    let card = stored.card;
+                    if let (CardState::Answered, Some(answer), Some(by)) =
+                        (card.state, &card.answer, &card.answered_by)
+                    {
+                        answered.push((card.id.clone(), wire::answer_body(answer), by.clone()));
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, card = %capture.card_id, "could not read a replayed question")
+                }
+            }
+        }
+        answered
     }
 
     async fn open(
         &self,
         account: &Account,
         document: &str,
-        revision: i64,
-        cards: &[margin_protocol::decisions::CardInput],
-        strictness: Strictness,
+        batch: Batch<'_>,
+        recorder: Option<Recorder>,
     ) -> Result<OpenDecisionsOutput, ToolError> {
+        let Batch {
+            revision,
+            cards,
+            strictness,
+        } = batch;
         let span = tracing::info_span!("open_decisions", document, revision, cards = cards.len());
         async move {
             // Access first: nothing about the batch is read without it (D10).
@@ -255,44 +383,49 @@ impl Tools {
                         Outcome::AlreadyInDocument { .. } => None,
                     })
                     .collect();
-                match self.hub.store().create_cards(document, &created).await {
-                    Ok(()) => {}
-                    // Another batch took a key meanwhile: judge again.
-                    Err(StorageError::Conflict(_)) => continue,
-                    Err(other) => return Err(other.into()),
+                let ids: HashMap<Key, String> = created
+                    .iter()
+                    .map(|c| (c.key.clone(), c.id.clone()))
+                    .collect();
+                let output_at = move |revision: i64| {
+                    wire::captures(&captures, revision, |key| {
+                        ids.get(key).cloned().unwrap_or_default()
+                    })
+                };
+                if created.is_empty() {
+                    // Nothing to write: every card replays.
+                    return Ok(output_at(current));
                 }
-                // Mirroring the cards makes a revision; its outline is
-                // remembered as read, so the Planner can go on from it.
-                let mut revision_now = current;
-                if !created.is_empty() {
-                    let projection = created
-                        .iter()
-                        .map(|card| (card.id.clone(), card_json(card)))
-                        .collect();
-                    // The cards are committed: a failed mirror must not make
-                    // the Planner think they were not. The next change to a
-                    // card mirrors it again.
-                    match self.hub.project(document, projection).await {
-                        Ok((revision, outline)) => {
-                            self.hub.remember_read(document, revision, outline);
-                            revision_now = revision;
-                        }
-                        Err(error) => {
-                            tracing::warn!(%error, "decisions created but their live mirror failed")
-                        }
-                    }
-                }
-                let ids: HashMap<&Key, &str> =
-                    created.iter().map(|c| (&c.key, c.id.as_str())).collect();
-                let output = wire::captures(&captures, revision_now, |key| {
-                    ids.get(key).map(|id| id.to_string()).unwrap_or_default()
+                let created_count = created.len();
+                let output_at = Arc::new(output_at);
+                let rider = recorder.clone().map(|recorder| {
+                    let output_at = output_at.clone();
+                    Rider(Arc::new(Mutex::new(Rides {
+                        recorder,
+                        output: move |revision, _: &Arc<Outline>| {
+                            ToolOutput::Decisions((*output_at)(revision))
+                        },
+                    })))
                 });
-                info!(
-                    created = created.len(),
-                    captured = output.captured,
-                    "decisions opened"
-                );
-                return Ok(output);
+                // The cards and their live mirror commit together, and make
+                // a revision; its outline is remembered as read, so the
+                // Planner can go on from it.
+                match self.hub.create_cards(document, created, rider).await {
+                    Ok((revision, outline)) => {
+                        self.hub.remember_read(document, revision, outline);
+                        let output = (*output_at)(revision);
+                        info!(
+                            created = created_count,
+                            captured = output.captured,
+                            "decisions opened"
+                        );
+                        return Ok(output);
+                    }
+                    // Another batch took a key meanwhile: judge again.
+                    Err(CardsRefused::KeyTaken(_)) => continue,
+                    Err(CardsRefused::Archived) => return Err(ToolError::archived()),
+                    Err(CardsRefused::Unavailable(e)) => return Err(ToolError::Internal(e)),
+                }
             }
             Err(ToolError::Internal(
                 "the batch kept losing races for its keys".into(),
@@ -346,23 +479,32 @@ impl Granted for Access {
     }
 }
 
-/// Cancels card `card` of `document` (its question was withdrawn by the
-/// system) and mirrors it; a card that no longer holds its question is left
-/// as it is.
-pub async fn cancel_card(hub: &Hub, document: &str, card: &str) -> Result<(), StorageError> {
-    let mut stored = hub.store().card(document, card).await?;
-    if !margin_decisions::withdraw(&mut stored.card) {
-        return Ok(());
-    }
-    hub.store().update_card(document, &stored).await?;
-    let mirror = vec![(stored.card.id.clone(), card_json(&stored.card))];
-    if let Err(error) = hub.project(document, mirror).await {
-        tracing::warn!(%error, "card cancelled but its live mirror failed");
-    }
-    Ok(())
+/// A batch of cards as a call wrote it.
+struct Batch<'a> {
+    revision: i64,
+    cards: &'a [margin_protocol::decisions::CardInput],
+    strictness: Strictness,
 }
 
-/// A card's JSON for the live projection.
-pub fn card_json(card: &DecisionCard) -> String {
-    serde_json::to_string(&wire::card_view(card)).unwrap_or_default()
+/// A tool call's result riding with its writes: `output` makes the call's
+/// output from the revision its writes made, `recorder` records it.
+struct Rides<F> {
+    recorder: Recorder,
+    output: F,
+}
+
+impl<F> Ride for Rides<F>
+where
+    F: Fn(i64, &Arc<Outline>) -> ToolOutput + Send,
+{
+    fn rows(&mut self, revision: i64, outline: &Arc<Outline>) -> Option<SessionWrite> {
+        let output = (self.output)(revision, outline);
+        self.recorder.lock().ok()?.record(&output)
+    }
+
+    fn committed(&mut self) {
+        if let Ok(mut recorder) = self.recorder.lock() {
+            recorder.committed();
+        }
+    }
 }

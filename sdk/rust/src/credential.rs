@@ -110,6 +110,12 @@ fn warn_if_shared(_path: &Path) {}
 /// is never readable by others. The folder is synced too, so the rename
 /// survives a crash.
 pub fn write_credential_file(path: &Path, credential: &str) -> std::io::Result<()> {
+    write_private_file(path, credential)
+}
+
+/// Writes `contents` to `path` as [`write_credential_file`] does: whole,
+/// private and durable.
+pub(crate) fn write_private_file(path: &Path, contents: &str) -> std::io::Result<()> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
@@ -118,7 +124,7 @@ pub fn write_credential_file(path: &Path, credential: &str) -> std::io::Result<(
     let name = path.file_name().ok_or_else(|| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
-            "a credential file path names a file",
+            "a private file's path names a file",
         )
     })?;
     let temp = dir.join(format!(
@@ -127,7 +133,7 @@ pub fn write_credential_file(path: &Path, credential: &str) -> std::io::Result<(
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     ));
-    let written = write_private(&temp, credential).and_then(|()| std::fs::rename(&temp, path));
+    let written = write_private(&temp, contents).and_then(|()| std::fs::rename(&temp, path));
     if let Err(error) = written {
         let _ = std::fs::remove_file(&temp);
         return Err(error);

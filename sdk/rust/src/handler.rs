@@ -10,7 +10,8 @@ use margin_protocol::decisions::{
     OpenDecisionsOutput, ReadDocumentOutput, ToolRefusal,
 };
 use margin_protocol::link::{ClientMessage, RunStatus};
-use margin_protocol::sessions::{PlanView, UpdatePlanInput, UpdatePlanOutput, UPDATE_PLAN};
+use margin_protocol::sessions::{PlanView, UpdatePlanInput, UpdatePlanOutput};
+use margin_protocol::tools::ToolName;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -146,17 +147,18 @@ impl Turn {
         &self,
         input: &UpdatePlanInput,
     ) -> Result<UpdatePlanOutput, ToolError> {
-        self.call(UPDATE_PLAN, input).await
+        self.call(ToolName::UpdatePlan, input).await
     }
 
     /// `read_document`: the outline at the current revision.
     pub async fn read_document(&self) -> Result<ReadDocumentOutput, ToolError> {
-        self.call("read_document", serde_json::json!({})).await
+        self.call(ToolName::ReadDocument, serde_json::json!({}))
+            .await
     }
 
     /// `edit_plan`: edits addressed at the current revision.
     pub async fn edit_plan(&self, input: &EditPlanInput) -> Result<EditPlanOutput, ToolError> {
-        self.call("edit_plan", input).await
+        self.call(ToolName::EditPlan, input).await
     }
 
     /// `open_decisions`: a batch of cards, atomic (SPEC D1).
@@ -164,7 +166,7 @@ impl Turn {
         &self,
         input: &OpenDecisionsInput,
     ) -> Result<OpenDecisionsOutput, ToolError> {
-        self.call("open_decisions", input).await
+        self.call(ToolName::OpenDecisions, input).await
     }
 
     /// `open_decision`: one card at the current revision.
@@ -172,13 +174,13 @@ impl Turn {
         &self,
         input: &OpenDecisionInput,
     ) -> Result<OpenDecisionsOutput, ToolError> {
-        self.call("open_decision", input).await
+        self.call(ToolName::OpenDecision, input).await
     }
 
     /// `ask`: a question that waits on a member (a host request). The
     /// answer arrives later through [`Handler::answered`], naming the card.
     pub async fn ask(&self, input: &OpenDecisionInput) -> Result<OpenDecisionsOutput, ToolError> {
-        let asked: OpenDecisionsOutput = self.call("ask", input).await?;
+        let asked: OpenDecisionsOutput = self.call(ToolName::Ask, input).await?;
         // Named in the next `resume` until answered or withdrawn (SPEC L3).
         for capture in asked.captures.iter().filter(|c| c.captured) {
             self.session
@@ -198,9 +200,10 @@ impl Turn {
     /// refusal is the server's decision and is returned at once.
     async fn call<T: DeserializeOwned>(
         &self,
-        name: &str,
+        tool: ToolName,
         arguments: impl Serialize,
     ) -> Result<T, ToolError> {
+        let name = tool.as_str();
         let arguments = serde_json::to_value(arguments)?;
         let mut pause = FIRST_RETRY;
         let mut tries = 1;

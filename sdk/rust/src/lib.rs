@@ -74,6 +74,8 @@ pub struct Connector {
     resumable: bool,
     run_capacity: Option<u32>,
     planning: bool,
+    /// Where the sessions a `resume` names are kept across restarts.
+    held_file: Option<PathBuf>,
     on_link: Option<OnLink>,
 }
 
@@ -85,6 +87,7 @@ impl std::fmt::Debug for Connector {
             .field("resumable", &self.resumable)
             .field("run_capacity", &self.run_capacity)
             .field("planning", &self.planning)
+            .field("held_file", &self.held_file)
             .finish_non_exhaustive()
     }
 }
@@ -157,6 +160,7 @@ impl Connector {
             resumable: true,
             run_capacity: None,
             planning: false,
+            held_file: None,
             on_link: None,
         }
     }
@@ -181,6 +185,18 @@ impl Connector {
         self
     }
 
+    /// Keeps the sessions this machine holds, and the questions each waits
+    /// on, in the file at `path` too (private, replaced atomically on each
+    /// change), so that after the machine itself restarts its first
+    /// `resume` names them again and the server carries them on (SPEC L3,
+    /// W2). A turn or a call that was running when it stopped is not kept:
+    /// the server ends such a turn saying so, or sends it again if nothing
+    /// was done in it yet.
+    pub fn held_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.held_file = Some(path.into());
+        self
+    }
+
     /// Checks that a credential is at hand — the credential file exists and
     /// holds one — without connecting.
     pub fn check_credential(&self) -> Result<(), ConnectError> {
@@ -200,7 +216,7 @@ impl Connector {
     /// drop, running turns carry on, held answers and Stops arrive after
     /// `resumed`, and no answer is delivered twice (SPEC L3, L5).
     pub async fn run<H: Handler>(&self, handler: H, until: impl Future<Output = ()>) -> Ended {
-        let mut serving = link::Serving::new(handler);
+        let mut serving = link::Serving::new(handler, self.held_file.clone());
         tokio::pin!(until);
         let mut failures = 0u32;
         loop {

@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -26,7 +27,15 @@ use crate::handler::{Answer, Handler, SessionHandle, ToolError, Turn};
 use crate::Welcome;
 
 pub(super) type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
-type Pending = HashMap<String, oneshot::Sender<Result<serde_json::Value, ToolError>>>;
+/// Calls waiting for a result: call id → (session, turn, who waits).
+type Pending = HashMap<
+    String,
+    (
+        String,
+        String,
+        oneshot::Sender<Result<serde_json::Value, ToolError>>,
+    ),
+>;
 /// Sessions this machine holds, with the questions each waits on.
 type Held = BTreeMap<String, BTreeSet<String>>;
 
@@ -116,7 +125,7 @@ impl Linked {
     /// sends is kept (in memory or in the credential file) before the next
     /// message is read, so a link that ends has saved the newest.
     pub async fn serve<H: Handler>(self, handler: H, until: impl Future<Output = ()>) -> Ended {
-        let mut serving = Serving::new(handler);
+        let mut serving = Serving::new(handler, None);
         tokio::pin!(until);
         let ended = serving
             .drive(self.socket, &self.credential, until.as_mut(), false)
@@ -132,19 +141,23 @@ pub(super) struct Serving<H> {
     calls: Calls,
     outbox: mpsc::Receiver<ClientMessage>,
     tasks: JoinSet<()>,
-    /// The running turn of each session, to abort on Stop.
-    turns: HashMap<String, JoinHandle<()>>,
+    /// The running turn of each session (its id and task), to abort on
+    /// Stop and to name in `resume`.
+    turns: HashMap<String, (String, JoinHandle<()>)>,
     /// Answers already given to the handler: one sent again after a
     /// `resumed` is acknowledged, not delivered twice.
     delivered: HashSet<String>,
 }
 
 impl<H: Handler> Serving<H> {
-    pub(super) fn new(handler: H) -> Self {
+    /// Serving `handler`; with `held`, the sessions and questions a
+    /// `resume` names are kept in that file too, so a restarted machine
+    /// resumes them.
+    pub(super) fn new(handler: H, held: Option<PathBuf>) -> Self {
         let (out, outbox) = mpsc::channel(OUTBOX);
         Serving {
             handler: Arc::new(handler),
-            calls: Calls::new(out),
+            calls: Calls::new(out, held),
             outbox,
             tasks: JoinSet::new(),
             turns: HashMap::new(),
@@ -153,8 +166,9 @@ impl<H: Handler> Serving<H> {
     }
 
     /// Runs one link until it ends or `until` completes. With `resume`, the
-    /// first message is `resume` and the link's end keeps running turns
-    /// (their calls in flight fail; the server keeps the sessions).
+    /// first message is `resume` and the link's end keeps running turns and
+    /// their calls in flight: the next `resume` names them, and each call
+    /// gets its result — or `interrupted` — after `resumed` (SPEC W1).
     pub(super) async fn drive<F: Future<Output = ()>>(
         &mut self,
         socket: Socket,
@@ -164,7 +178,7 @@ impl<H: Handler> Serving<H> {
     ) -> Ended {
         let (mut sink, mut stream) = socket.split();
         if resume {
-            let held = self.calls.resume();
+            let held = self.resume_message();
             if let Err(e) = sink.send(Message::Text(encode(&held).into())).await {
                 return Ended::Dropped(e.to_string());
             }
@@ -208,9 +222,9 @@ impl<H: Handler> Serving<H> {
                 },
             }
         };
-        // A result that was on its way is lost with the link.
-        self.calls.fail_in_flight();
         if !resume || ended.is_final() {
+            // Nothing will be resumed: a result that was on its way is lost
+            // with the link.
             self.finish();
         }
         ended
@@ -220,7 +234,7 @@ impl<H: Handler> Serving<H> {
     /// a resume would name.
     pub(super) fn finish(&mut self) {
         self.tasks.abort_all();
-        for turn in self.turns.values() {
+        for (_, turn) in self.turns.values() {
             turn.abort();
         }
         self.calls.fail_in_flight();
@@ -241,6 +255,7 @@ impl<H: Handler> Serving<H> {
             } => {
                 let span = tracing::info_span!("turn", %session, %turn, %document);
                 self.calls.hold_session(&session);
+                let id = turn.clone();
                 let turn = Turn {
                     session: self.session(&session),
                     id: turn,
@@ -251,8 +266,8 @@ impl<H: Handler> Serving<H> {
                 };
                 let (handler, calls) = (self.handler.clone(), self.calls.clone());
                 let task = tokio::spawn(run_turn(handler, calls, turn).instrument(span));
-                self.turns.retain(|_, turn| !turn.is_finished());
-                if let Some(earlier) = self.turns.insert(session, task) {
+                self.turns.retain(|_, (_, turn)| !turn.is_finished());
+                if let Some((_, earlier)) = self.turns.insert(session, (id, task)) {
                     earlier.abort();
                 }
             }
@@ -295,7 +310,7 @@ impl<H: Handler> Serving<H> {
                 return Some(received);
             }
             ServerMessage::Stop { session } => {
-                let turn = self.turns.remove(&session);
+                let turn = self.turns.remove(&session).map(|(_, turn)| turn);
                 let (handler, calls) = (self.handler.clone(), self.calls.clone());
                 let handle = self.session(&session);
                 self.tasks.spawn(async move {
@@ -323,9 +338,10 @@ impl<H: Handler> Serving<H> {
             }
             ServerMessage::Resumed { sessions, ended } => {
                 for session in ended {
-                    if let Some(turn) = self.turns.remove(&session) {
+                    if let Some((_, turn)) = self.turns.remove(&session) {
                         turn.abort();
                     }
+                    self.calls.fail_session(&session);
                     self.calls.forget_session(&session);
                 }
                 for carried in sessions {
@@ -355,6 +371,15 @@ impl<H: Handler> Serving<H> {
             ServerMessage::Credential { .. } => {}
         }
         None
+    }
+
+    /// The `resume` naming what this machine holds: each session's
+    /// questions, its running turn and that turn's calls still waiting.
+    fn resume_message(&mut self) -> ClientMessage {
+        self.turns.retain(|_, (_, turn)| !turn.is_finished());
+        let turns = &self.turns;
+        self.calls
+            .resume(|session| turns.get(session).map(|(id, _)| id.clone()))
     }
 
     fn session(&self, id: &str) -> SessionHandle {
@@ -410,15 +435,19 @@ pub(super) struct Calls {
     out: mpsc::Sender<ClientMessage>,
     pending: Arc<Mutex<Pending>>,
     held: Arc<Mutex<Held>>,
+    /// Where `held` is kept across the machine's restarts, if anywhere.
+    file: Option<Arc<PathBuf>>,
     next: Arc<AtomicU64>,
 }
 
 impl Calls {
-    fn new(out: mpsc::Sender<ClientMessage>) -> Self {
+    fn new(out: mpsc::Sender<ClientMessage>, file: Option<PathBuf>) -> Self {
+        let held = file.as_deref().map(read_held).unwrap_or_default();
         Calls {
             out,
             pending: Arc::default(),
-            held: Arc::default(),
+            held: Arc::new(Mutex::new(held)),
+            file: file.map(Arc::new),
             next: Arc::default(),
         }
     }
@@ -441,7 +470,10 @@ impl Calls {
     ) -> Result<serde_json::Value, ToolError> {
         let call_id = format!("c{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
         let (result, waiting) = oneshot::channel();
-        self.pending().insert(call_id.clone(), result);
+        self.pending().insert(
+            call_id.clone(),
+            (session.to_owned(), turn.to_owned(), result),
+        );
         let sent = self
             .send(ClientMessage::ToolCall {
                 session: session.to_owned(),
@@ -460,41 +492,75 @@ impl Calls {
 
     /// Remembers a question `session` asked, for the next `resume`.
     pub(super) fn hold_question(&self, session: &str, request: &str) {
-        self.held()
-            .entry(session.to_owned())
-            .or_default()
-            .insert(request.to_owned());
+        self.change_held(|held| {
+            held.entry(session.to_owned())
+                .or_default()
+                .insert(request.to_owned())
+        });
     }
 
     fn hold_session(&self, session: &str) {
-        self.held().entry(session.to_owned()).or_default();
+        self.change_held(|held| {
+            let new = !held.contains_key(session);
+            held.entry(session.to_owned()).or_default();
+            new
+        });
     }
 
     fn settle_question(&self, session: &str, request: &str) {
-        if let Some(questions) = self.held().get_mut(session) {
-            questions.remove(request);
-        }
+        self.change_held(|held| {
+            held.get_mut(session)
+                .is_some_and(|questions| questions.remove(request))
+        });
     }
 
     fn forget_session(&self, session: &str) {
-        self.held().remove(session);
+        self.change_held(|held| held.remove(session).is_some());
     }
 
     fn forget_all(&self) {
-        self.held().clear();
+        self.change_held(|held| {
+            let any = !held.is_empty();
+            held.clear();
+            any
+        });
     }
 
-    /// The `resume` naming what this machine holds.
-    fn resume(&self) -> ClientMessage {
+    /// Changes what a `resume` names; `change` says whether it changed
+    /// anything, and then the held file (if any) is written again.
+    fn change_held(&self, change: impl FnOnce(&mut Held) -> bool) {
+        let mut held = self.held();
+        if change(&mut held) {
+            if let Some(file) = &self.file {
+                write_held(file, &held);
+            }
+        }
+    }
+
+    /// The `resume` naming what this machine holds; `turn_of` gives each
+    /// session's running turn.
+    fn resume(&self, turn_of: impl Fn(&str) -> Option<String>) -> ClientMessage {
+        let mut pending = self.pending();
+        // A call whose turn was aborted has nobody waiting any more.
+        pending.retain(|_, (_, _, waiting)| !waiting.is_closed());
         ClientMessage::Resume {
             sessions: self
                 .held()
                 .iter()
-                .map(|(session, questions)| HeldSession {
-                    session: session.clone(),
-                    questions: questions.iter().cloned().collect(),
-                    turn: None,
-                    calls: Vec::new(),
+                .map(|(session, questions)| {
+                    let turn = turn_of(session);
+                    let calls = pending
+                        .iter()
+                        .filter(|(_, (s, t, _))| s == session && Some(t) == turn.as_ref())
+                        .map(|(call, _)| call.clone())
+                        .take(margin_protocol::link::MAX_HELD_CALLS)
+                        .collect();
+                    HeldSession {
+                        session: session.clone(),
+                        questions: questions.iter().cloned().collect(),
+                        turn,
+                        calls,
+                    }
                 })
                 .collect(),
         }
@@ -502,11 +568,16 @@ impl Calls {
 
     fn settle(&self, call_id: &str, result: Result<serde_json::Value, ToolError>) {
         match self.pending().remove(call_id) {
-            Some(waiting) => {
+            Some((_, _, waiting)) => {
                 let _ = waiting.send(result);
             }
             None => warn!(%call_id, "a result for no call in flight ignored"),
         }
+    }
+
+    /// Fails the calls in flight of a session that ended.
+    fn fail_session(&self, session: &str) {
+        self.pending().retain(|_, (s, _, _)| s != session);
     }
 
     /// Fails every call in flight: its result, if any, went with the link.
@@ -520,6 +591,27 @@ impl Calls {
 
     fn held(&self) -> std::sync::MutexGuard<'_, Held> {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// What a held file says: each session this machine holds, with the
+/// questions it waits on. A missing or unreadable file holds nothing.
+fn read_held(path: &std::path::Path) -> Held {
+    match std::fs::read_to_string(path) {
+        Ok(text) => serde_json::from_str(&text).unwrap_or_else(|error| {
+            warn!(path = %path.display(), %error, "the held sessions file is unreadable; resuming none");
+            Held::default()
+        }),
+        Err(_) => Held::default(),
+    }
+}
+
+/// Replaces the held file, atomically and privately; a failure is logged
+/// (the sessions are still named while this process lives).
+fn write_held(path: &std::path::Path, held: &Held) {
+    let json = serde_json::to_string(held).unwrap_or_default();
+    if let Err(error) = crate::credential::write_private_file(path, &json) {
+        warn!(path = %path.display(), %error, "cannot save the held sessions");
     }
 }
 

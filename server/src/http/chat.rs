@@ -40,7 +40,7 @@ pub async fn post(
         .await?;
     if mentions_planner(&body.text) {
         let owner = store.document_owner(&id).await?;
-        state.planners.called(&id, &owner, message.clone()).await?;
+        state.sessions.called(&id, &owner, message.clone()).await?;
     }
     Ok((StatusCode::CREATED, Json(message)))
 }

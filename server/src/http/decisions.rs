@@ -3,15 +3,15 @@
 
 use axum::extract::{Path, State};
 use axum::Json;
-use margin_decisions::{act, wire, Action, CardState, DecisionCard};
+use margin_decisions::{wire, Action};
 use margin_protocol::decisions::{
     AddCriterion, AddOption, AnswerBody, DecisionCardView, DecisionList,
 };
 
 use super::extract::{Caller, JsonBody};
 use super::{documents::visible, AppError, AppState};
-use crate::storage::{Account, StorageError};
-use crate::tools::card_json;
+use crate::cards::{self, CardError};
+use crate::storage::Account;
 
 pub async fn list(
     State(state): State<AppState>,
@@ -82,8 +82,8 @@ pub async fn add_criterion(
     .await
 }
 
-/// Applies a person's action: checked by the card's state machine, stored
-/// if nobody changed the card meanwhile, then mirrored to live editors.
+/// Applies a person's action (`cards::change`: checked, stored, mirrored
+/// to live editors, told to the Planner session that asked it).
 async fn change(
     state: &AppState,
     account: &Account,
@@ -100,34 +100,16 @@ async fn change(
     if document.archived {
         return Err(AppError::archived());
     }
-    let mut stored = match state.hub.store().card(id, card_id).await {
-        Ok(stored) => stored,
-        Err(StorageError::NotFound(_)) => {
-            return Err(AppError::NotFound {
+    let stored = cards::change(&state.hub, &state.sessions, account, id, card_id, action)
+        .await
+        .map_err(|error| match error {
+            CardError::NotFound(card) => AppError::NotFound {
                 code: "decision_not_found",
-                message: format!("no decision {card_id:?} in this document"),
-            })
-        }
-        Err(other) => return Err(other.into()),
-    };
-    act(&mut stored.card, &account.name, action).map_err(|e| AppError::Refused {
-        code: e.code,
-        message: e.message,
-    })?;
-    state.hub.store().update_card(id, &stored).await?;
-    mirror(state, id, &stored.card).await;
-    match (stored.card.state, &stored.card.answer) {
-        (CardState::Answered, Some(answer)) => state.planners.answered(
-            id,
-            &stored.card.id,
-            wire::answer_body(answer),
-            &account.name,
-        ),
-        // A discarded question no longer waits on anyone; a machine that
-        // comes back is told it was withdrawn (SPEC L3).
-        (CardState::Discarded, _) => state.planners.discarded(id, &stored.card.id),
-        _ => {}
-    }
+                message: format!("no decision {card:?} in this document"),
+            },
+            CardError::Refused { code, message } => AppError::Refused { code, message },
+            CardError::Storage(error) => error.into(),
+        })?;
     tracing::info!(
         document = id,
         card = card_id,
@@ -135,16 +117,4 @@ async fn change(
         "decision changed"
     );
     Ok(Json(wire::card_view(&stored.card)))
-}
-
-/// Mirrors a changed card into the document. The change is already
-/// committed; a failed mirror is logged and repaired by the next change.
-async fn mirror(state: &AppState, id: &str, card: &DecisionCard) {
-    if let Err(error) = state
-        .hub
-        .project(id, vec![(card.id.clone(), card_json(card))])
-        .await
-    {
-        tracing::warn!(document = id, card = %card.id, %error, "decision changed but its live mirror failed");
-    }
 }

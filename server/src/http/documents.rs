@@ -89,11 +89,11 @@ async fn set_archived(
     state.hub.set_archived(id, archived).await;
     if archived {
         state
-            .planners
+            .sessions
             .document_closed(id, ReleaseTrigger::DocumentArchived)
             .await;
     } else {
-        state.planners.document_reopened(id);
+        state.sessions.document_reopened(id);
     }
     if changed {
         tracing::info!(document = id, archived, account = %account.name, "archive state changed");
@@ -121,7 +121,7 @@ pub async fn delete(
     }
     state.hub.deleted(&id).await;
     state
-        .planners
+        .sessions
         .document_closed(&id, ReleaseTrigger::DocumentDeleted)
         .await;
     tracing::info!(document = %id, account = %account.name, "document deleted");

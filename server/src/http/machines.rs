@@ -98,12 +98,12 @@ pub async fn link(
         Ok(machine) => machine,
         Err(refusal) => return Err(refused_link(refusal, ttl)),
     };
-    let (links, planners) = (state.links.clone(), state.planners.clone());
+    let (links, sessions) = (state.links.clone(), state.sessions.clone());
     let store = state.hub.store().clone();
     Ok(upgrade
         .max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
-        .on_upgrade(move |ws| socket::serve(ws, links, planners, store, machine)))
+        .on_upgrade(move |ws| socket::serve(ws, links, sessions, store, machine)))
 }
 
 /// The 401 for a credential that opens no link, naming the cause.

@@ -24,7 +24,7 @@ use tower_http::trace::TraceLayer;
 pub use error::AppError;
 
 use crate::link::Links;
-use crate::planners::Planners;
+use crate::sessions::Sessions;
 use crate::sync::Hub;
 
 /// Largest JSON request body accepted.
@@ -41,10 +41,8 @@ pub struct AppState {
     pub hub: Hub,
     /// Open machine links.
     pub links: Links,
-    /// Planner turns.
-    pub planners: Planners,
-    /// Planner sessions' snapshots and events, for applications.
-    pub log: crate::sessions::SessionLog,
+    /// Planner sessions: their drivers, and their feeds for applications.
+    pub sessions: Sessions,
 }
 
 /// The whole HTTP surface.

@@ -8,7 +8,7 @@ use axum::Json;
 use super::documents::visible;
 use super::extract::Caller;
 use super::{AppError, AppState};
-use crate::planners::ResumeError;
+use crate::sessions::ResumeError;
 
 /// `GET /documents/{id}/planner`: whether the Planner is connected, its
 /// turn, and its run cards with their true age (SPEC R1).
@@ -18,7 +18,7 @@ pub async fn planner(
     Path(id): Path<String>,
 ) -> Result<Json<margin_protocol::link::PlannerView>, AppError> {
     visible(&state, &account, &id).await?;
-    Ok(Json(state.planners.view(&id)))
+    Ok(Json(state.sessions.view(&id)))
 }
 
 /// `POST /documents/{id}/planner/resume`: withdraws a Stop the machine has
@@ -29,13 +29,14 @@ pub async fn resume(
     Path(id): Path<String>,
 ) -> Result<StatusCode, AppError> {
     may_steer(&state, &account, &id, "resume").await?;
-    match state.planners.resume_work(&id).await {
+    match state.sessions.resume_work(&id).await {
         Ok(()) => Ok(StatusCode::ACCEPTED),
         Err(refused) => {
             let code = match refused {
                 ResumeError::NoSession => "no_planner_session",
                 ResumeError::NoStop => "no_stop_pending",
                 ResumeError::Away => "planner_disconnected",
+                ResumeError::Storage(error) => return Err(error.into()),
             };
             Err(AppError::PlannerRefused {
                 code,
@@ -52,7 +53,7 @@ pub async fn stop(
     Path(id): Path<String>,
 ) -> Result<StatusCode, AppError> {
     may_steer(&state, &account, &id, "stop").await?;
-    if state.planners.stop(&id).await? {
+    if state.sessions.stop(&id).await? {
         Ok(StatusCode::ACCEPTED)
     } else {
         Err(AppError::Conflict(

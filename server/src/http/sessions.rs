@@ -16,7 +16,7 @@ use serde::Deserialize;
 use super::documents::visible;
 use super::extract::Caller;
 use super::{AppError, AppState};
-use crate::sessions::Step;
+use crate::sessions::Delivery;
 
 /// Longest session id looked up.
 const MAX_SESSION_ID_BYTES: usize = 64;
@@ -71,20 +71,20 @@ pub async fn events(
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
     let href = format!("/sessions/{session}");
-    let reader = state.log.reader(&snapshot, after);
+    let reader = state.sessions.feeds().reader(&snapshot, after);
     let body = stream::unfold(Some(reader), move |reader| {
         let href = href.clone();
         async move {
             let mut reader = reader?;
             match reader.next().await {
-                Step::Events(frames) => {
+                Delivery::Events(frames) => {
                     Some((Ok::<_, std::convert::Infallible>(frames), Some(reader)))
                 }
-                Step::KeepAlive => {
+                Delivery::KeepAlive => {
                     Some((Ok(Bytes::from_static(b": keep-alive\n\n")), Some(reader)))
                 }
-                Step::Resync(reason) => Some((Ok(resync_frame(reason, href)), None)),
-                Step::End => None,
+                Delivery::Resync(reason) => Some((Ok(resync_frame(reason, href)), None)),
+                Delivery::End => None,
             }
         }
     });
@@ -123,7 +123,7 @@ async fn readable(
     if session.is_empty() || session.len() > MAX_SESSION_ID_BYTES {
         return Err(not_found());
     }
-    let Some((document, snapshot)) = state.log.snapshot(session).await? else {
+    let Some((document, snapshot)) = state.sessions.feeds().snapshot(session).await? else {
         return Err(not_found());
     };
     match visible(state, account, &document).await {

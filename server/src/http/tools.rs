@@ -45,7 +45,7 @@ pub async fn edit_plan(
 ) -> Result<Json<EditPlanOutput>, AppError> {
     Ok(Json(
         Tools::new(state.hub)
-            .edit_plan(&account, &id, input)
+            .edit_plan(&account, &id, input, None)
             .await?,
     ))
 }
@@ -58,7 +58,7 @@ pub async fn open_decisions(
 ) -> Result<Json<OpenDecisionsOutput>, AppError> {
     Ok(Json(
         Tools::new(state.hub)
-            .open_decisions(&account, &id, input)
+            .open_decisions(&account, &id, input, None)
             .await?,
     ))
 }
@@ -71,7 +71,7 @@ pub async fn open_decision(
 ) -> Result<Json<OpenDecisionsOutput>, AppError> {
     Ok(Json(
         Tools::new(state.hub)
-            .open_decision(&account, &id, input)
+            .open_decision(&account, &id, input, None)
             .await?,
     ))
 }
@@ -82,5 +82,9 @@ pub async fn ask(
     Path(id): Path<String>,
     JsonBody(input): JsonBody<OpenDecisionInput>,
 ) -> Result<Json<OpenDecisionsOutput>, AppError> {
-    Ok(Json(Tools::new(state.hub).ask(&account, &id, input).await?))
+    Ok(Json(
+        Tools::new(state.hub)
+            .ask(&account, &id, input, None)
+            .await?,
+    ))
 }

@@ -104,7 +104,9 @@ pub struct Link {
     /// Whether its manifest declared `planning: true`: sessions it starts
     /// keep a durable plan (SPEC U1), pinned for their life.
     pub planning: bool,
-    outbox: mpsc::Sender<ServerMessage>,
+    /// Frames for the machine, serialized by whoever sends them, so a large
+    /// result is never encoded on the link's own task.
+    outbox: mpsc::Sender<String>,
     closer: Closer,
 }
 
@@ -122,8 +124,16 @@ pub struct Terms {
 impl Link {
     /// Queues `message` for the machine; false (and the link closed) when
     /// it cannot keep up or is gone.
-    pub fn send(&self, message: ServerMessage) -> bool {
-        match self.outbox.try_send(message) {
+    pub fn send(&self, message: &ServerMessage) -> bool {
+        match serde_json::to_string(message) {
+            Ok(frame) => self.send_frame(frame),
+            Err(_) => false,
+        }
+    }
+
+    /// Queues an encoded message for the machine, as [`Link::send`].
+    pub fn send_frame(&self, frame: String) -> bool {
+        match self.outbox.try_send(frame) {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
                 self.closer
@@ -179,7 +189,7 @@ impl Links {
         machine: &Machine,
         terms: Terms,
         closer: Closer,
-    ) -> (Link, mpsc::Receiver<ServerMessage>) {
+    ) -> (Link, mpsc::Receiver<String>) {
         let (outbox, rx) = mpsc::channel(LINK_OUTBOX);
         let link = self.link(machine, terms, outbox, closer);
         if let Ok(mut open) = self.inner.open.lock() {
@@ -190,19 +200,11 @@ impl Links {
         (link, rx)
     }
 
-    /// A link for a session a restarted server took back before its
-    /// machine linked: nothing can be sent on it (every send fails) until
-    /// the machine's `resume` moves the session to a real link.
-    pub fn absent(&self, machine: &Machine, terms: Terms) -> Link {
-        let (outbox, _) = mpsc::channel(1);
-        self.link(machine, terms, outbox, Closer::default())
-    }
-
     fn link(
         &self,
         machine: &Machine,
         terms: Terms,
-        outbox: mpsc::Sender<ServerMessage>,
+        outbox: mpsc::Sender<String>,
         closer: Closer,
     ) -> Link {
         Link {

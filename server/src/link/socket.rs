@@ -1,6 +1,11 @@
 //! One machine link: the `hello` handshake, heartbeats, credential renewal
 //! (SPEC L8), refusals and `detach` (SPEC L1, A2). A malformed or unknown
 //! message gets a refusal naming the problem and the link carries on.
+//!
+//! The read loop only parses frames: each message for a session is handed
+//! to that session's driver (`Sessions`), so a slow tool call of one
+//! session never holds up another, nor this link's heartbeats. What the
+//! drivers send comes back through the link's outbox, already encoded.
 
 use std::time::Duration;
 
@@ -16,7 +21,7 @@ use tracing::{debug, info, warn, Instrument};
 
 use super::{LinkEnd, Links, Terms};
 use crate::auth;
-use crate::planners::Planners;
+use crate::sessions::Sessions;
 use crate::storage::{Machine, Store};
 use crate::sync::conn::Closer;
 use crate::sync::socket::close_message;
@@ -31,7 +36,7 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 pub async fn serve(
     socket: WebSocket,
     links: Links,
-    planners: Planners,
+    sessions: Sessions,
     store: Store,
     machine: Machine,
 ) {
@@ -96,9 +101,9 @@ pub async fn serve(
                         closer.close(close::GOING_AWAY, "server shutting down");
                         return;
                     }
-                    message = outbox.recv() => match message {
-                        Some(message) => {
-                            if send(&mut sink, &message).await.is_err() { return; }
+                    frame = outbox.recv() => match frame {
+                        Some(frame) => {
+                            if sink.send(Message::Text(frame.into())).await.is_err() { return; }
                         }
                         None => return,
                     },
@@ -151,37 +156,38 @@ pub async fn serve(
                                 if send(&mut sink, &refusal).await.is_err() { return; }
                             }
                             Ok(ClientMessage::ToolCall { session, turn, call_id, name, arguments }) => {
-                                if call_id.is_empty() || call_id.len() > 128 {
-                                    let refusal = refusal(RefusalCode::MalformedMessage, "call_id is 1 to 128 bytes");
+                                if let Some(refusal) = sessions.tool_call(link, session, turn, call_id, name, arguments) {
                                     if send(&mut sink, &refusal).await.is_err() { return; }
-                                    continue;
                                 }
-                                let result = planners.tool_call(link, session, turn, call_id, &name, arguments).await;
-                                if send(&mut sink, &result).await.is_err() { return; }
                             }
                             Ok(ClientMessage::Run { session, run, name, status, attempt }) => {
-                                if let Some(refusal) = planners.run(link, &session, run, name, status, attempt) {
+                                if let Some(refusal) = sessions.run(link, &session, run, name, status, attempt) {
                                     if send(&mut sink, &refusal).await.is_err() { return; }
                                 }
                             }
-                            Ok(ClientMessage::Resume { sessions }) => {
-                                // `resumed` and what follows it go out through the outbox, in order.
-                                if let Err(refused) = planners.resume(link, sessions).await {
-                                    if send(&mut sink, &refused).await.is_err() { return; }
+                            Ok(ClientMessage::Resume { sessions: held }) => {
+                                // The drivers have the resume queued before the next frame is
+                                // read; `resumed` and what follows it go out through the
+                                // outbox, in order, once they answer.
+                                match sessions.begin_resume(link, held).await {
+                                    Ok(underway) => { tokio::spawn(underway.finish()); }
+                                    Err(refused) => {
+                                        if send(&mut sink, &refused).await.is_err() { return; }
+                                    }
                                 }
                             }
                             Ok(ClientMessage::InputReceived { session, request }) => {
-                                if let Some(refusal) = planners.input_received(link, &session, &request) {
+                                if let Some(refusal) = sessions.input_received(link, &session, request) {
                                     if send(&mut sink, &refusal).await.is_err() { return; }
                                 }
                             }
                             Ok(ClientMessage::Stopped { session }) => {
-                                if let Some(refusal) = planners.stopped(link, &session).await {
+                                if let Some(refusal) = sessions.stopped(link, &session) {
                                     if send(&mut sink, &refusal).await.is_err() { return; }
                                 }
                             }
                             Ok(ClientMessage::Reply { session, turn, text }) => {
-                                if let Some(refusal) = planners.reply(link, &session, &turn, text).await {
+                                if let Some(refusal) = sessions.reply(link, &session, turn, text) {
                                     if send(&mut sink, &refusal).await.is_err() { return; }
                                 }
                             }
@@ -196,7 +202,7 @@ pub async fn serve(
         outcome.await;
         if let Some((link, _)) = opened.take() {
             links.close(&link);
-            planners.link_closed(&link, LinkEnd::of(closer.reason())).await;
+            sessions.link_closed(&link, LinkEnd::of(closer.reason())).await;
         }
         if let Some((code, reason)) = closer.reason() {
             let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.send(close_message(code, &reason))).await;

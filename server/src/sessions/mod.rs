@@ -1,225 +1,821 @@
-//! Planner sessions as applications follow them (SPEC U1–U6, E1–E2): each
-//! session's event log and the snapshot folded from it, written by one
-//! task, and the plan `update_plan` keeps.
+//! Planner sessions (SPEC P, T, L, U, W, E): one driver task per live
+//! session, each owning its `margin_planner::PlannerSession`, and the
+//! registry that finds them.
 //!
-//! [`SessionLog`] is the handle: [`Planners`](crate::planners::Planners)
-//! queues the events its sessions' changes produce (in the order they
-//! happened, since it queues them under its own lock) and sends
-//! `update_plan` calls; the writer commits each session's events with its
-//! snapshot in one transaction, then wakes readers. A plan update is
-//! judged against the snapshot as of every event queued before it, so a
-//! call from a turn that ended, or after a Stop, cannot land late (U5).
+//! [`Sessions`] is what the rest of the server calls: Chat's `@planner`,
+//! the machine link's messages, people's answers, Stop and Resume,
+//! archiving and deleting. Each call finds the one driver it concerns — by
+//! session, document or machine id, never by scanning — and queues an
+//! input in its mailbox; a tool call runs in that driver, in order within
+//! its session, concurrently with every other. The machine's own word for
+//! a session is never enough: a message is routed only to a session of
+//! the machine whose link carried it.
+//!
+//! A driver commits each step (`commit`: journal, feed and snapshots in one
+//! transaction, grouped across sessions by the [`commit::Journal`] task)
+//! before it reveals anything; `restore` takes sessions back from their
+//! journals when the server starts; `feeds` shows committed events to
+//! applications.
 
-mod diff;
+mod commit;
+mod driver;
 mod feed;
-mod plan;
+mod feeds;
+mod input;
 mod reader;
-mod writer;
+mod record;
+mod restore;
 
-pub use diff::Published;
+pub use commit::Keeping;
 pub use feed::{Entry, Feed};
-pub use reader::{Reader, Step};
+pub use feeds::Feeds;
+pub use reader::{Delivery, Reader};
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use margin_protocol::decisions::ToolRefusal;
-use margin_protocol::sessions::{SessionEvent, SessionSnapshot, UpdatePlanInput, UpdatePlanOutput};
-use tokio::sync::{mpsc, oneshot};
+use margin_planner::{
+    CallId, Held, Millis, PlannerSession, ReleaseTrigger, RequestId, ResumeRefusal, RunId, Start,
+    Timing, TurnId,
+};
+use margin_protocol::chat::{ChatKind, ChatMessageView};
+use margin_protocol::decisions::AnswerBody;
+use margin_protocol::link::{
+    HeldSession, PlannerView, RunStatus, ServerMessage, MAX_HELD_CALLS, MAX_HELD_QUESTIONS,
+    MAX_RESUME_SESSIONS,
+};
+use margin_protocol::sessions::SessionSnapshot;
+use margin_protocol::RefusalCode;
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::info;
+use uuid::Uuid;
 
-use crate::storage::{StorageError, Store};
+use commit::Journal;
+use driver::Driver;
+use input::{Input, Resumed};
+
+use crate::link::{refusal, Link, LinkEnd, Links};
+use crate::storage::{Account, StorageError};
+use crate::sync::Hub;
 
 /// How many events each session keeps behind its snapshot by default
 /// (`SESSION_EVENTS_RETAINED`). A reader further behind resyncs.
 pub const DEFAULT_RETAINED: u64 = 10_000;
 
-/// What an `update_plan` call came to.
-#[derive(Debug)]
-pub enum PlanDecision {
-    /// Committed with its `plan_updated` event.
-    Updated(UpdatePlanOutput),
-    /// Refused; nothing changed. A rule the list or revision broke is
-    /// committed as `tool_finished`; a call whose turn is over is not.
-    Refused(ToolRefusal),
+/// Journal records between two domain snapshots.
+const SNAPSHOT_EVERY: u64 = 256;
+
+/// Most inputs waiting for one session's driver; past it the machine is
+/// told the session is busy, with `retry`.
+const MAILBOX: usize = 1_024;
+
+/// Longest id (session, turn, call, run, request) a machine may name.
+const MAX_ID_BYTES: usize = 128;
+
+/// Why a Resume was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ResumeError {
+    /// The document has no Planner session.
+    #[error("the document has no Planner session")]
+    NoSession,
+    /// No Stop waits to be confirmed.
+    #[error("no Stop is waiting to be confirmed; there is nothing to resume")]
+    NoStop,
+    /// The machine is away: refused, not held (SPEC L4).
+    #[error(
+        "the Planner is disconnected; a Resume is not held for it, press it again once it is back"
+    )]
+    Away,
+    /// Storage failed; nothing changed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
 }
 
-/// Who a new session belongs to.
-#[derive(Clone, Debug)]
-pub struct Owner {
-    /// Its document.
-    pub document: String,
-    /// Its owner's account.
-    pub account: String,
-    /// The machine it runs on.
-    pub machine: String,
-}
-
-enum Command {
-    Events {
-        session: String,
-        owner: Option<Owner>,
-        events: Vec<SessionEvent>,
-    },
-    UpdatePlan {
-        session: String,
-        turn: String,
-        call_id: String,
-        input: UpdatePlanInput,
-        decided: oneshot::Sender<Result<PlanDecision, StorageError>>,
-    },
-    Flush(oneshot::Sender<()>),
-}
-
-/// The sessions' log; cheap to clone.
+/// The server's Planner sessions; cheap to clone.
 #[derive(Clone)]
-pub struct SessionLog {
-    inner: Arc<Inner>,
+pub struct Sessions {
+    shared: Arc<Shared>,
 }
 
-struct Inner {
-    commands: mpsc::UnboundedSender<Command>,
+/// What every driver shares.
+pub(crate) struct Shared {
+    hub: Hub,
+    links: Links,
+    journal: Journal,
     feeds: Feeds,
-    store: Store,
+    keeping: Keeping,
+    timing: Timing,
+    /// How often an idle, viewed session checks its viewers.
+    viewers_every: Duration,
+    tracker: TaskTracker,
     shutdown: CancellationToken,
+    registry: Mutex<Registry>,
 }
 
-/// The live sessions' feeds, shared by the writer and readers; each ring
-/// keeps at most `capacity` events.
-#[derive(Clone)]
-struct Feeds {
-    map: Arc<Mutex<HashMap<String, Arc<Feed>>>>,
-    capacity: usize,
+/// Where each live session's driver is. Held only for lookups.
+#[derive(Default)]
+struct Registry {
+    sessions: HashMap<String, Live>,
+    /// Document → its session.
+    documents: HashMap<String, String>,
+    /// Machine → its sessions.
+    machines: HashMap<String, BTreeSet<String>>,
+    /// Documents archived or deleted: `@planner` binds no session to them.
+    closed: HashSet<String>,
+    /// Sessions the server released and told to `stop`, with the link they
+    /// ran on: the machine's `stopped` for one is accepted quietly.
+    released: HashMap<String, Option<u64>>,
 }
 
-impl Feeds {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Feed>>> {
-        self.map
+/// A live session, as the registry finds it.
+struct Live {
+    machine: String,
+    account: String,
+    mailbox: mpsc::Sender<Input>,
+    shown: watch::Receiver<Arc<PlannerSession>>,
+}
+
+impl Shared {
+    /// Milliseconds since the Unix epoch: times in the journal keep their
+    /// meaning across a restart (a run's true age, SPEC P4).
+    fn now(&self) -> Millis {
+        now()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Registry> {
+        self.registry
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn get_or_new(&self, session: &str, cursor: u64) -> Arc<Feed> {
-        self.lock()
-            .entry(session.to_owned())
-            .or_insert_with(|| Arc::new(Feed::new(cursor, self.capacity)))
-            .clone()
+    /// A released session leaves the registry.
+    fn forget(&self, session: &PlannerSession) {
+        let mut registry = self.lock();
+        let id = session.id();
+        if registry.sessions.remove(id).is_some() {
+            if registry
+                .documents
+                .get(session.document())
+                .map(String::as_str)
+                == Some(id)
+            {
+                registry.documents.remove(session.document());
+            }
+            if let Some(sessions) = registry.machines.get_mut(session.machine()) {
+                sessions.remove(id);
+                if sessions.is_empty() {
+                    registry.machines.remove(session.machine());
+                }
+            }
+        }
+    }
+
+    /// `session` of `link`'s account moves to `link`'s machine (a `resume`
+    /// from it): from now on that machine speaks for it. Its driver, if the
+    /// account owns it.
+    fn move_to(&self, session: &str, link: &Link) -> Option<mpsc::Sender<Input>> {
+        let mut registry = self.lock();
+        let live = registry
+            .sessions
+            .get_mut(session)
+            .filter(|live| live.account == link.machine.account.id)?;
+        let mailbox = live.mailbox.clone();
+        let old = std::mem::replace(&mut live.machine, link.machine.id.clone());
+        if old != link.machine.id {
+            if let Some(sessions) = registry.machines.get_mut(&old) {
+                sessions.remove(session);
+                if sessions.is_empty() {
+                    registry.machines.remove(&old);
+                }
+            }
+            registry
+                .machines
+                .entry(link.machine.id.clone())
+                .or_default()
+                .insert(session.to_owned());
+        }
+        Some(mailbox)
+    }
+
+    /// The server released `session` and told its machine to stop.
+    fn released_by_server(&self, session: &str, link: Option<u64>) {
+        self.lock().released.insert(session.to_owned(), link);
+    }
+
+    /// Starts a driver for `session`, whose first step is `first`, on
+    /// `link` (none: the machine is away) with its feed at `feed`, and
+    /// registers it.
+    fn spawn(
+        self: &Arc<Self>,
+        registry: &mut Registry,
+        session: PlannerSession,
+        first: margin_planner::Step,
+        account: Account,
+        link: Option<Link>,
+        feed: SessionSnapshot,
+    ) -> (mpsc::Sender<Input>, oneshot::Receiver<()>) {
+        let (mailbox, inputs) = mpsc::channel(MAILBOX);
+        let (ready_tx, ready) = oneshot::channel();
+        let (shown_tx, shown) = watch::channel(Arc::new(session.clone()));
+        let id = session.id().to_owned();
+        registry.sessions.insert(
+            id.clone(),
+            Live {
+                machine: session.machine().to_owned(),
+                account: account.id.clone(),
+                mailbox: mailbox.clone(),
+                shown,
+            },
+        );
+        registry
+            .documents
+            .insert(session.document().to_owned(), id.clone());
+        registry
+            .machines
+            .entry(session.machine().to_owned())
+            .or_default()
+            .insert(id);
+        let driver = Driver::new(session, feed, link, account, self.clone(), shown_tx);
+        self.tracker.spawn(driver.run(first, inputs, ready_tx));
+        (mailbox, ready)
     }
 }
 
-impl SessionLog {
-    /// Starts the writer on `tracker`, keeping `retained` events behind
-    /// each snapshot; it commits what is queued and stops at `shutdown`.
-    pub fn start(
-        store: Store,
+/// Milliseconds since the Unix epoch.
+fn now() -> Millis {
+    Millis(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
+    )
+}
+
+impl Sessions {
+    /// The sessions of `hub`'s documents and `links`' machines; drivers run
+    /// on `tracker` and stop at `shutdown`.
+    pub fn new(
+        hub: Hub,
+        links: Links,
+        timing: Timing,
         retained: u64,
         tracker: &TaskTracker,
         shutdown: CancellationToken,
     ) -> Self {
-        let (commands, queue) = mpsc::unbounded_channel();
-        let feeds = Feeds {
-            map: Arc::default(),
-            capacity: usize::try_from(retained).unwrap_or(usize::MAX),
-        };
-        let writer = writer::Writer::new(store.clone(), feeds.clone(), retained);
-        tracker.spawn(writer::run(writer, queue, shutdown.clone()));
-        SessionLog {
-            inner: Arc::new(Inner {
-                commands,
-                feeds,
-                store,
+        let store = hub.store().clone();
+        let ring = usize::try_from(retained).unwrap_or(usize::MAX);
+        let shortest = timing.idle.0.min(timing.attach_grace.0);
+        Sessions {
+            shared: Arc::new(Shared {
+                journal: Journal::start(store.clone(), tracker),
+                feeds: Feeds::new(store, ring, shutdown.clone()),
+                hub,
+                links,
+                keeping: Keeping {
+                    events: retained,
+                    snapshot_every: SNAPSHOT_EVERY,
+                },
+                timing,
+                viewers_every: Duration::from_millis((shortest / 4).clamp(10, 5_000)),
+                tracker: tracker.clone(),
                 shutdown,
+                registry: Mutex::default(),
             }),
         }
     }
 
-    /// Opens session `session` of `owner` with its first event.
-    pub fn begin(&self, session: &str, owner: Owner, started: SessionEvent) {
-        self.send(Command::Events {
-            session: session.to_owned(),
-            owner: Some(owner),
-            events: vec![started],
-        });
+    /// The sessions' feeds, for applications (SPEC E1, E2).
+    pub fn feeds(&self) -> &Feeds {
+        &self.shared.feeds
     }
 
-    /// Queues `events` of `session`, after everything queued before.
-    pub fn append(&self, session: &str, events: Vec<SessionEvent>) {
-        if !events.is_empty() {
-            self.send(Command::Events {
-                session: session.to_owned(),
-                owner: None,
-                events,
-            });
+    /// A Chat message mentioned `@planner` (SPEC T1): it goes to the
+    /// document's session — starting one on a linked machine of the owner
+    /// if there is none — which starts a turn or queues it (T3), or the
+    /// sender is told at once that no Planner is connected. Returns once
+    /// what it caused is committed.
+    pub async fn called(
+        &self,
+        document: &str,
+        owner: &Account,
+        message: ChatMessageView,
+    ) -> Result<(), StorageError> {
+        let mailbox = {
+            let mut registry = self.shared.lock();
+            if registry.closed.contains(document) {
+                // Archived or deleted since the message was accepted: no
+                // turn starts (SPEC P3).
+                info!(
+                    document,
+                    "no Planner turn: the document is archived or deleted"
+                );
+                return Ok(());
+            }
+            let live = registry
+                .documents
+                .get(document)
+                .and_then(|id| registry.sessions.get(id))
+                .map(|live| live.mailbox.clone());
+            match live {
+                Some(mailbox) => Some(mailbox),
+                None => self.bind(&mut registry, document, owner),
+            }
+        };
+        let Some(mailbox) = mailbox else {
+            let line = margin_planner::wording::not_connected(&owner.name);
+            let author = margin_planner::wording::SYSTEM_AUTHOR;
+            self.shared
+                .hub
+                .store()
+                .append_chat(document, author, ChatKind::System, &line)
+                .await?;
+            return Ok(());
+        };
+        let (done, answer) = oneshot::channel();
+        if mailbox
+            .send(Input::Message { message, done })
+            .await
+            .is_err()
+        {
+            // The session ended as the message arrived; the next mention
+            // binds a new one.
+            return Ok(());
+        }
+        answer.await.unwrap_or(Ok(()))
+    }
+
+    /// A new session for `document` on a linked machine of `owner`'s, if
+    /// one is linked.
+    fn bind(
+        &self,
+        registry: &mut Registry,
+        document: &str,
+        owner: &Account,
+    ) -> Option<mpsc::Sender<Input>> {
+        let link = self.shared.links.of_account(&owner.id)?;
+        info!(document, machine = %link.machine.id, "Planner bound");
+        let start = Start {
+            session: Uuid::new_v4().to_string(),
+            document: document.to_owned(),
+            account: owner.id.clone(),
+            machine: link.machine.id.clone(),
+            machine_name: link.machine.name.clone(),
+            planning: link.planning,
+            run_capacity: link.run_capacity,
+        };
+        let (session, first) = PlannerSession::start(start, self.shared.timing, now());
+        let account = link.machine.account.clone();
+        let feed = SessionSnapshot::empty(session.id());
+        let (mailbox, _ready) =
+            self.shared
+                .spawn(registry, session, first, account, Some(link), feed);
+        Some(mailbox)
+    }
+
+    /// The driver of `session` if it runs on `link`'s machine: the
+    /// machine's word for a session is never enough.
+    fn of_link(&self, link: &Link, session: &str) -> Option<mpsc::Sender<Input>> {
+        self.shared
+            .lock()
+            .sessions
+            .get(session)
+            .filter(|live| live.machine == link.machine.id)
+            .map(|live| live.mailbox.clone())
+    }
+
+    /// Queues `input` for `session` of `link`'s machine; the refusal to
+    /// send back when there is no such session (`missing`) or it is too
+    /// busy.
+    fn route(
+        &self,
+        link: &Link,
+        session: &str,
+        input: Input,
+        call: Option<&str>,
+        missing: impl FnOnce() -> ServerMessage,
+    ) -> Option<ServerMessage> {
+        let Some(mailbox) = self.of_link(link, session) else {
+            return Some(missing());
+        };
+        match mailbox.try_send(input) {
+            Ok(()) => None,
+            Err(mpsc::error::TrySendError::Full(_)) => Some(ServerMessage::Refusal {
+                code: RefusalCode::SessionBusy,
+                message: format!(
+                    "session {session:?} has {MAILBOX} messages waiting; send this again shortly"
+                ),
+                call_id: call.map(str::to_owned),
+            }),
+            Err(mpsc::error::TrySendError::Closed(_)) => Some(missing()),
         }
     }
 
-    /// Judges and commits an `update_plan` call of `turn`, after every
-    /// event queued before it (SPEC U2–U5).
-    pub async fn update_plan(
+    /// A `tool-call` from `link`, for its session's document and account.
+    pub fn tool_call(
         &self,
+        link: &Link,
+        session: String,
+        turn: String,
+        call: String,
+        name: String,
+        arguments: serde_json::Value,
+    ) -> Option<ServerMessage> {
+        if [&session, &turn, &call]
+            .iter()
+            .any(|id| id.is_empty() || id.len() > MAX_ID_BYTES)
+        {
+            return Some(ServerMessage::Refusal {
+                code: RefusalCode::MalformedMessage,
+                message: format!("session, turn and call_id are 1 to {MAX_ID_BYTES} bytes"),
+                call_id: (!call.is_empty() && call.len() <= MAX_ID_BYTES).then_some(call),
+            });
+        }
+        let missing = || unknown_turn(&session, &turn, Some(&call));
+        let input = Input::ToolCall {
+            turn: turn.clone(),
+            call: CallId(call.clone()),
+            name,
+            arguments,
+        };
+        self.route(link, &session, input, Some(&call), missing)
+    }
+
+    /// The turn's reply (SPEC T2).
+    pub fn reply(
+        &self,
+        link: &Link,
         session: &str,
-        turn: &str,
-        call_id: &str,
-        input: UpdatePlanInput,
-    ) -> Result<PlanDecision, StorageError> {
-        let (decided, decision) = oneshot::channel();
-        self.send(Command::UpdatePlan {
-            session: session.to_owned(),
-            turn: turn.to_owned(),
-            call_id: call_id.to_owned(),
-            input,
-            decided,
-        });
-        decision
+        turn: String,
+        text: String,
+    ) -> Option<ServerMessage> {
+        let missing = || unknown_turn(session, &turn, None);
+        let input = Input::Reply {
+            turn: turn.clone(),
+            text,
+        };
+        self.route(link, session, input, None, missing)
+    }
+
+    /// The machine reported a run of `session` (SPEC R1).
+    pub fn run(
+        &self,
+        link: &Link,
+        session: &str,
+        run: String,
+        name: String,
+        status: RunStatus,
+        attempt: Option<u32>,
+    ) -> Option<ServerMessage> {
+        if run.is_empty() || run.len() > MAX_ID_BYTES || name.trim().is_empty() || name.len() > 200
+        {
+            return Some(refusal(
+                RefusalCode::MalformedMessage,
+                "a run has an id of 1 to 128 bytes and a name of 1 to 200 bytes",
+            ));
+        }
+        let input = Input::Run {
+            run: RunId(run),
+            name,
+            status,
+            attempt: attempt.unwrap_or(1),
+        };
+        self.route(link, session, input, None, || unknown_session(session))
+    }
+
+    /// The machine confirmed a Stop (SPEC P3, P4). A `stopped` for a
+    /// session the server already ended (archive, delete) is accepted and
+    /// changes nothing.
+    pub fn stopped(&self, link: &Link, session: &str) -> Option<ServerMessage> {
+        {
+            let mut registry = self.shared.lock();
+            if let Some(on) = registry.released.get(session).copied() {
+                if on.is_none_or(|id| id == link.id) {
+                    registry.released.remove(session);
+                    return None;
+                }
+            }
+        }
+        self.route(link, session, Input::Stopped, None, || {
+            unknown_session(session)
+        })
+    }
+
+    /// The machine acknowledged an answer (SPEC L5).
+    pub fn input_received(
+        &self,
+        link: &Link,
+        session: &str,
+        request: String,
+    ) -> Option<ServerMessage> {
+        let input = Input::AnswerReceived {
+            request: RequestId(request),
+        };
+        self.route(link, session, input, None, || unknown_session(session))
+    }
+
+    /// A link ended (SPEC L1, L2, L7): each session it carried hears how.
+    pub async fn link_closed(&self, link: &Link, end: LinkEnd) {
+        let mailboxes: Vec<mpsc::Sender<Input>> = {
+            let mut registry = self.shared.lock();
+            registry
+                .released
+                .retain(|_, on| on.is_none_or(|id| id != link.id));
+            registry
+                .machines
+                .get(&link.machine.id)
+                .into_iter()
+                .flatten()
+                .filter_map(|id| registry.sessions.get(id))
+                .map(|live| live.mailbox.clone())
+                .collect()
+        };
+        for mailbox in mailboxes {
+            let _ = mailbox.send(Input::LinkLost { link: link.id, end }).await;
+        }
+    }
+
+    /// `resume` from `link` (SPEC L3, W1): each named session of the
+    /// account moves to this link — taking it over from a link the server
+    /// had not yet noticed was dead — and `resumed` says what carries on;
+    /// after it come, per session, a held Stop, unacknowledged answers, the
+    /// results of the calls it listed and a turn for messages that waited.
+    /// A session this machine ran that the list leaves out, and that is
+    /// away, has ended on the machine, and ends here.
+    ///
+    /// This queues the resume with each session's driver, so anything the
+    /// link says next reaches them after it; [`ResumeUnderway::finish`]
+    /// waits for their answers and sends `resumed`.
+    pub async fn begin_resume(
+        &self,
+        link: &Link,
+        held: Vec<HeldSession>,
+    ) -> Result<ResumeUnderway, ServerMessage> {
+        let bad_id = |id: &String| id.is_empty() || id.len() > MAX_ID_BYTES;
+        if held.len() > MAX_RESUME_SESSIONS
+            || held.iter().any(|h| {
+                bad_id(&h.session)
+                    || h.questions.len() > MAX_HELD_QUESTIONS
+                    || h.questions.iter().any(bad_id)
+                    || h.calls.len() > MAX_HELD_CALLS
+                    || h.calls.iter().any(bad_id)
+                    || h.turn.as_ref().is_some_and(bad_id)
+            })
+        {
+            return Err(refusal(
+                RefusalCode::MalformedMessage,
+                format!("resume names at most {MAX_RESUME_SESSIONS} sessions, each with at most {MAX_HELD_QUESTIONS} questions and {MAX_HELD_CALLS} calls, ids of 1 to {MAX_ID_BYTES} bytes"),
+            ));
+        }
+        let named: HashSet<String> = held.iter().map(|h| h.session.clone()).collect();
+        let mut underway = ResumeUnderway {
+            sessions: self.clone(),
+            link: link.clone(),
+            named,
+            waiting: Vec::new(),
+            ended: Vec::new(),
+        };
+        for HeldSession {
+            session,
+            questions,
+            turn,
+            calls,
+        } in held
+        {
+            let Some(mailbox) = self.shared.move_to(&session, link) else {
+                underway.ended.push(session);
+                continue;
+            };
+            let (done, answer) = oneshot::channel();
+            let held = Held {
+                questions: questions.into_iter().map(RequestId).collect(),
+                turn: turn.map(TurnId),
+                calls: calls.into_iter().map(CallId).collect(),
+            };
+            let input = Input::Resume {
+                link: link.clone(),
+                held,
+                done,
+            };
+            if mailbox.send(input).await.is_err() {
+                underway.ended.push(session);
+                continue;
+            }
+            underway.waiting.push((session, mailbox, answer));
+        }
+        Ok(underway)
+    }
+
+    /// The driver of `document`'s session, if it has one.
+    fn of_document(&self, document: &str) -> Option<mpsc::Sender<Input>> {
+        let registry = self.shared.lock();
+        let id = registry.documents.get(document)?;
+        registry.sessions.get(id).map(|live| live.mailbox.clone())
+    }
+
+    /// A person answered `request` of `document`: if a session asked it,
+    /// the answer goes to its machine — or waits while it is away — until
+    /// acknowledged (SPEC L5). Returns once that is committed.
+    pub async fn answered(
+        &self,
+        document: &str,
+        request: RequestId,
+        answer: AnswerBody,
+        by: String,
+    ) {
+        let Some(mailbox) = self.of_document(document) else {
+            return;
+        };
+        let (done, answered) = oneshot::channel();
+        let input = Input::Answered {
+            request,
+            answer,
+            by,
+            done,
+        };
+        if mailbox.send(input).await.is_ok() {
+            let _ = answered.await;
+        }
+    }
+
+    /// People discarded `request` of `document`: the session no longer
+    /// waits on it.
+    pub async fn discarded(&self, document: &str, request: RequestId) {
+        let Some(mailbox) = self.of_document(document) else {
+            return;
+        };
+        let (done, discarded) = oneshot::channel();
+        if mailbox
+            .send(Input::Discarded { request, done })
             .await
-            .map_err(|_| StorageError::Durability("the session log stopped".into()))?
+            .is_ok()
+        {
+            let _ = discarded.await;
+        }
     }
 
-    /// Waits until everything queued so far is committed (or failed).
-    pub async fn flush(&self) {
-        let (done, flushed) = oneshot::channel();
-        self.send(Command::Flush(done));
-        let _ = flushed.await;
-    }
-
-    /// Session `session`'s stored snapshot and its owner's document.
-    pub async fn snapshot(
-        &self,
-        session: &str,
-    ) -> Result<Option<(String, SessionSnapshot)>, StorageError> {
-        let Some(stored) = self.inner.store.session(session).await? else {
-            return Ok(None);
+    /// A member pressed Stop (SPEC L4): sent, or held while the machine is
+    /// away. False when the document has no Planner session.
+    pub async fn stop(&self, document: &str) -> Result<bool, StorageError> {
+        let Some(mailbox) = self.of_document(document) else {
+            return Ok(false);
         };
-        let snapshot = serde_json::from_str(&stored.snapshot)
-            .map_err(|e| StorageError::Corrupt(format!("session snapshot: {e}")))?;
-        Ok(Some((stored.document, snapshot)))
+        let (done, stopped) = oneshot::channel();
+        if mailbox.send(Input::StopRequested { done }).await.is_err() {
+            return Ok(false);
+        }
+        stopped.await.unwrap_or(Ok(())).map(|()| true)
     }
 
-    /// A reader of `snapshot`'s session from `after` on.
-    pub fn reader(&self, snapshot: &SessionSnapshot, after: u64) -> Reader {
-        let ended = snapshot.state == margin_protocol::sessions::SessionState::Ended;
-        let feed = if ended {
-            // Nothing more will be written: no need to be woken.
-            Arc::new(Feed::new(snapshot.cursor, 0))
-        } else {
-            self.inner
-                .feeds
-                .get_or_new(&snapshot.session, snapshot.cursor)
+    /// A member pressed Resume (SPEC L4): it withdraws the Stop pending
+    /// now, only while the machine is linked.
+    pub async fn resume_work(&self, document: &str) -> Result<(), ResumeError> {
+        let mailbox = self.of_document(document).ok_or(ResumeError::NoSession)?;
+        let (done, resumed) = oneshot::channel();
+        mailbox
+            .send(Input::ResumeRequested { done })
+            .await
+            .map_err(|_| ResumeError::NoSession)?;
+        match resumed.await.map_err(|_| ResumeError::NoSession)?? {
+            Ok(()) => Ok(()),
+            Err(ResumeRefusal::NoStop) => Err(ResumeError::NoStop),
+            Err(ResumeRefusal::Away) => Err(ResumeError::Away),
+        }
+    }
+
+    /// The document was archived or deleted (SPEC P3): its session, if it
+    /// has one, ends and its machine is told to `stop`; until
+    /// [`Sessions::document_reopened`], `@planner` starts nothing there.
+    pub async fn document_closed(&self, document: &str, trigger: ReleaseTrigger) {
+        let mailbox = {
+            let mut registry = self.shared.lock();
+            registry.closed.insert(document.to_owned());
+            let id = registry.documents.get(document);
+            id.and_then(|id| registry.sessions.get(id))
+                .map(|live| live.mailbox.clone())
         };
-        Reader::new(
-            self.inner.store.clone(),
-            snapshot.session.clone(),
-            feed,
-            (after, snapshot.cursor, ended),
-            self.inner.shutdown.clone(),
-        )
+        let Some(mailbox) = mailbox else {
+            return;
+        };
+        let (done, released) = oneshot::channel();
+        if mailbox.send(Input::Release { trigger, done }).await.is_ok() {
+            let _ = released.await;
+        }
     }
 
-    fn send(&self, command: Command) {
-        // The writer lives until shutdown; after it, nothing is written.
-        if self.inner.commands.send(command).is_err() {
-            tracing::warn!("session log is closed; event not written");
+    /// The document was unarchived: `@planner` starts turns there again.
+    pub fn document_reopened(&self, document: &str) {
+        self.shared.lock().closed.remove(document);
+    }
+
+    /// The document's Planner as people see it.
+    pub fn view(&self, document: &str) -> PlannerView {
+        let shown = {
+            let registry = self.shared.lock();
+            registry
+                .documents
+                .get(document)
+                .and_then(|id| registry.sessions.get(id))
+                .map(|live| live.shown.borrow().clone())
+        };
+        match shown {
+            Some(session) if session.released().is_none() => session.view(now()),
+            _ => PlannerView::default(),
+        }
+    }
+
+    /// Takes back the sessions a previous run left open; call once at
+    /// start, before serving.
+    pub async fn restore(&self) {
+        restore::restore(&self.shared).await;
+    }
+}
+
+/// The refusal of a session that is not running on the machine.
+fn unknown_session(session: &str) -> ServerMessage {
+    refusal(
+        RefusalCode::UnknownSession,
+        format!("session {session:?} is not running on this machine"),
+    )
+}
+
+/// The refusal of work for a turn that is not running; `call` names the
+/// `tool-call` refused, so the machine can fail that call.
+fn unknown_turn(session: &str, turn: &str, call: Option<&str>) -> ServerMessage {
+    ServerMessage::Refusal {
+        code: RefusalCode::UnknownTurn,
+        message: format!("turn {turn:?} of session {session:?} is not running on this machine"),
+        call_id: call.map(str::to_owned),
+    }
+}
+
+/// A `resume` queued with its sessions' drivers, waiting for their answers.
+pub struct ResumeUnderway {
+    sessions: Sessions,
+    link: Link,
+    named: HashSet<String>,
+    waiting: Vec<(
+        String,
+        mpsc::Sender<Input>,
+        oneshot::Receiver<Option<Resumed>>,
+    )>,
+    ended: Vec<String>,
+}
+
+impl ResumeUnderway {
+    /// Waits for every session's driver, sends `resumed`, then lets each
+    /// send what follows it; ends the machine's sessions it left out.
+    pub async fn finish(self) {
+        let ResumeUnderway {
+            sessions,
+            link,
+            named,
+            waiting,
+            mut ended,
+        } = self;
+        let mut carried = Vec::new();
+        let mut attach = Vec::new();
+        for (session, mailbox, answer) in waiting {
+            match answer.await {
+                Ok(Some(Resumed {
+                    session: resumed,
+                    superseded,
+                })) => {
+                    if let Some(old) = superseded {
+                        info!(old = old.id, new = link.id, "link taken over by resume");
+                        sessions.shared.links.supersede(&old);
+                    }
+                    carried.push(resumed);
+                    attach.push(mailbox);
+                }
+                _ => ended.push(session),
+            }
+        }
+        link.send(&ServerMessage::Resumed {
+            sessions: carried,
+            ended,
+        });
+        for mailbox in attach {
+            let _ = mailbox.send(Input::Attach { link: link.id }).await;
+        }
+        // This machine's sessions left out: the machine no longer holds
+        // them; each ends if its driver finds it still away.
+        let forgotten: Vec<mpsc::Sender<Input>> = {
+            let registry = sessions.shared.lock();
+            registry
+                .machines
+                .get(&link.machine.id)
+                .into_iter()
+                .flatten()
+                .filter(|id| !named.contains(*id))
+                .filter_map(|id| registry.sessions.get(id))
+                .filter(|live| live.shown.borrow().is_away())
+                .map(|live| live.mailbox.clone())
+                .collect()
+        };
+        for mailbox in forgotten {
+            let _ = mailbox.send(Input::NotResumed).await;
         }
     }
 }

@@ -21,7 +21,7 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// What a reader produces next.
 #[derive(Debug)]
-pub enum Step {
+pub enum Delivery {
     /// SSE frames of the events after the cursor, in order.
     Events(Bytes),
     /// Nothing new for a while.
@@ -77,14 +77,14 @@ impl Reader {
     }
 
     /// The next events, waiting for them.
-    pub async fn next(&mut self) -> Step {
+    pub async fn next(&mut self) -> Delivery {
         if let Some(reason) = self.resync.take() {
-            return Step::Resync(reason);
+            return Delivery::Resync(reason);
         }
         loop {
             let ended = self.ends_at.is_some_and(|end| self.cursor >= end);
             if ended || self.shutdown.is_cancelled() {
-                return Step::End;
+                return Delivery::End;
             }
             // Marked seen before reading: a commit after this read wakes us.
             self.watch.borrow_and_update();
@@ -97,7 +97,7 @@ impl Reader {
                 {
                     Ok(rows) => {
                         if rows.first().is_some_and(|row| row.seq != self.cursor + 1) {
-                            return Step::Resync(format!(
+                            return Delivery::Resync(format!(
                                 "events after {} were pruned; the log now starts at {}",
                                 self.cursor,
                                 rows.first().map_or(0, |row| row.seq)
@@ -107,7 +107,7 @@ impl Reader {
                     }
                     Err(error) => {
                         warn!(session = %self.session, %error, "session events not read");
-                        return Step::End;
+                        return Delivery::End;
                     }
                 },
             };
@@ -120,16 +120,16 @@ impl Reader {
                 for entry in &entries {
                     frames.extend_from_slice(&entry.frame);
                 }
-                return Step::Events(Bytes::from(frames));
+                return Delivery::Events(Bytes::from(frames));
             }
             tokio::select! {
                 changed = self.watch.changed() => {
                     if changed.is_err() {
-                        return Step::End;
+                        return Delivery::End;
                     }
                 }
-                () = self.shutdown.cancelled() => return Step::End,
-                () = tokio::time::sleep(KEEP_ALIVE) => return Step::KeepAlive,
+                () = self.shutdown.cancelled() => return Delivery::End,
+                () = tokio::time::sleep(KEEP_ALIVE) => return Delivery::KeepAlive,
             }
         }
     }

@@ -5,8 +5,8 @@ use margin_decisions::{
     wire, Anchor, Answer, BlockIdentity, CardState, Choice, DecisionCard, Digest, Key, ResponseKind,
 };
 use margin_protocol::decisions::{AnswerBody, ChoiceView};
-use sqlx::any::AnyRow;
-use sqlx::Row;
+use sqlx::any::{Any, AnyRow};
+use sqlx::{Row, Transaction};
 
 use super::{conflict_on_unique, int, now_ms, StorageError, Store};
 
@@ -27,31 +27,20 @@ impl Store {
     /// key that already exists is a [`StorageError::Conflict`].
     pub async fn create_cards(&self, id: &str, cards: &[DecisionCard]) -> Result<(), StorageError> {
         let mut tx = self.pool.begin().await?;
-        for card in cards {
-            sqlx::query(
-                "INSERT INTO decision_cards (id, document_id, card_key, question, description, response, \
-                 choices, criteria, anchors, state, answer, answered_by, version, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 1, $13)",
-            )
-            .bind(&card.id)
-            .bind(id)
-            .bind(card.key.as_str())
-            .bind(&card.question)
-            .bind(card.description.as_deref())
-            .bind(card.response.as_str())
-            .bind(encode_choices(&card.choices))
-            .bind(encode_json(&card.criteria))
-            .bind(encode_anchors(&card.anchors))
-            .bind(card.state.as_str())
-            .bind(card.answer.as_ref().map(encode_answer))
-            .bind(card.answered_by.as_deref())
-            .bind(now_ms())
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| conflict_on_unique(e, || format!("card key {:?} was just taken", card.key.as_str())))?;
-        }
+        insert_cards(&mut tx, id, cards).await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    /// The keys of document `id`'s cards.
+    pub async fn card_keys(&self, id: &str) -> Result<Vec<String>, StorageError> {
+        let rows = sqlx::query("SELECT card_key FROM decision_cards WHERE document_id = $1")
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| Ok(row.try_get("card_key")?))
+            .collect()
     }
 
     /// Every card of document `id`, oldest first.
@@ -103,6 +92,43 @@ impl Store {
             ))
         }
     }
+}
+
+/// Inserts `cards` of document `id` inside `tx`. A key that already
+/// exists is a [`StorageError::Conflict`].
+pub(super) async fn insert_cards(
+    tx: &mut Transaction<'static, Any>,
+    id: &str,
+    cards: &[DecisionCard],
+) -> Result<(), StorageError> {
+    for card in cards {
+        sqlx::query(
+            "INSERT INTO decision_cards (id, document_id, card_key, question, description, response, \
+             choices, criteria, anchors, state, answer, answered_by, version, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 1, $13)",
+        )
+        .bind(&card.id)
+        .bind(id)
+        .bind(card.key.as_str())
+        .bind(&card.question)
+        .bind(card.description.as_deref())
+        .bind(card.response.as_str())
+        .bind(encode_choices(&card.choices))
+        .bind(encode_json(&card.criteria))
+        .bind(encode_anchors(&card.anchors))
+        .bind(card.state.as_str())
+        .bind(card.answer.as_ref().map(encode_answer))
+        .bind(card.answered_by.as_deref())
+        .bind(now_ms())
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| {
+            conflict_on_unique(e, || {
+                format!("card key {:?} was just taken", card.key.as_str())
+            })
+        })?;
+    }
+    Ok(())
 }
 
 fn decode(row: &AnyRow) -> Result<StoredCard, StorageError> {

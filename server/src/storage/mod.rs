@@ -25,8 +25,8 @@ pub use accounts::Account;
 pub use cards::StoredCard;
 pub use documents::DocumentRow;
 pub use machines::{Machine, StoredCredential, EXPIRED_CREDENTIALS_KEPT_MS};
-pub use sessions::{SessionCommit, SessionOwner, StoredEvent, StoredSession};
-pub use updates::StoredState;
+pub use sessions::{write_session, SessionOwner, SessionWrite, StoredEvent, StoredSession};
+pub use updates::{Riding, StoredState};
 
 /// Errors from storage, typed by what a caller can do about them.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +45,15 @@ pub enum StorageError {
         expected: i64,
         /// The revision found in storage.
         found: i64,
+    },
+    /// Another writer moved the session's journal: this writer's view is
+    /// stale and must not write (journal fencing, SPEC W3).
+    #[error("session journal moved: expected record {expected}, found {found}")]
+    JournalMoved {
+        /// The record this writer held.
+        expected: u64,
+        /// The record found in storage.
+        found: u64,
     },
     /// The revision asked for is older than the compacted snapshot.
     #[error("revision {requested} was compacted into the snapshot at {snapshot}")]

@@ -1,20 +1,26 @@
-//! Planner sessions as applications read them (SPEC E1, E2, U5): each
-//! session's snapshot at its cursor and its event log, written together.
+//! Planner sessions (SPEC W1, W2, E1, E2, U5): each session's journal of
+//! domain events, the feed applications read (its events and the snapshot
+//! folded from them), and a domain snapshot for restarts — written
+//! together.
 //!
-//! The rows hold JSON the `sessions` module folds and encodes; storage
-//! only keeps a snapshot and its events in step: one transaction appends
-//! events and moves the snapshot to the last of them, fenced on the cursor
-//! it started from, so a failed commit leaves both as they were.
+//! The rows hold JSON the `sessions` module encodes; storage keeps them in
+//! step. One [`SessionWrite`] appends journal records and feed events and
+//! moves both snapshots, fenced on the journal record and feed cursor it
+//! started from, so a stale writer is refused and a failed commit leaves
+//! everything as it was. [`Store::commit_sessions`] commits many writes
+//! in one transaction (group commit); [`write_session`] runs one inside
+//! another transaction — a tool call's result with the call's own writes.
 
-use sqlx::Row;
+use sqlx::any::Any;
+use sqlx::{Row, Transaction};
 
 use super::{int, now_ms, StorageError, Store};
 
-/// Events per `INSERT`: three parameters each, well under SQLite's and
-/// PostgreSQL's limits on parameters per statement.
+/// Rows per multi-row `INSERT`: three parameters each, well under SQLite's
+/// and PostgreSQL's limits on parameters per statement.
 const ROWS_PER_INSERT: usize = 200;
 
-/// One stored event of a session's log.
+/// One stored event of a session's feed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredEvent {
     /// Its cursor: contiguous per session, from 1.
@@ -25,7 +31,7 @@ pub struct StoredEvent {
     pub body: String,
 }
 
-/// A session's stored snapshot.
+/// A session's stored feed snapshot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredSession {
     /// Its document.
@@ -36,140 +42,94 @@ pub struct StoredSession {
     pub machine: String,
     /// The last event folded into `snapshot`.
     pub cursor: u64,
-    /// The snapshot's JSON.
+    /// The feed snapshot's JSON.
     pub snapshot: String,
+    /// The last journal record.
+    pub journal_seq: u64,
+    /// The domain snapshot's JSON and the record it stands at.
+    pub domain: Option<(u64, String)>,
 }
 
-/// What one commit writes: events numbered on from `base`, and the
-/// snapshot after the last of them with its state.
-#[derive(Clone, Copy, Debug)]
-pub struct SessionCommit<'a> {
-    /// The cursor the stored snapshot must be at.
-    pub base: u64,
-    /// The events, numbered `base + 1` on.
-    pub events: &'a [StoredEvent],
-    /// The snapshot's JSON after them.
-    pub snapshot: &'a str,
-    /// Its state: `active`, `disconnected` or `ended`.
-    pub state: &'a str,
-}
-
-/// Who a new session belongs to, for its first commit.
-#[derive(Clone, Copy, Debug)]
-pub struct SessionOwner<'a> {
+/// Who a new session belongs to, for its first write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionOwner {
     /// Its document.
-    pub document: &'a str,
+    pub document: String,
     /// Its owner's account.
-    pub account: &'a str,
+    pub account: String,
     /// The machine it runs on.
-    pub machine: &'a str,
+    pub machine: String,
 }
 
-const SELECT: &str =
-    "SELECT id, document_id, account_id, machine_id, cursor, snapshot FROM planner_sessions";
+/// One write of a session, fenced on where it started.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionWrite {
+    /// The session.
+    pub session: String,
+    /// Given for the session's first write, which creates it.
+    pub owner: Option<SessionOwner>,
+    /// The journal record the stored session must be at.
+    pub base: u64,
+    /// Journal records, numbered `base + 1` on: (seq, JSON).
+    pub records: Vec<(u64, String)>,
+    /// The feed cursor the stored session must be at.
+    pub cursor: u64,
+    /// Feed events, numbered `cursor + 1` on.
+    pub events: Vec<StoredEvent>,
+    /// The feed snapshot after them.
+    pub snapshot: String,
+    /// Its state: `active`, `disconnected` or `ended`.
+    pub state: &'static str,
+    /// A domain snapshot at the last record, to keep.
+    pub domain: Option<String>,
+    /// Journal records at or before this go (a domain snapshot holds them).
+    pub prune_journal: Option<u64>,
+    /// Feed events at or before this go (SPEC E2 retention).
+    pub prune_events: Option<u64>,
+}
+
+impl SessionWrite {
+    /// The journal record the session is at once this is committed.
+    pub fn journal_seq(&self) -> u64 {
+        self.records.last().map_or(self.base, |(seq, _)| *seq)
+    }
+
+    /// The feed cursor once this is committed.
+    pub fn feed_cursor(&self) -> u64 {
+        self.events.last().map_or(self.cursor, |event| event.seq)
+    }
+}
+
+const SELECT: &str = "SELECT id, document_id, account_id, machine_id, cursor, snapshot, \
+     journal_seq, domain, domain_seq FROM planner_sessions";
 
 fn decode(row: &sqlx::any::AnyRow) -> Result<StoredSession, StorageError> {
+    let domain: Option<String> = row.try_get("domain")?;
     Ok(StoredSession {
         document: row.try_get("document_id")?,
         account: row.try_get("account_id")?,
         machine: row.try_get("machine_id")?,
         cursor: int(row, "cursor")? as u64,
         snapshot: row.try_get("snapshot")?,
+        journal_seq: int(row, "journal_seq")? as u64,
+        domain: domain.map(|json| (int(row, "domain_seq").unwrap_or(0) as u64, json)),
     })
 }
 
 impl Store {
-    /// Appends `commit`'s events to session `id`'s log and moves its
-    /// snapshot to the last of them, in one transaction. `owner` is given
-    /// for the session's first commit (`base` 0), which creates it. Fails
-    /// with [`StorageError::RevisionMoved`], writing nothing, when the
-    /// stored cursor is not `base`.
-    pub async fn commit_session_events(
-        &self,
-        id: &str,
-        owner: Option<SessionOwner<'_>>,
-        commit: SessionCommit<'_>,
-    ) -> Result<(), StorageError> {
-        let SessionCommit {
-            base,
-            events,
-            snapshot,
-            state,
-        } = commit;
-        let cursor = base + events.len() as u64;
-        let now = now_ms();
+    /// Commits `writes` in one transaction: all or none. A write whose
+    /// fence does not hold fails the transaction with
+    /// [`StorageError::JournalMoved`].
+    pub async fn commit_sessions(&self, writes: &[SessionWrite]) -> Result<(), StorageError> {
         let mut tx = self.pool.begin().await?;
-        match owner {
-            Some(owner) if base == 0 => {
-                sqlx::query(
-                    "INSERT INTO planner_sessions (id, document_id, account_id, machine_id, cursor, snapshot, state, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                )
-                .bind(id)
-                .bind(owner.document)
-                .bind(owner.account)
-                .bind(owner.machine)
-                .bind(cursor as i64)
-                .bind(snapshot)
-                .bind(state)
-                .bind(now)
-                .execute(&mut *tx)
-                .await?;
-            }
-            _ => {
-                let moved = sqlx::query(
-                    "UPDATE planner_sessions SET cursor = $1, snapshot = $2, state = $3 WHERE id = $4 AND cursor = $5",
-                )
-                .bind(cursor as i64)
-                .bind(snapshot)
-                .bind(state)
-                .bind(id)
-                .bind(base as i64)
-                .execute(&mut *tx)
-                .await?;
-                if moved.rows_affected() != 1 {
-                    let found = sqlx::query("SELECT cursor FROM planner_sessions WHERE id = $1")
-                        .bind(id)
-                        .fetch_optional(&mut *tx)
-                        .await?
-                        .map(|row| int(&row, "cursor"))
-                        .transpose()?
-                        .ok_or(StorageError::NotFound("session"))?;
-                    return Err(StorageError::RevisionMoved {
-                        expected: base as i64,
-                        found,
-                    });
-                }
-            }
-        }
-        // One statement per batch of rows: a statement per event made the
-        // log's writer wait on a driver round trip for each (see
-        // docs/performance.md, "Session feed").
-        for batch in events.chunks(ROWS_PER_INSERT) {
-            let rows: Vec<String> = (0..batch.len())
-                .map(|i| {
-                    let p = 3 * i + 3;
-                    format!("($1, ${p}, ${}, ${}, $2)", p + 1, p + 2)
-                })
-                .collect();
-            let sql = format!(
-                "INSERT INTO session_events (session_id, seq, kind, body, created_at) VALUES {}",
-                rows.join(", ")
-            );
-            let mut insert = sqlx::query(&sql).bind(id).bind(now);
-            for event in batch {
-                insert = insert
-                    .bind(event.seq as i64)
-                    .bind(&event.kind)
-                    .bind(&event.body);
-            }
-            insert.execute(&mut *tx).await?;
+        for write in writes {
+            write_session(&mut tx, write).await?;
         }
         tx.commit().await?;
         Ok(())
     }
 
-    /// Session `id`'s snapshot, if it exists.
+    /// Session `id`'s feed snapshot, if it exists.
     pub async fn session(&self, id: &str) -> Result<Option<StoredSession>, StorageError> {
         let sql = format!("{SELECT} WHERE id = $1");
         let row = sqlx::query(&sql)
@@ -179,8 +139,8 @@ impl Store {
         row.as_ref().map(decode).transpose()
     }
 
-    /// Session `id`'s events after cursor `after`, oldest first, at most
-    /// `limit`.
+    /// Session `id`'s feed events after cursor `after`, oldest first, at
+    /// most `limit`.
     pub async fn session_events(
         &self,
         id: &str,
@@ -206,15 +166,34 @@ impl Store {
             .collect()
     }
 
-    /// Drops session `id`'s events at or before `upto`: the snapshot holds
-    /// them (SPEC E2 retention).
-    pub async fn prune_session_events(&self, id: &str, upto: u64) -> Result<u64, StorageError> {
-        let done = sqlx::query("DELETE FROM session_events WHERE session_id = $1 AND seq <= $2")
-            .bind(id)
-            .bind(upto as i64)
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected())
+    /// Session `id`'s journal records after `after`, oldest first: (seq,
+    /// JSON).
+    pub async fn session_journal(
+        &self,
+        id: &str,
+        after: u64,
+    ) -> Result<Vec<(u64, String)>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT seq, entry FROM session_journal WHERE session_id = $1 AND seq > $2 ORDER BY seq",
+        )
+        .bind(id)
+        .bind(after as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| Ok((int(row, "seq")? as u64, row.try_get("entry")?)))
+            .collect()
+    }
+
+    /// Session `id`'s journal record `seq`, if it is kept.
+    pub async fn journal_record(&self, id: &str, seq: u64) -> Result<Option<String>, StorageError> {
+        let row =
+            sqlx::query("SELECT entry FROM session_journal WHERE session_id = $1 AND seq = $2")
+                .bind(id)
+                .bind(seq as i64)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(row.map(|row| row.try_get("entry")).transpose()?)
     }
 
     /// The sessions whose stored state is not `ended`, with their ids,
@@ -226,4 +205,161 @@ impl Store {
             .map(|row| Ok((row.try_get("id")?, decode(row)?)))
             .collect()
     }
+}
+
+/// Runs `write` inside `tx`: the session row moves (or is created), its
+/// journal records and feed events are appended and pruned. Fenced: when
+/// the stored session is not at `write.base` and `write.cursor`, nothing
+/// is written and [`StorageError::JournalMoved`] says where it is.
+pub async fn write_session(
+    tx: &mut Transaction<'static, Any>,
+    write: &SessionWrite,
+) -> Result<(), StorageError> {
+    let id = write.session.as_str();
+    let (journal_seq, cursor) = (write.journal_seq(), write.feed_cursor());
+    match &write.owner {
+        Some(owner) if write.base == 0 => {
+            sqlx::query(
+                "INSERT INTO planner_sessions (id, document_id, account_id, machine_id, cursor, snapshot, state, created_at, journal_seq, domain, domain_seq) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            )
+            .bind(id)
+            .bind(&owner.document)
+            .bind(&owner.account)
+            .bind(&owner.machine)
+            .bind(cursor as i64)
+            .bind(&write.snapshot)
+            .bind(write.state)
+            .bind(now_ms())
+            .bind(journal_seq as i64)
+            .bind(write.domain.as_deref())
+            .bind(if write.domain.is_some() { journal_seq as i64 } else { 0 })
+            .execute(&mut **tx)
+            .await?;
+        }
+        _ => {
+            let moved = match &write.domain {
+                Some(domain) => sqlx::query(
+                    "UPDATE planner_sessions SET cursor = $1, snapshot = $2, state = $3, journal_seq = $4, domain = $5, domain_seq = $4 \
+                     WHERE id = $6 AND journal_seq = $7 AND cursor = $8",
+                )
+                .bind(cursor as i64)
+                .bind(&write.snapshot)
+                .bind(write.state)
+                .bind(journal_seq as i64)
+                .bind(domain.as_str())
+                .bind(id)
+                .bind(write.base as i64)
+                .bind(write.cursor as i64),
+                None => sqlx::query(
+                    "UPDATE planner_sessions SET cursor = $1, snapshot = $2, state = $3, journal_seq = $4 \
+                     WHERE id = $5 AND journal_seq = $6 AND cursor = $7",
+                )
+                .bind(cursor as i64)
+                .bind(&write.snapshot)
+                .bind(write.state)
+                .bind(journal_seq as i64)
+                .bind(id)
+                .bind(write.base as i64)
+                .bind(write.cursor as i64),
+            }
+            .execute(&mut **tx)
+            .await?;
+            if moved.rows_affected() != 1 {
+                let found = sqlx::query("SELECT journal_seq FROM planner_sessions WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(&mut **tx)
+                    .await?
+                    .map(|row| int(&row, "journal_seq"))
+                    .transpose()?
+                    .ok_or(StorageError::NotFound("session"))?;
+                return Err(StorageError::JournalMoved {
+                    expected: write.base,
+                    found: found as u64,
+                });
+            }
+        }
+    }
+    let records: Vec<(u64, &str, &str)> = write
+        .records
+        .iter()
+        .map(|(seq, entry)| (*seq, entry.as_str(), ""))
+        .collect();
+    insert_rows(
+        tx,
+        "session_journal (session_id, seq, entry)",
+        id,
+        &records,
+        false,
+    )
+    .await?;
+    let events: Vec<(u64, &str, &str)> = write
+        .events
+        .iter()
+        .map(|e| (e.seq, e.kind.as_str(), e.body.as_str()))
+        .collect();
+    insert_rows(
+        tx,
+        "session_events (session_id, seq, kind, body, created_at)",
+        id,
+        &events,
+        true,
+    )
+    .await?;
+    if let Some(upto) = write.prune_journal {
+        sqlx::query("DELETE FROM session_journal WHERE session_id = $1 AND seq <= $2")
+            .bind(id)
+            .bind(upto as i64)
+            .execute(&mut **tx)
+            .await?;
+    }
+    if let Some(upto) = write.prune_events {
+        sqlx::query("DELETE FROM session_events WHERE session_id = $1 AND seq <= $2")
+            .bind(id)
+            .bind(upto as i64)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Inserts `rows` of session `id` into `table`, a statement per
+/// [`ROWS_PER_INSERT`]: a statement per row made a writer wait on a driver
+/// round trip for each (see docs/performance.md, "Session feed"). Each row
+/// is (seq, a, b): journal rows use `a` only; event rows use both and a
+/// `created_at`.
+async fn insert_rows(
+    tx: &mut Transaction<'static, Any>,
+    table: &str,
+    id: &str,
+    rows: &[(u64, &str, &str)],
+    event: bool,
+) -> Result<(), StorageError> {
+    let now = now_ms();
+    for batch in rows.chunks(ROWS_PER_INSERT) {
+        let values: Vec<String> = (0..batch.len())
+            .map(|i| {
+                if event {
+                    let p = 3 * i + 3;
+                    format!("($1, ${p}, ${}, ${}, $2)", p + 1, p + 2)
+                } else {
+                    let p = 2 * i + 2;
+                    format!("($1, ${p}, ${})", p + 1)
+                }
+            })
+            .collect();
+        let sql = format!("INSERT INTO {table} VALUES {}", values.join(", "));
+        let mut insert = sqlx::query(&sql).bind(id);
+        if event {
+            insert = insert.bind(now);
+        }
+        for (seq, a, b) in batch {
+            insert = insert.bind(*seq as i64).bind(*a);
+            if event {
+                insert = insert.bind(*b);
+            }
+        }
+        insert.execute(&mut **tx).await?;
+    }
+    Ok(())
 }

@@ -6,9 +6,21 @@
 //! transaction, so a reader always sees either the rows or the snapshot that
 //! replaced them.
 
+use margin_decisions::DecisionCard;
 use sqlx::Row;
 
+use super::cards::insert_cards;
+use super::sessions::{write_session, SessionWrite};
 use super::{int, StorageError, Store};
+
+/// What commits with a document's changes, in their transaction.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Riding<'a> {
+    /// New decision cards (their live mirror is among the changes).
+    pub cards: &'a [DecisionCard],
+    /// Session writes: tool call results recorded with their writes.
+    pub sessions: &'a [SessionWrite],
+}
 
 /// Everything stored for a document up to some revision.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -109,6 +121,21 @@ impl Store {
         expected: i64,
         updates: &[Vec<u8>],
     ) -> Result<i64, StorageError> {
+        self.append_with(id, expected, updates, Riding::default())
+            .await
+    }
+
+    /// Appends `updates` as [`Store::append_updates`] does, and commits
+    /// what rides with them in the same transaction: new decision cards,
+    /// and session writes — the results of the tool calls that made these
+    /// changes (SPEC W1). All of it lands, or none.
+    pub async fn append_with(
+        &self,
+        id: &str,
+        expected: i64,
+        updates: &[Vec<u8>],
+        riding: Riding<'_>,
+    ) -> Result<i64, StorageError> {
         let next = expected + updates.len() as i64;
         let mut tx = self.pool.begin().await?;
         let moved =
@@ -132,6 +159,10 @@ impl Store {
             .bind(update.as_slice())
             .execute(&mut *tx)
             .await?;
+        }
+        insert_cards(&mut tx, id, riding.cards).await?;
+        for write in riding.sessions {
+            write_session(&mut tx, write).await?;
         }
         tx.commit().await?;
         Ok(next)

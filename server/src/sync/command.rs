@@ -1,12 +1,13 @@
 //! What a document task is asked to do, and the replies it gives.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
-use margin_decisions::{Edit, EditError, Outline};
+use margin_decisions::{DecisionCard, Edit, EditError, Outline};
 use tokio::sync::oneshot;
 
 use super::conn::{Conn, ConnId};
+use crate::storage::SessionWrite;
 
 /// What a document task is asked to do.
 #[derive(Debug)]
@@ -41,8 +42,20 @@ pub enum Command {
         revision: i64,
         /// The edits.
         edits: Vec<Edit>,
+        /// What commits with the edit: the call's result (SPEC W1).
+        rider: Option<Rider>,
         /// The revision the edit made and its outline, once committed.
         reply: EditReply,
+    },
+    /// New decision cards: stored with their live mirror in one
+    /// transaction, so a card and the editors' view of it never disagree.
+    Cards {
+        /// The cards.
+        cards: Vec<DecisionCard>,
+        /// What commits with them: the call's result (SPEC W1).
+        rider: Option<Rider>,
+        /// The revision the mirror made and the outline at it.
+        reply: CardsReply,
     },
     /// The document was archived or unarchived (SPEC P3): while archived,
     /// every connection's edits are refused the way a viewer's are, and so
@@ -73,6 +86,44 @@ pub enum Command {
 
 /// Where a projection's revision and outline go.
 pub type ProjectReply = oneshot::Sender<(i64, Arc<Outline>)>;
+
+/// Where new cards' revision and outline go.
+pub type CardsReply = oneshot::Sender<Result<(i64, Arc<Outline>), CardsRefused>>;
+
+/// Rows another owner commits in the same transaction as a document
+/// change: a tool call's result, recorded with the call's own writes so a
+/// call is never "landed but unrecorded" (SPEC W1).
+pub trait Ride: Send {
+    /// The rows, given the revision the change made and the outline at it;
+    /// none when there is nothing to record.
+    fn rows(&mut self, revision: i64, outline: &Arc<Outline>) -> Option<SessionWrite>;
+    /// The transaction holding the rows committed.
+    fn committed(&mut self);
+}
+
+/// A [`Ride`], shared so a command retried on a fresh task carries it.
+#[derive(Clone)]
+pub struct Rider(pub Arc<Mutex<dyn Ride>>);
+
+impl std::fmt::Debug for Rider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Rider")
+    }
+}
+
+/// Why new cards were not stored.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum CardsRefused {
+    /// Another batch took a key meanwhile: judge the batch again.
+    #[error("card key {0:?} was just taken")]
+    KeyTaken(String),
+    /// The document is archived.
+    #[error("the document is archived; nothing was changed (its owner can unarchive it)")]
+    Archived,
+    /// The document could not be loaded or its task stopped.
+    #[error("the document is unavailable: {0}")]
+    Unavailable(String),
+}
 
 /// Where an `edit_plan` result goes.
 pub type EditReply = oneshot::Sender<Result<(i64, Arc<Outline>), EditRefused>>;

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use margin_decisions::{LiveOutline, Outline};
+use margin_decisions::{DecisionCard, LiveOutline, Outline};
 use margin_protocol::sync::{close, MAX_AWARENESS_BYTES, MAX_AWARENESS_CLIENTS, MAX_UPDATE_BYTES};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{sleep_until, Instant};
@@ -22,7 +22,9 @@ use yrs::sync::{Awareness, Message, SyncMessage};
 use yrs::updates::decoder::Decode;
 use yrs::{ClientID, ReadTxn, StateVector, Transact, Update};
 
-use super::command::{Command, EditRefused, EditReply, JoinRefused, ProjectReply};
+use super::command::{
+    CardsRefused, CardsReply, Command, EditRefused, EditReply, JoinRefused, ProjectReply, Rider,
+};
 use super::compaction::{Compaction, Compactor};
 use super::conn::{Conn, ConnId, Refused};
 use super::frame;
@@ -30,7 +32,7 @@ use super::hub::Hub;
 use super::load::rebuild;
 use super::messages;
 use super::writes;
-use crate::storage::{StorageError, Store};
+use crate::storage::{Riding, SessionWrite, StorageError, Store};
 
 /// The origin of the server's own changes; connections count from 1.
 const SERVER: ConnId = 0;
@@ -62,6 +64,12 @@ struct Effects {
     edits: Vec<(EditReply, usize, Arc<Outline>)>,
     /// Projection replies.
     projections: Vec<(ProjectReply, usize, Arc<Outline>)>,
+    /// New cards, stored with the batch.
+    cards: Vec<DecisionCard>,
+    /// Card replies, as projection replies.
+    card_replies: Vec<(CardsReply, usize, Arc<Outline>)>,
+    /// What rides with the batch: how many of its changes precede each.
+    riders: Vec<(Rider, usize, Arc<Outline>)>,
 }
 
 pub struct DocumentTask {
@@ -75,6 +83,9 @@ pub struct DocumentTask {
     compactor: Compactor,
     /// Archived: edits are refused from everyone (SPEC P3).
     archived: bool,
+    /// The keys of the document's cards: new cards are stored only here,
+    /// so a key taken meanwhile is refused before anything is written.
+    keys: HashSet<String>,
     /// Deleted: unload at once and write nothing more.
     deleted: bool,
 }
@@ -125,6 +136,7 @@ async fn refuse_all(rx: &mut mpsc::Receiver<Command>, why: JoinRefused) {
             // Dropping the reply makes the caller read storage instead.
             Command::Outline { .. }
             | Command::Edit { .. }
+            | Command::Cards { .. }
             | Command::Project { .. }
             | Command::Archive { .. }
             | Command::Delete { .. }
@@ -142,6 +154,7 @@ impl DocumentTask {
         };
         let state = store.load_state(&id, None).await.map_err(stored)?;
         let archived = store.is_archived(&id).await.map_err(stored)?;
+        let keys = store.card_keys(&id).await.map_err(stored)?;
         let doc = rebuild(&state).map_err(|e| JoinRefused::LoadFailed(e.to_string()))?;
         let live = LiveOutline::new(&doc);
         Ok(DocumentTask {
@@ -153,6 +166,7 @@ impl DocumentTask {
             members: HashMap::new(),
             compactor: Compactor::new(compaction, state.updates.len() as u64),
             archived,
+            keys: keys.into_iter().collect(),
             deleted: false,
         })
     }
@@ -214,7 +228,10 @@ impl DocumentTask {
                         .close(close::DELETED, "the document was deleted");
                 }
             }
-            Command::Edit { .. } | Command::Project { .. } | Command::Frame { .. }
+            Command::Edit { .. }
+            | Command::Project { .. }
+            | Command::Cards { .. }
+            | Command::Frame { .. }
                 if self.deleted => {}
             Command::Join { conn, reply } => {
                 let id = conn.id;
@@ -269,6 +286,7 @@ impl DocumentTask {
             Command::Edit {
                 revision,
                 edits,
+                rider,
                 reply,
             } => {
                 // Changes earlier in this batch already moved the document.
@@ -284,14 +302,47 @@ impl DocumentTask {
                             effects.deltas.push((SERVER, change));
                         }
                         self.live.refresh();
-                        effects
-                            .edits
-                            .push((reply, effects.deltas.len(), self.live.snapshot()));
+                        let outline = self.live.snapshot();
+                        let before = effects.deltas.len();
+                        if let Some(rider) = rider {
+                            effects.riders.push((rider, before, outline.clone()));
+                        }
+                        effects.edits.push((reply, before, outline));
                     }
                     Err(refused) => {
                         let _ = reply.send(Err(refused.into()));
                     }
                 }
+            }
+            Command::Cards { reply, .. } if self.archived => {
+                let _ = reply.send(Err(CardsRefused::Archived));
+            }
+            Command::Cards {
+                cards,
+                rider,
+                reply,
+            } => {
+                if let Some(taken) = cards.iter().find(|c| self.keys.contains(c.key.as_str())) {
+                    let _ = reply.send(Err(CardsRefused::KeyTaken(taken.key.as_str().to_owned())));
+                    return;
+                }
+                let mirror: Vec<(String, String)> = cards
+                    .iter()
+                    .map(|card| (card.id.clone(), crate::cards::card_json(card)))
+                    .collect();
+                if let Some(change) = writes::project(self.awareness.doc(), &mirror) {
+                    effects.deltas.push((SERVER, change));
+                }
+                self.keys
+                    .extend(cards.iter().map(|c| c.key.as_str().to_owned()));
+                effects.cards.extend(cards);
+                self.live.refresh();
+                let outline = self.live.snapshot();
+                let before = effects.deltas.len();
+                if let Some(rider) = rider {
+                    effects.riders.push((rider, before, outline.clone()));
+                }
+                effects.card_replies.push((reply, before, outline));
             }
             Command::Project { cards, reply } => {
                 if let Some(change) = writes::project(self.awareness.doc(), &cards) {
@@ -438,12 +489,29 @@ impl DocumentTask {
     async fn publish(&mut self, effects: Effects) -> Result<(), StorageError> {
         let base = self.revision;
         let mut sends = Vec::new();
-        if !effects.deltas.is_empty() {
+        if !effects.deltas.is_empty() || !effects.cards.is_empty() {
             let changes: Vec<Vec<u8>> = effects.deltas.iter().map(|(_, d)| d.clone()).collect();
+            let sessions: Vec<SessionWrite> = effects
+                .riders
+                .iter()
+                .filter_map(|(rider, before, outline)| {
+                    let mut ride = rider.0.lock().ok()?;
+                    ride.rows(base + *before as i64, outline)
+                })
+                .collect();
+            let riding = Riding {
+                cards: &effects.cards,
+                sessions: &sessions,
+            };
             self.revision = self
                 .store
-                .append_updates(&self.id, self.revision, &changes)
+                .append_with(&self.id, self.revision, &changes, riding)
                 .await?;
+            for (rider, _, _) in &effects.riders {
+                if let Ok(mut ride) = rider.0.lock() {
+                    ride.committed();
+                }
+            }
             self.compactor.committed(changes.len() as u64);
             sends = self.fan_out(&effects.deltas);
         }
@@ -470,6 +538,9 @@ impl DocumentTask {
         }
         for (reply, changes_before, outline) in effects.projections {
             let _ = reply.send((base + changes_before as i64, outline));
+        }
+        for (reply, changes_before, outline) in effects.card_replies {
+            let _ = reply.send(Ok((base + changes_before as i64, outline)));
         }
         if !effects.outlines.is_empty() {
             self.live.refresh();

@@ -9,13 +9,13 @@ use std::num::NonZeroUsize;
 
 use lru::LruCache;
 
-use margin_decisions::{Edit, Outline, ReadCache, DEFAULT_READS};
+use margin_decisions::{DecisionCard, Edit, Outline, ReadCache, DEFAULT_READS};
 use margin_protocol::Role;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::command::{Command, EditRefused, JoinRefused};
+use super::command::{CardsRefused, Command, EditRefused, JoinRefused, Rider};
 use super::compaction::Compaction;
 use super::conn::{self, Closer, Conn, ConnId, OutboxReader};
 use super::document;
@@ -219,20 +219,41 @@ impl Hub {
     }
 
     /// Applies the Planner's edits to `id` and returns the revision they made
-    /// and its outline, once committed.
+    /// and its outline, once committed — with `rider`'s rows in the same
+    /// transaction, when given.
     pub async fn edit(
         &self,
         id: &str,
         revision: i64,
         edits: Vec<Edit>,
+        rider: Option<Rider>,
     ) -> Result<(i64, Arc<Outline>), EditRefused> {
         self.request(id, |reply| Command::Edit {
             revision,
             edits: edits.clone(),
+            rider: rider.clone(),
             reply,
         })
         .await
         .map_err(|e| EditRefused::Unavailable(e.to_string()))?
+    }
+
+    /// Stores new `cards` of `id` with their live mirror, and `rider`'s
+    /// rows, in one transaction; returns the revision the mirror made and
+    /// its outline.
+    pub async fn create_cards(
+        &self,
+        id: &str,
+        cards: Vec<DecisionCard>,
+        rider: Option<Rider>,
+    ) -> Result<(i64, Arc<Outline>), CardsRefused> {
+        self.request(id, |reply| Command::Cards {
+            cards: cards.clone(),
+            rider: rider.clone(),
+            reply,
+        })
+        .await
+        .map_err(|e| CardsRefused::Unavailable(e.to_string()))?
     }
 
     /// Mirrors `(card id, card JSON)` pairs into `id` for live editors;

@@ -493,4 +493,41 @@ on_both_backends! {
             ("Which region do we launch in first?", "free_text"),
         ]);
     }
+
+    async fn a_restarted_demo_planner_keeps_its_machine_resumes_its_session_and_says_nothing_false(db) {
+        let (mut server, token) = Server::start_with_demo(&db, "ada").await;
+        let (_, body) = server.get(Some(&token), "/documents").await;
+        let doc = body["documents"][0]["id"].as_str().expect("a sample document").to_owned();
+        say(&server, &token, &doc, "@planner review the plan").await;
+        chat_until(&server, &token, &doc, 1, planner_replies).await;
+        let planner = format!("/documents/{doc}/planner");
+        let (_, view) = server.get(Some(&token), &planner).await;
+        let session = view["session"].as_str().expect("a session").to_owned();
+        let (_, machines) = server.get(Some(&token), "/machines").await;
+        server.restart().await;
+        // The same machine links again and resumes the same session.
+        let mut view = serde_json::Value::Null;
+        for _ in 0..500 {
+            view = server.get(Some(&token), &planner).await.1;
+            if view["connected"] == json!(true) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!((view["connected"].as_bool(), view["session"].as_str()), (Some(true), Some(session.as_str())), "{view}");
+        assert_eq!(server.get(Some(&token), "/machines").await.1, machines, "no machine paired or revoked");
+        say(&server, &token, &doc, "@planner again").await;
+        chat_until(&server, &token, &doc, 2, planner_replies).await;
+        let (_, body) = server.get(Some(&token), &format!("/documents/{doc}/chat")).await;
+        let lines: ChatList = serde_json::from_value(body).unwrap();
+        let system: Vec<_> = lines.messages.iter().filter(|m| m.kind == ChatKind::System).map(|m| m.text.as_str()).collect();
+        assert!(system.is_empty(), "a restart says nothing in Chat: {system:?}");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let credential = db.data_dir().join("demo-planner-ada.credential");
+            let mode = std::fs::metadata(&credential).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "the demo's credential is private");
+        }
+    }
 }

@@ -93,6 +93,7 @@ impl Scene {
                 &self.owner,
                 &self.doc,
                 OpenDecisionsInput { revision, cards },
+                None,
             )
             .await
     }
@@ -219,7 +220,7 @@ on_both_backends! {
         let edited = s.tools().edit_plan(&s.owner, &s.doc, EditPlanInput {
             revision: read.revision,
             edits: vec![EditInput::Insert { after: Some(address(&read, 2)), kind: "paragraph".into(), level: None, text: "Risks".into() }],
-        }).await.unwrap();
+        }, None).await.unwrap();
         assert_eq!(edited.revision, read.revision + 1);
         assert_eq!(edited.outline[3].text, "Risks");
         assert!(s.person.until(|c| c.texts().len() == 4).await);
@@ -236,7 +237,7 @@ on_both_backends! {
         let result = s.tools().edit_plan(&s.owner, &s.doc, EditPlanInput {
             revision: read.revision,
             edits: vec![EditInput::Delete { at: address(&read, 0) }],
-        }).await;
+        }, None).await;
         match result {
             Err(ToolError::Refused(r)) => assert_eq!(r.code, "stale_revision"),
             other => panic!("expected stale_revision, got {other:?}"),
@@ -250,8 +251,8 @@ on_both_backends! {
         s.person_inserts(0, "typed").await;
         let input = OpenDecisionInput { revision: read.revision, card: card("region", vec![address(&read, 1)]) };
         let tools = s.tools();
-        assert_eq!(refusal_code(&tools.open_decision(&s.owner, &s.doc, input.clone()).await), "stale_revision");
-        assert_eq!(refusal_code(&tools.ask(&s.owner, &s.doc, input).await), "stale_revision");
+        assert_eq!(refusal_code(&tools.open_decision(&s.owner, &s.doc, input.clone(), None).await), "stale_revision");
+        assert_eq!(refusal_code(&tools.ask(&s.owner, &s.doc, input, None).await), "stale_revision");
         assert!(s.cards().await.is_empty());
     }
 
@@ -265,7 +266,7 @@ on_both_backends! {
             let result = s.tools().open_decisions(account, &s.doc, OpenDecisionsInput {
                 revision: read.revision,
                 cards: vec![card("region", vec![address(&read, 1)])],
-            }).await;
+            }, None).await;
             assert_eq!(refusal_code(&result), "no_access");
         }
     }
@@ -311,7 +312,7 @@ on_both_backends! {
         s.tools().edit_plan(&s.owner, &s.doc, EditPlanInput {
             revision: now.revision,
             edits: vec![EditInput::Replace { at: address(&now, 1), text: "Pick a region: decided".into() }],
-        }).await.unwrap();
+        }, None).await.unwrap();
         let cards = s.cards().await;
         assert_eq!((cards[0].state.as_str(), cards[0].answer.clone()), ("answered", Some(margin_protocol::decisions::AnswerBody::Choices(vec!["c1".into()]))));
         // The card still stands beside the same block (same identity).

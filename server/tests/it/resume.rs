@@ -469,12 +469,16 @@ on_both_backends! {
         a.s.say("@planner draft the risks").await;
         let (session, turn, _, _) = invoked(&mut link).await;
         // Mid tool call: the call goes out, the link drops before the result.
-        link.send_message(&ClientMessage::ToolCall { session: session.clone(), turn: turn.clone(), call_id: "c1".into(), name: "read_document".into(), arguments: json!({}) }).await;
+        link.send_message(&ClientMessage::ToolCall { session: session.clone(), turn: turn.clone(), call_id: "in-flight".into(), name: "read_document".into(), arguments: json!({}) }).await;
         drop(link);
         let view = a.until_disconnected().await;
         assert_eq!(view["replying"], json!(true), "the turn is kept");
         a.until_line(DISCONNECTED).await;
-        let (mut back, _) = a.resume(json!([{"session": session}])).await;
+        // The machine still runs the turn and waits on its call (SPEC W1).
+        let (mut back, _) = a.resume(json!([{"session": session, "turn": turn, "calls": ["in-flight"]}])).await;
+        let result = back.next_work().await;
+        assert!(matches!(&result, Some(ServerMessage::ToolResult { call_id, error: None, output: Some(_), .. }) if call_id == "in-flight"),
+            "the call in flight at the drop gets its result after resume: {result:?}");
         // The turn carries on: its calls work, and its reply is posted.
         let result = call(&mut back, &session, &turn, "read_document", json!({})).await;
         assert!(matches!(result, ServerMessage::ToolResult { error: None, .. }), "{result:?}");
@@ -482,6 +486,22 @@ on_both_backends! {
         let chat = a.s.chat_len(4).await;
         assert!(chat.iter().any(|(k, t)| *k == ChatKind::Planner && t == "Drafted the risks."), "{chat:?}");
         assert!(!chat.iter().any(|(_, t)| t.contains("its reply was not posted")), "{chat:?}");
+    }
+
+    async fn a_turn_the_machine_no_longer_runs_after_a_drop_ends_saying_so(db) {
+        let a = Away::new(&db).await;
+        let mut link = a.link().await;
+        a.s.say("@planner draft the risks").await;
+        let (session, turn, _, _) = invoked(&mut link).await;
+        let result = call(&mut link, &session, &turn, "read_document", json!({})).await;
+        assert!(matches!(result, ServerMessage::ToolResult { error: None, .. }), "{result:?}");
+        drop(link);
+        a.until_disconnected().await;
+        // Back without the turn: it ended on the machine.
+        let (_back, _) = a.resume(json!([{"session": session}])).await;
+        a.until_line("The Planner came back without the turn it was working on; that turn ended without a reply. Mention @planner again.").await;
+        let view = a.view().await;
+        assert_eq!(view["replying"], json!(false));
     }
 
     async fn a_graceful_shutdown_posts_no_chat_line_about_the_planner(db) {

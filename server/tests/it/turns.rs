@@ -114,6 +114,16 @@ pub(crate) async fn invoked(link: &mut LinkClient) -> (String, String, Vec<Strin
     }
 }
 
+/// A call id no other call of these tests uses: a call id seen before is
+/// answered with its first result, never run again (SPEC W1).
+pub(crate) fn fresh_call_id() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    format!(
+        "c{}",
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
 pub(crate) async fn call(
     link: &mut LinkClient,
     session: &str,
@@ -124,7 +134,7 @@ pub(crate) async fn call(
     link.send_message(&ClientMessage::ToolCall {
         session: session.into(),
         turn: turn.into(),
-        call_id: "c1".into(),
+        call_id: fresh_call_id(),
         name: name.into(),
         arguments,
     })

@@ -5,22 +5,19 @@ use margin_server::storage::Store;
 use sqlx::Connection;
 use tempfile::TempDir;
 
-/// An isolated database.
+/// An isolated database, and a data folder of its own (`margin serve
+/// --data`: the SQLite database, and the demo Planner's files on either
+/// backend).
 pub struct TestDb {
-    /// For SQLite: the data folder (`margin serve --data`).
-    dir: Option<TempDir>,
+    dir: TempDir,
     /// For PostgreSQL: the base URL and the schema this test owns.
     schema: Option<(String, String)>,
 }
 
 impl TestDb {
     pub fn sqlite() -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("margin-test-")
-            .tempdir()
-            .unwrap();
         TestDb {
-            dir: Some(dir),
+            dir: data_folder(),
             schema: None,
         }
     }
@@ -36,34 +33,46 @@ impl TestDb {
             .unwrap();
         conn.close().await.unwrap();
         Some(TestDb {
-            dir: None,
+            dir: data_folder(),
             schema: Some((base, schema)),
         })
     }
 
+    /// The data folder `margin serve --data` is given.
+    pub fn data_dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
     /// The URL `Store::open` takes.
     pub fn url(&self) -> String {
-        match (&self.dir, &self.schema) {
-            (Some(dir), _) => Store::sqlite_url_in(dir.path()).unwrap(),
-            (None, Some((base, schema))) => {
+        match &self.schema {
+            None => Store::sqlite_url_in(self.dir.path()).unwrap(),
+            Some((base, schema)) => {
                 let sep = if base.contains('?') { '&' } else { '?' };
                 format!("{base}{sep}options=-c%20search_path%3D{schema}")
             }
-            (None, None) => unreachable!("a TestDb is either SQLite or PostgreSQL"),
         }
     }
 
     /// The `margin` CLI arguments that select this database.
     pub fn cli_args(&self) -> Vec<String> {
-        match &self.dir {
-            Some(dir) => vec!["--data".into(), dir.path().display().to_string()],
-            None => vec!["--database-url".into(), self.url()],
+        let mut args = vec!["--data".into(), self.dir.path().display().to_string()];
+        if self.schema.is_some() {
+            args.extend(["--database-url".into(), self.url()]);
         }
+        args
     }
 
     pub async fn open(&self) -> Store {
         Store::open(&self.url()).await.unwrap()
     }
+}
+
+fn data_folder() -> TempDir {
+    tempfile::Builder::new()
+        .prefix("margin-test-")
+        .tempdir()
+        .unwrap()
 }
 
 impl Drop for TestDb {

@@ -1,12 +1,15 @@
-//! What a session last told applications, and the events that move it to
-//! its state now (SPEC E2). The Planners compare a session's state with
-//! what they last published after each change, so every change becomes
-//! events in the order it happened, from one place, whichever path made it.
+//! What a session shows applications, and the events that move that view
+//! from one state to the next (SPEC E2). After every input the session
+//! compares what its state showed before with what it shows now, so every
+//! change becomes events in the order it happened, from one place,
+//! whichever input made it — and they are committed with its journal.
 
 use margin_protocol::sessions::{SessionEvent, SessionRun, SessionSnapshot, SessionState};
 
-/// The parts of a session's state its feed shows, as last published. The
-/// plan is not here: only `update_plan` changes it, with its own event.
+use super::state::State;
+
+/// The parts of a session's state its feed shows. The plan is not here:
+/// only `update_plan` changes it, with its own event.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Published {
     /// The machine is away.
@@ -22,6 +25,25 @@ pub struct Published {
 }
 
 impl Published {
+    /// What a session's state shows.
+    pub(super) fn of(state: &State) -> Published {
+        Published {
+            away: state.away.is_some(),
+            turn: state.turn.as_ref().map(|turn| turn.id.0.clone()),
+            stop_pending: state.stop_pending,
+            runs: state
+                .runs
+                .iter()
+                .map(|(id, run)| SessionRun {
+                    run: id.0.clone(),
+                    name: run.name.clone(),
+                    status: run.status,
+                })
+                .collect(),
+            host_requests: state.requests.iter().map(|r| r.0.clone()).collect(),
+        }
+    }
+
     /// What `snapshot` shows of a session.
     pub fn shown(snapshot: &SessionSnapshot) -> Published {
         let mut runs = snapshot.runs.clone();

@@ -1,0 +1,189 @@
+//! Planner sessions across a server restart (SPEC W1, W2, W2a, L9, U6):
+//! at start, each session a previous run left open is folded back from
+//! its journal — a domain snapshot and the records after it — exactly as
+//! it was committed: its turn in flight, the messages waiting for the next
+//! turn, its runs with their true ages, its questions and held answers,
+//! its plan and a held Stop. Then it is told it was restarted (every call
+//! that was in flight is `interrupted`, and it is kept as for a drop,
+//! announcing nothing), its questions are checked against their cards
+//! (answers given and cards discarded meanwhile), and its driver waits for
+//! the machine's `resume`. A session that cannot be taken back ends,
+//! saying why in its feed.
+
+use std::sync::Arc;
+
+use margin_decisions::{wire, CardState};
+use margin_planner::{PlannerSession, Record, ReleaseTrigger, Snapshot, Step};
+use margin_protocol::sessions::{SessionEvent, SessionSnapshot, SessionState};
+use tracing::{info, warn};
+
+use super::commit::state_of;
+use super::{now, Shared};
+use crate::storage::{SessionWrite, StorageError, StoredEvent, StoredSession};
+
+/// Why a stored session was not taken back.
+const UNREADABLE: &str = "the server restarted and could not read the session back";
+/// A session stored before sessions were journaled.
+const BEFORE_JOURNAL: &str =
+    "the server was upgraded; a session from before the upgrade cannot be taken back";
+
+/// Takes back every open session; call once at start, before serving.
+pub(super) async fn restore(shared: &Arc<Shared>) {
+    let store = shared.hub.store();
+    let open = match store.open_sessions().await {
+        Ok(open) => open,
+        Err(error) => {
+            warn!(%error, "open Planner sessions not read; none is taken back");
+            return;
+        }
+    };
+    for (id, stored) in open {
+        let document = stored.document.clone();
+        match take_back(shared, &id, &stored).await {
+            Ok(()) => {
+                info!(document, session = %id, "Planner session taken back; waiting for its machine")
+            }
+            Err(reason) => {
+                info!(document, session = %id, reason, "Planner session not taken back; it ends");
+                if let Err(error) = end(shared, &id, &stored, reason).await {
+                    warn!(%error, session = %id, "a session that was not taken back could not be ended");
+                }
+            }
+        }
+    }
+}
+
+async fn take_back(
+    shared: &Arc<Shared>,
+    id: &str,
+    stored: &StoredSession,
+) -> Result<(), &'static str> {
+    if stored.journal_seq == 0 {
+        return Err(BEFORE_JOURNAL);
+    }
+    let store = shared.hub.store();
+    let (after, snapshot) = match &stored.domain {
+        Some((seq, json)) => {
+            let snapshot: Snapshot = serde_json::from_str(json).map_err(|_| UNREADABLE)?;
+            (*seq, Some(snapshot))
+        }
+        None => (0, None),
+    };
+    let records = store
+        .session_journal(id, after)
+        .await
+        .map_err(|_| UNREADABLE)?
+        .into_iter()
+        .map(|(_, json)| serde_json::from_str::<Record>(&json))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| UNREADABLE)?;
+    let session =
+        PlannerSession::restore(snapshot, records, shared.timing).map_err(|_| UNREADABLE)?;
+    let feed: SessionSnapshot = serde_json::from_str(&stored.snapshot).map_err(|_| UNREADABLE)?;
+    if session.released().is_some() {
+        return Err(UNREADABLE);
+    }
+    let machine = store
+        .machine(session.machine())
+        .await
+        .map_err(|_| UNREADABLE)?;
+    let archived = store
+        .is_archived(session.document())
+        .await
+        .map_err(|_| UNREADABLE)?;
+    let now = now();
+    let mut next = session;
+    let mut step = next.handle_restarted(now);
+    step = step.and(reconcile(shared, &mut next).await.map_err(|_| UNREADABLE)?);
+    let ended_by = if machine.revoked {
+        Some(ReleaseTrigger::MachineRevoked)
+    } else if archived {
+        Some(ReleaseTrigger::DocumentArchived)
+    } else {
+        None
+    };
+    if let Some(trigger) = ended_by {
+        step = step.and(next.handle_release(trigger, now));
+    }
+    let ready = {
+        let mut registry = shared.lock();
+        if registry.documents.contains_key(next.document()) {
+            // One session per document: the older one stays.
+            return Err(UNREADABLE);
+        }
+        let account = machine.account.clone();
+        let (_, ready) = shared.spawn(&mut registry, next, step, account, None, feed);
+        ready
+    };
+    // Serving starts once what the restart did is committed.
+    let _ = ready.await;
+    Ok(())
+}
+
+/// The session's open questions against their cards: an answer given
+/// while the server was down is held for the machine; a card discarded or
+/// gone no longer holds a question.
+async fn reconcile(shared: &Shared, session: &mut PlannerSession) -> Result<Step, StorageError> {
+    let now = now();
+    let mut step = Step::default();
+    let requests: Vec<_> = session.requests().cloned().collect();
+    for request in requests {
+        let card = match shared
+            .hub
+            .store()
+            .card(session.document(), &request.0)
+            .await
+        {
+            Ok(stored) => Some(stored.card),
+            Err(StorageError::NotFound(_)) => None,
+            Err(other) => return Err(other),
+        };
+        let settled = match card {
+            Some(card) => match (card.state, &card.answer, &card.answered_by) {
+                (CardState::Open | CardState::Reopened, _, _) => continue,
+                (CardState::Answered, Some(answer), Some(by)) => {
+                    let answer = wire::answer_body(answer);
+                    session.handle_answered(request, answer, by.clone(), now)
+                }
+                _ => session.handle_discarded(request, now),
+            },
+            None => session.handle_discarded(request, now),
+        };
+        step = step.and(settled);
+    }
+    Ok(step)
+}
+
+/// Ends a session that was not taken back: its feed says why (no Chat
+/// line: nothing happened that people must be told, SPEC L9).
+async fn end(
+    shared: &Shared,
+    id: &str,
+    stored: &StoredSession,
+    reason: &str,
+) -> Result<(), StorageError> {
+    let mut feed: SessionSnapshot =
+        serde_json::from_str(&stored.snapshot).unwrap_or_else(|_| SessionSnapshot::empty(id));
+    let cursor = stored.cursor;
+    let event = SessionEvent::SessionEnded {
+        reason: reason.to_owned(),
+    };
+    feed.apply(cursor + 1, &event);
+    let body = serde_json::to_string(&event)
+        .map_err(|e| StorageError::Corrupt(format!("session event: {e}")))?;
+    let write = SessionWrite {
+        session: id.to_owned(),
+        base: stored.journal_seq,
+        cursor,
+        events: vec![StoredEvent {
+            seq: cursor + 1,
+            kind: event.kind().to_owned(),
+            body,
+        }],
+        snapshot: serde_json::to_string(&feed)
+            .map_err(|e| StorageError::Corrupt(format!("session snapshot: {e}")))?,
+        state: state_of(SessionState::Ended),
+        ..SessionWrite::default()
+    };
+    shared.journal.commit(write).await
+}
