@@ -316,3 +316,27 @@ fn a_lease_that_runs_out_says_which_messages_were_not_delivered() {
         Some(&"The Planner did not come back; 1 message(s) for it were not delivered. Mention @planner again.")
     );
 }
+
+#[test]
+fn a_question_opened_by_a_call_the_machine_still_waits_on_is_not_withdrawn_on_resume() {
+    let mut sim = Sim::new();
+    sim.say("@planner ask");
+    // The result of `ask` never reached the machine: the link dropped.
+    sim.ask("c1", "q1");
+    sim.link_lost(LinkLoss::Dropped);
+    let (resumed, step) = sim.session.handle_resume(
+        Held {
+            questions: vec![],
+            turn: Some(TurnId::from("t1")),
+            calls: vec![CallId::from("c1")],
+        },
+        sim.now,
+    );
+    let step = sim.take(step);
+    assert!(resumed.withdrawn.is_empty());
+    assert_eq!(sends(&step), ["redeliver"], "its result, and no withdrawal");
+    assert_eq!(
+        sim.session.requests().cloned().collect::<Vec<_>>(),
+        [RequestId::from("q1")]
+    );
+}

@@ -106,11 +106,22 @@ impl PlannerSession {
             let listed: BTreeSet<RequestId> = held.questions.into_iter().collect();
             let waiting: BTreeSet<RequestId> = session.questions().cloned().collect();
             withdrawn = listed.difference(&waiting).map(|q| q.0.clone()).collect();
+            // Questions opened by a call the machine still waits on: it
+            // learns them with that call's result, so it cannot list them.
+            let unseen: BTreeSet<&RequestId> = match &session.state.turn {
+                Some(turn) if held.turn.as_ref() == Some(&turn.id) => held
+                    .calls
+                    .iter()
+                    .filter_map(|call| turn.call(call))
+                    .flat_map(|call| call.opened.iter())
+                    .collect(),
+                _ => BTreeSet::new(),
+            };
             let dropped: Vec<RequestId> = session
                 .state
                 .requests
                 .iter()
-                .filter(|request| !listed.contains(*request))
+                .filter(|request| !listed.contains(*request) && !unseen.contains(request))
                 .cloned()
                 .collect();
             for request in dropped {

@@ -92,6 +92,10 @@ impl Turn {
 pub(super) struct Call {
     pub tool: ToolName,
     pub state: CallState,
+    /// The questions it opened (`ask`): a machine that has not had its
+    /// result cannot name them yet.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub opened: Vec<RequestId>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -206,6 +210,7 @@ impl State {
                         Call {
                             tool: *tool,
                             state: CallState::Pending,
+                            opened: Vec::new(),
                         },
                     ));
                 }
@@ -220,7 +225,10 @@ impl State {
                 if let Some(turn) = self.turn.as_mut() {
                     let finished = CallState::Finished { seq: record.seq };
                     match turn.call_mut(call) {
-                        Some(known) => known.state = finished,
+                        Some(known) => {
+                            known.state = finished;
+                            known.opened.clone_from(opened);
+                        }
                         None => {
                             turn.made += 1;
                             turn.calls.push_back((
@@ -228,6 +236,7 @@ impl State {
                                 Call {
                                     tool: *tool,
                                     state: finished,
+                                    opened: opened.clone(),
                                 },
                             ));
                         }

@@ -15,4 +15,5 @@ mod plans;
 mod resume;
 mod storage;
 mod sync;
+mod trials;
 mod turns;

@@ -280,18 +280,21 @@ on_both_backends! {
         let mut a = Away::new(&db).await;
         let (link, session, card) = a.session_with_a_question().await;
         drop(link);
+        // The drop was announced; the restart then says nothing more (L9).
+        a.until_line(DISCONNECTED).await;
+        let before = a.lines().await;
         a.s.server.restart().await;
-        // Taken back as if its link had dropped: kept, shown disconnected,
-        // no Chat line about it (L9).
         let view = a.until_disconnected().await;
         assert_eq!(view["questions"], json!(1));
-        let chat = a.lines().await;
+        assert_eq!(a.lines().await, before, "a restart announces nothing");
         a.answer(&card).await;
         let (mut back, resumed) = a.resume(json!([{"session": session, "questions": [card]}])).await;
         let ServerMessage::Resumed { sessions, ended } = resumed else { unreachable!() };
         assert_eq!((sessions.len(), ended.len()), (1, 0), "the session carries on across the restart");
         assert_eq!(input_result_for(back.next_work().await), card);
-        assert_eq!(a.lines().await.len(), chat.len(), "a restart announces nothing");
+        // The machine that was said to disconnect is said to be back, once (L2).
+        let after = a.until_line(RECONNECTED).await;
+        assert_eq!(after[before.len()..], [RECONNECTED.to_owned()]);
     }
 
     async fn a_restarted_server_keeps_a_live_run_and_ends_a_session_nobody_resumes_after_the_grace(db) {

@@ -38,6 +38,11 @@ impl TestDb {
         })
     }
 
+    /// Whether this is a PostgreSQL database.
+    pub fn is_postgres(&self) -> bool {
+        self.schema.is_some()
+    }
+
     /// The data folder `margin serve --data` is given.
     pub fn data_dir(&self) -> &std::path::Path {
         self.dir.path()

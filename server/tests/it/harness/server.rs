@@ -108,6 +108,11 @@ impl Server {
         stdout.lines().last().unwrap().trim().to_owned()
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap_or(0)
+    }
+
     /// SIGKILL: no shutdown path runs.
     pub async fn kill(&mut self) {
         self.child.kill().await.unwrap();

@@ -1,0 +1,564 @@
+//! Crash trials (SPEC W1, W2, W2a): a scripted Planner — turns, reads,
+//! edits, questions people answer, plan updates, runs — against the real
+//! binary, killed with SIGKILL at a random moment of each trial, restarted,
+//! and resumed. After every restart the trial checks that nothing it was
+//! told is lost and nothing ran twice:
+//!
+//! - every acknowledged edit is in the document exactly once;
+//! - every acknowledged question still waits (or its answer comes);
+//! - every answer people were given a 2xx for reaches the machine;
+//! - the plan is at the last acknowledged revision (or one past it, when an
+//!   update in flight was committed);
+//! - every call in flight at the kill gets exactly one answer after
+//!   `resume`: its stored result, `interrupted`, or `unknown_call` (never
+//!   recorded, so never run) — and an edit's text is there exactly when
+//!   that answer says it ran.
+//!
+//! `CRASH_TRIALS` (default 3) and `CRASH_TRIALS_PG` (default 2) set the
+//! number of trials; `CRASH_SEED` replays a run. The tally is printed
+//! (`--no-capture` shows it); `docs/performance.md` records a long run.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use margin_protocol::link::{ClientMessage, HeldSession, ServerMessage};
+use margin_protocol::sessions::SessionSnapshot;
+use serde_json::{json, Value};
+
+use crate::harness::{LinkClient, Server, SyncClient, TestDb};
+use crate::on_both_backends;
+
+/// A small deterministic generator, so a failing run can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn new() -> Rng {
+        let seed = std::env::var("CRASH_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .subsec_nanos() as u64
+                    | 1
+            });
+        eprintln!("crash trials: CRASH_SEED={seed}");
+        Rng(seed)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n.max(1)
+    }
+}
+
+/// What happened to the calls in flight at the kills.
+#[derive(Debug, Default)]
+struct Tally {
+    trials: usize,
+    calls_acknowledged: usize,
+    stored: usize,
+    interrupted: usize,
+    never_recorded: usize,
+    questions_kept: usize,
+    answers_delivered: usize,
+    plan_revisions: u64,
+}
+
+/// What the Planner was told, and what it still waits on.
+#[derive(Default)]
+struct Planner {
+    session: Option<String>,
+    turn: Option<String>,
+    /// Calls sent and not answered: id → what it was.
+    in_flight: BTreeMap<String, Op>,
+    /// Edit texts acknowledged.
+    edits: BTreeSet<String>,
+    /// Questions acknowledged and not yet answered to the machine.
+    questions: BTreeSet<String>,
+    /// Questions people were told they answered, not yet delivered.
+    answered: BTreeSet<String>,
+    /// The last plan revision acknowledged.
+    plan: u64,
+    /// The document revision the next write is addressed at.
+    revision: i64,
+    /// A refusal said to read again: the next call is a read.
+    read_first: bool,
+    next: u64,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Read,
+    Edit(String),
+    Ask,
+    Plan,
+}
+
+struct Trial {
+    server: Server,
+    token: String,
+    doc: String,
+    credential: String,
+}
+
+async fn post(server: &Server, token: &str, path: &str, body: Value) -> Option<(u16, Value)> {
+    let response = reqwest::Client::new()
+        .post(server.url(path))
+        .bearer_auth(token)
+        .json(&body)
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .ok()?;
+    let status = response.status().as_u16();
+    Some((status, response.json().await.unwrap_or(Value::Null)))
+}
+
+impl Trial {
+    async fn link(&self) -> LinkClient {
+        let mut link = LinkClient::connect(self.server.addr, &self.credential)
+            .await
+            .unwrap();
+        assert!(matches!(
+            link.hello_planning().await,
+            ServerMessage::Welcome { .. }
+        ));
+        link
+    }
+
+    async fn snapshot(&self, session: &str) -> SessionSnapshot {
+        let (status, body) = self
+            .server
+            .get(Some(&self.token), &format!("/sessions/{session}"))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_value(body).unwrap()
+    }
+
+    async fn texts(&self) -> Vec<String> {
+        self.server.block_texts(&self.token, &self.doc).await.1
+    }
+}
+
+/// Runs `trials` trials against `db`.
+async fn trials(db: &TestDb, trials: usize) {
+    let mut rng = Rng::new();
+    let server = Server::start(db).await;
+    let token = Server::account(db, "ada").await;
+    let doc = server.create_document(&token, "Plan").await;
+    let mut person = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+    person.append_paragraph("Ship on March 3").await;
+    person.close().await;
+    let (status, paired) = server
+        .post(Some(&token), "/machines", json!({"name": "laptop"}))
+        .await;
+    assert_eq!(status, 201);
+    let mut trial = Trial {
+        server,
+        token,
+        doc,
+        credential: paired["credential"].as_str().unwrap().to_owned(),
+    };
+    let mut planner = Planner::default();
+    let mut tally = Tally::default();
+    for round in 0..trials {
+        let mut link = trial.link().await;
+        if let Some(session) = planner.session.clone() {
+            resume_and_check(&trial, &mut link, &mut planner, &session, &mut tally).await;
+        }
+        script(&mut trial, link, &mut planner, &mut rng, &mut tally, round).await;
+        trial.server.restart().await;
+        tally.trials += 1;
+    }
+    eprintln!("crash trials: {tally:?}");
+    assert_eq!(tally.trials, trials);
+}
+
+/// The new link resumes the session: every call in flight gets exactly one
+/// answer, and what was acknowledged is all there.
+async fn resume_and_check(
+    trial: &Trial,
+    link: &mut LinkClient,
+    planner: &mut Planner,
+    session: &str,
+    tally: &mut Tally,
+) {
+    let held = HeldSession {
+        session: session.to_owned(),
+        questions: planner.questions.iter().cloned().collect(),
+        turn: planner.turn.clone(),
+        calls: planner.in_flight.keys().cloned().collect(),
+    };
+    link.send_message(&ClientMessage::Resume {
+        sessions: vec![held],
+    })
+    .await;
+    let Some(ServerMessage::Resumed { sessions, ended }) = link.next_work().await else {
+        panic!("no resumed")
+    };
+    assert!(ended.is_empty(), "the session was ended: {ended:?}");
+    let withdrawn: BTreeSet<_> = sessions[0].withdrawn.iter().cloned().collect();
+    let lost: Vec<_> = planner.questions.intersection(&withdrawn).collect();
+    assert!(
+        lost.is_empty(),
+        "acknowledged questions withdrawn: {lost:?}"
+    );
+    let mut answers: BTreeMap<String, usize> = BTreeMap::new();
+    let mut outcome: BTreeMap<String, &'static str> = BTreeMap::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while outcome.len() < planner.in_flight.len() || !planner.answered.is_empty() {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let Some(message) = link.work_within(left).await else {
+            panic!(
+                "after resume: calls unanswered {:?}, answers undelivered {:?}",
+                planner
+                    .in_flight
+                    .keys()
+                    .filter(|c| !outcome.contains_key(*c))
+                    .collect::<Vec<_>>(),
+                planner.answered
+            );
+        };
+        match message {
+            ServerMessage::ToolResult {
+                call_id,
+                output,
+                error,
+                ..
+            } if planner.in_flight.contains_key(&call_id) => {
+                *answers.entry(call_id.clone()).or_default() += 1;
+                let kind = match (&output, &error) {
+                    (Some(_), None) => "stored",
+                    (None, Some(e)) if e.code == "interrupted" => "interrupted",
+                    (None, Some(_)) => "stored refusal",
+                    _ => panic!("a result with neither output nor error"),
+                };
+                if kind != "interrupted" {
+                    acknowledge(planner, &call_id, output, error.is_none(), tally);
+                }
+                outcome.insert(call_id, kind);
+            }
+            ServerMessage::Refusal {
+                code,
+                call_id: Some(call_id),
+                ..
+            } if planner.in_flight.contains_key(&call_id) => {
+                assert_eq!(code, "unknown_call", "call {call_id}");
+                *answers.entry(call_id.clone()).or_default() += 1;
+                outcome.insert(call_id, "never recorded");
+            }
+            ServerMessage::InputResult {
+                session, request, ..
+            } => {
+                link.send_message(&ClientMessage::InputReceived {
+                    session,
+                    request: request.clone(),
+                })
+                .await;
+                if planner.answered.remove(&request) {
+                    tally.answers_delivered += 1;
+                }
+                planner.questions.remove(&request);
+            }
+            ServerMessage::Invoke { turn, .. } => planner.turn = Some(turn),
+            other => panic!("after resume, unexpected {other:?}"),
+        }
+    }
+    assert!(
+        answers.values().all(|n| *n == 1),
+        "answered more than once: {answers:?}"
+    );
+    // Each edit in flight: its text is there exactly when it ran.
+    let texts = trial.texts().await;
+    let count = |text: &str| texts.iter().filter(|t| t.as_str() == text).count();
+    for (call, op) in std::mem::take(&mut planner.in_flight) {
+        let kind = outcome[&call];
+        match kind {
+            "stored" | "stored refusal" => tally.stored += 1,
+            "interrupted" => tally.interrupted += 1,
+            _ => tally.never_recorded += 1,
+        }
+        if let Op::Edit(text) = op {
+            let n = count(&text);
+            match kind {
+                "stored" => assert_eq!(n, 1, "{text}: stored but not there once"),
+                "stored refusal" => assert_eq!(n, 0, "{text}: refused but there"),
+                "never recorded" => assert_eq!(n, 0, "{text}: never recorded but there"),
+                _ => assert!(n <= 1, "{text}: interrupted, there {n} times"),
+            }
+            if n == 1 {
+                planner.edits.insert(text);
+            }
+        }
+    }
+    for text in &planner.edits {
+        assert_eq!(
+            count(text),
+            1,
+            "acknowledged edit {text:?}: lost or run twice"
+        );
+    }
+    let snapshot = trial.snapshot(session).await;
+    // A question that no longer waits was answered — by a request whose
+    // response the kill cut off — and its answer must come.
+    let mut answered_meanwhile: BTreeSet<String> = planner
+        .questions
+        .iter()
+        .filter(|q| !snapshot.host_requests.contains(*q))
+        .cloned()
+        .collect();
+    while !answered_meanwhile.is_empty() {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match link.work_within(left).await {
+            Some(ServerMessage::InputResult {
+                session, request, ..
+            }) => {
+                link.send_message(&ClientMessage::InputReceived {
+                    session,
+                    request: request.clone(),
+                })
+                .await;
+                answered_meanwhile.remove(&request);
+                planner.questions.remove(&request);
+                tally.answers_delivered += 1;
+            }
+            Some(ServerMessage::Invoke { turn, .. }) => planner.turn = Some(turn),
+            Some(other) => panic!("after resume, unexpected {other:?}"),
+            None => panic!("acknowledged questions neither wait nor were answered: {answered_meanwhile:?}; {snapshot:?}"),
+        }
+    }
+    tally.questions_kept += planner.questions.len();
+    let revision = snapshot.plan.flatten().map_or(0, |p| p.revision);
+    assert_eq!(
+        revision, planner.plan,
+        "the plan is at the last acknowledged revision"
+    );
+    tally.plan_revisions = revision;
+}
+
+/// Files what an acknowledged result says.
+fn acknowledge(
+    planner: &mut Planner,
+    call: &str,
+    output: Option<margin_protocol::tools::ToolOutput>,
+    ok: bool,
+    tally: &mut Tally,
+) {
+    let Some(op) = planner.in_flight.get(call).cloned() else {
+        return;
+    };
+    tally.calls_acknowledged += 1;
+    let output = output.map(|o| serde_json::to_value(o).unwrap());
+    match (op, output) {
+        (Op::Read, Some(read)) => planner.revision = read["revision"].as_i64().unwrap(),
+        (Op::Edit(text), Some(edited)) => {
+            planner.revision = edited["revision"].as_i64().unwrap();
+            planner.edits.insert(text);
+        }
+        (Op::Ask, Some(asked)) if ok => {
+            planner.revision = asked["revision"].as_i64().unwrap();
+            for capture in asked["captures"].as_array().unwrap() {
+                if capture["captured"] == json!(true) {
+                    planner
+                        .questions
+                        .insert(capture["card_id"].as_str().unwrap().to_owned());
+                }
+            }
+        }
+        (Op::Plan, Some(plan)) if ok => planner.plan = plan["plan"]["revision"].as_u64().unwrap(),
+        _ => {}
+    }
+}
+
+/// One trial's work until the kill: a turn, then random calls, answers by
+/// people and run reports, while a timer kills the server.
+async fn script(
+    trial: &mut Trial,
+    mut link: LinkClient,
+    planner: &mut Planner,
+    rng: &mut Rng,
+    tally: &mut Tally,
+    round: usize,
+) {
+    if let (Some(session), Some(turn)) = (planner.session.clone(), planner.turn.take()) {
+        // The last trial's turn ends here, and a new one starts below.
+        link.send_message(&ClientMessage::Reply {
+            session,
+            turn,
+            text: "Done.".into(),
+        })
+        .await;
+    }
+    let started = post(
+        &trial.server,
+        &trial.token,
+        &format!("/documents/{}/chat", trial.doc),
+        json!({"text": format!("@planner trial {round}")}),
+    )
+    .await;
+    assert_eq!(started.map(|(s, _)| s), Some(201));
+    let (session, turn) = loop {
+        match link.next_work().await {
+            Some(ServerMessage::Invoke { session, turn, .. }) => break (session, turn),
+            Some(ServerMessage::InputResult {
+                session, request, ..
+            }) => {
+                link.send_message(&ClientMessage::InputReceived {
+                    session,
+                    request: request.clone(),
+                })
+                .await;
+                if planner.answered.remove(&request) {
+                    tally.answers_delivered += 1;
+                }
+                planner.questions.remove(&request);
+            }
+            other => panic!("expected invoke, got {other:?}"),
+        }
+    };
+    planner.session = Some(session.clone());
+    planner.turn = Some(turn.clone());
+    // Kill at a random moment of the next 250 ms.
+    let pid = trial.server.pid();
+    planner.read_first = true;
+    let delay = Duration::from_millis(rng.below(250));
+    let killer = tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+    });
+    loop {
+        planner.next += 1;
+        let id = format!("t{round}-c{}", planner.next);
+        let choice = if planner.read_first { 0 } else { rng.below(6) };
+        let (op, name, arguments) = match choice {
+            0 | 1 => (Op::Read, "read_document", json!({})),
+            2 => {
+                let text = format!("edit {id}");
+                let edit = json!({"revision": planner.revision, "edits": [{"op": "insert", "kind": "paragraph", "text": text}]});
+                (Op::Edit(text), "edit_plan", edit)
+            }
+            3 => {
+                let texts = trial.texts_quick().await;
+                let Some((index, digest)) = texts else { break };
+                let key = format!("q-{id}");
+                let ask = json!({"revision": planner.revision, "card": {"key": key, "question": format!("Decide {id}?"),
+                    "response": "yes_no", "passages": [{"index": index, "digest": digest}]}});
+                (Op::Ask, "ask", ask)
+            }
+            4 => {
+                let steps = json!([{"id": "s", "description": format!("Step {id}"), "status": "in_progress"}]);
+                (
+                    Op::Plan,
+                    "update_plan",
+                    json!({"expected_revision": planner.plan, "steps": steps}),
+                )
+            }
+            _ => {
+                // People answer a question the Planner asked.
+                let Some(card) = planner
+                    .questions
+                    .iter()
+                    .find(|q| !planner.answered.contains(*q))
+                    .cloned()
+                else {
+                    continue;
+                };
+                let path = format!("/documents/{}/decisions/{card}/answer", trial.doc);
+                match post(&trial.server, &trial.token, &path, json!({"yes": true})).await {
+                    Some((200, _)) => {
+                        planner.answered.insert(card);
+                    }
+                    Some(_) => {}
+                    None => break,
+                }
+                continue;
+            }
+        };
+        planner.in_flight.insert(id.clone(), op);
+        link.send_message(&ClientMessage::ToolCall {
+            session: session.clone(),
+            turn: turn.clone(),
+            call_id: id.clone(),
+            name: name.into(),
+            arguments,
+        })
+        .await;
+        let answered = loop {
+            match link.next_raw().await {
+                None => break false,
+                Some(ServerMessage::ToolResult {
+                    call_id,
+                    output,
+                    error,
+                    ..
+                }) if call_id == id => {
+                    // A stale address is the script's own doing (people's
+                    // answers move the document): read again.
+                    planner.read_first = error.as_ref().is_some_and(|e| e.read_again);
+                    acknowledge(planner, &id, output, error.is_none(), tally);
+                    planner.in_flight.remove(&id);
+                    break true;
+                }
+                Some(ServerMessage::InputResult {
+                    session, request, ..
+                }) => {
+                    link.send_message(&ClientMessage::InputReceived {
+                        session,
+                        request: request.clone(),
+                    })
+                    .await;
+                    if planner.answered.remove(&request) {
+                        tally.answers_delivered += 1;
+                    }
+                    planner.questions.remove(&request);
+                }
+                Some(ServerMessage::Heartbeat { seq }) => {
+                    link.send_message(&ClientMessage::HeartbeatAck { seq })
+                        .await;
+                }
+                Some(_) => {}
+            }
+        };
+        if !answered {
+            break;
+        }
+    }
+    let _ = killer.await;
+}
+
+impl Trial {
+    /// The first block's index and digest, or `None` once the server is
+    /// gone.
+    async fn texts_quick(&self) -> Option<(usize, String)> {
+        let response = reqwest::Client::new()
+            .get(self.server.url(&format!("/documents/{}/outline", self.doc)))
+            .bearer_auth(&self.token)
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .ok()?;
+        let outline: margin_protocol::OutlineView = response.json().await.ok()?;
+        let block = outline.blocks.first()?;
+        Some((block.index, block.digest.clone()))
+    }
+}
+
+fn count(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+on_both_backends! {
+    async fn a_planner_killed_at_random_points_loses_nothing_acknowledged_and_runs_nothing_twice(db) {
+        let n = if db.is_postgres() { count("CRASH_TRIALS_PG", 2) } else { count("CRASH_TRIALS", 3) };
+        trials(&db, n).await;
+    }
+}
