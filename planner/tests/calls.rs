@@ -306,3 +306,24 @@ fn a_call_finished_before_a_drop_gets_its_stored_result_after_resume() {
             if *code == "unknown_call" && c == "c9"
     ));
 }
+
+#[test]
+fn a_call_whose_result_was_never_recorded_is_interrupted_when_asked_again() {
+    let mut sim = Sim::new();
+    sim.say("@planner read");
+    // Started, run, but its result could not be committed: the session
+    // still holds it pending, and its driver has moved on.
+    sim.call("c1", "read_document", serde_json::json!({}));
+    let again = sim.call("c1", "read_document", serde_json::json!({}));
+    assert!(matches!(
+        again.journal.as_slice(),
+        [margin_planner::Record {
+            entry: Entry::CallInterrupted { .. },
+            ..
+        }]
+    ));
+    let [Effect::Send(result)] = again.effects.as_slice() else {
+        panic!("{:?}", again.effects)
+    };
+    assert_eq!(result_of(result), ("c1".into(), Err("interrupted".into())));
+}

@@ -120,8 +120,8 @@ pub struct ToolRefusal {
     /// Stable code (see [`RefusalCode`]): for a batch or edit one of the
     /// address causes, `different_decision`, `stale_revision`, `no_access`,
     /// `invalid_input`, `archived` or `internal`; for `update_plan` (SPEC
-    /// U2–U5) `invalid_plan`, `stale_revision`, `turn_ended` or
-    /// `stop_requested`; for a call in flight when the server stopped,
+    /// U2–U5) `invalid_plan`, `stale_revision` or `stop_requested` (a
+    /// call for a turn that is over gets the link refusal `unknown_turn`); for a call in flight when the server stopped,
     /// `interrupted` (SPEC W1); for a name the session does not offer,
     /// `unknown_tool`.
     pub code: RefusalCode,

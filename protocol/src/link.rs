@@ -299,9 +299,10 @@ pub struct HeldSession {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub turn: Option<String>,
     /// The calls of that turn still waiting for a result; at most 64. After
-    /// `resumed` each gets exactly one: the result the server committed, or
-    /// `interrupted` when it was in flight as the server stopped; none is
-    /// run again (SPEC W1).
+    /// `resumed` each gets exactly one answer: the result the server
+    /// committed, `interrupted` when it was in flight as the server stopped,
+    /// or a refusal `unknown_call` (naming it) when the server has no record
+    /// of it — it never ran. None is run again (SPEC W1).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub calls: Vec<String>,
 }

@@ -70,8 +70,6 @@ codes! {
     UnknownTool = "unknown_tool",
     /// `update_plan`'s list breaks a rule of U2.
     InvalidPlan = "invalid_plan",
-    /// The call's turn is over or was cancelled.
-    TurnEnded = "turn_ended",
     /// A Stop was asked for; the call changes nothing.
     StopRequested = "stop_requested",
     /// The call was in flight when the server stopped: it may have partly
@@ -80,7 +78,8 @@ codes! {
     /// A read's result was too large to keep across a restart; read again
     /// (a read changes nothing).
     ResultNotKept = "result_not_kept",
-    /// The session has too much waiting; `retry` is set.
+    /// The session has too much waiting; nothing changed, send it again
+    /// shortly (a tool call's refusal has `retry` set).
     SessionBusy = "session_busy",
 
     // The link (SPEC L1, A2).

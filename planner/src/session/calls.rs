@@ -49,21 +49,8 @@ impl PlannerSession {
                 step.send(session.unknown_turn(turn, Some(call.0)));
                 return;
             };
-            if let Some(known) = current.call(&call) {
-                let again = match known.state {
-                    // Its result goes out when it finishes.
-                    CallState::Pending => None,
-                    CallState::Finished { seq } => Some(Effect::Redeliver {
-                        turn: current.id.clone(),
-                        call,
-                        seq,
-                    }),
-                    CallState::Interrupted => {
-                        let interrupted = interrupted(known.tool);
-                        Some(Effect::Send(session.tool_result(&call, Err(interrupted))))
-                    }
-                };
-                step.effects.extend(again);
+            if let Some(known) = current.call(&call).map(|c| (c.tool, c.state)) {
+                session.answer_again(step, call, known, now);
                 return;
             }
             match ToolCall::parse(name, arguments, session.state.planning) {
@@ -146,6 +133,37 @@ impl PlannerSession {
                 session.answered(step, request, answer, by, now);
             }
         })
+    }
+
+    /// A call of the running turn asked about again — sent again, or listed
+    /// in `resume` — gets the answer it had and never runs again (SPEC W1):
+    /// its stored result, or `interrupted`. A driver finishes each call
+    /// before it takes the next input, so a call still pending when asked
+    /// about lost its result (it could not be recorded): it is
+    /// `interrupted` from now on.
+    pub(super) fn answer_again(
+        &mut self,
+        step: &mut Step,
+        call: CallId,
+        (tool, state): (ToolName, CallState),
+        now: Millis,
+    ) {
+        match state {
+            CallState::Finished { seq } => {
+                let turn = self.state.turn.as_ref().map(|t| t.id.clone());
+                if let Some(turn) = turn {
+                    step.effects.push(Effect::Redeliver { turn, call, seq });
+                }
+            }
+            CallState::Pending => {
+                let entry = Entry::CallInterrupted { call: call.clone() };
+                self.record(step, now, entry);
+                step.send(self.tool_result(&call, Err(interrupted(tool))));
+            }
+            CallState::Interrupted => {
+                step.send(self.tool_result(&call, Err(interrupted(tool))));
+            }
+        }
     }
 
     /// `update_plan` (SPEC U2–U5): refused with nothing recorded once a

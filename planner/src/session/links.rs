@@ -9,7 +9,6 @@ use margin_protocol::chat::ChatKind;
 use margin_protocol::link::ResumedSession;
 use margin_protocol::RefusalCode;
 
-use super::calls::interrupted;
 use super::effect::{Effect, Step};
 use super::journal::{Entry, TurnEnd};
 use super::state::CallState;
@@ -173,24 +172,21 @@ impl PlannerSession {
             return;
         };
         if turn.as_ref() == Some(&current.id) {
-            let id = current.id.clone();
             for call in calls {
-                match current.call(&call).map(|known| (known.tool, known.state)) {
-                    // Still running: its result goes out when it finishes.
-                    Some((_, CallState::Pending)) => {}
-                    Some((_, CallState::Finished { seq })) => {
-                        step.effects.push(Effect::Redeliver {
-                            turn: id.clone(),
-                            call,
-                            seq,
-                        });
-                    }
-                    Some((tool, CallState::Interrupted)) => {
-                        step.send(self.tool_result(&call, Err(interrupted(tool))));
-                    }
+                let known = self
+                    .state
+                    .turn
+                    .as_ref()
+                    .and_then(|t| t.call(&call))
+                    .map(|c| (c.tool, c.state));
+                match known {
+                    Some(known) => self.answer_again(step, call, known, now),
                     None => step.send(margin_protocol::link::ServerMessage::Refusal {
                         code: RefusalCode::UnknownCall,
-                        message: format!("call {:?} is not one this turn has a result for", call.0),
+                        message: format!(
+                            "no record of call {:?} in this turn: it never ran, and calling it again is safe",
+                            call.0
+                        ),
                         call_id: Some(call.0),
                     }),
                 }

@@ -27,15 +27,20 @@ use crate::handler::{Answer, Handler, SessionHandle, ToolError, Turn};
 use crate::Welcome;
 
 pub(super) type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
-/// Calls waiting for a result: call id → (session, turn, who waits).
-type Pending = HashMap<
-    String,
-    (
-        String,
-        String,
-        oneshot::Sender<Result<serde_json::Value, ToolError>>,
-    ),
->;
+/// Calls waiting for a result: call id → the call.
+type Pending = HashMap<String, InFlight>;
+
+/// A call waiting for its result.
+#[derive(Debug)]
+struct InFlight {
+    session: String,
+    turn: String,
+    /// Whether its frame went out on a link: only then can the server
+    /// have it, and only then is it named in `resume` (one still queued
+    /// goes out after it, and gets its result then).
+    written: bool,
+    waiting: oneshot::Sender<Result<serde_json::Value, ToolError>>,
+}
 /// Sessions this machine holds, with the questions each waits on.
 type Held = BTreeMap<String, BTreeSet<String>>;
 
@@ -147,6 +152,8 @@ pub(super) struct Serving<H> {
     /// Answers already given to the handler: one sent again after a
     /// `resumed` is acknowledged, not delivered twice.
     delivered: HashSet<String>,
+    /// Turns whose reply went out: (session, turn).
+    replied: HashSet<(String, String)>,
 }
 
 impl<H: Handler> Serving<H> {
@@ -162,6 +169,7 @@ impl<H: Handler> Serving<H> {
             tasks: JoinSet::new(),
             turns: HashMap::new(),
             delivered: HashSet::new(),
+            replied: HashSet::new(),
         }
     }
 
@@ -194,6 +202,7 @@ impl<H: Handler> Serving<H> {
                     if let Err(e) = sink.send(Message::Text(encode(&message).into())).await {
                         break Ended::Dropped(e.to_string());
                     }
+                    self.written(&message);
                 }
                 Some(_) = self.tasks.join_next(), if !self.tasks.is_empty() => {}
                 frame = stream.next() => match frame {
@@ -375,11 +384,31 @@ impl<H: Handler> Serving<H> {
 
     /// The `resume` naming what this machine holds: each session's
     /// questions, its running turn and that turn's calls still waiting.
+    ///
+    /// A turn whose task finished still counts until its reply is written:
+    /// a reply queued while the link was down goes out after `resume`, to a
+    /// turn the server must still hold.
     fn resume_message(&mut self) -> ClientMessage {
-        self.turns.retain(|_, (_, turn)| !turn.is_finished());
+        let replied = &self.replied;
+        self.turns.retain(|session, (turn, task)| {
+            !task.is_finished() || !replied.contains(&(session.clone(), turn.clone()))
+        });
         let turns = &self.turns;
         self.calls
             .resume(|session| turns.get(session).map(|(id, _)| id.clone()))
+    }
+
+    /// `message` went out on the link.
+    fn written(&mut self, message: &ClientMessage) {
+        match message {
+            ClientMessage::ToolCall { call_id, .. } => self.calls.mark_written(call_id),
+            ClientMessage::Reply { session, turn, .. } => {
+                self.replied.insert((session.clone(), turn.clone()));
+                self.turns
+                    .retain(|s, (t, task)| !(s == session && t == turn && task.is_finished()));
+            }
+            _ => {}
+        }
     }
 
     fn session(&self, id: &str) -> SessionHandle {
@@ -472,7 +501,12 @@ impl Calls {
         let (result, waiting) = oneshot::channel();
         self.pending().insert(
             call_id.clone(),
-            (session.to_owned(), turn.to_owned(), result),
+            InFlight {
+                session: session.to_owned(),
+                turn: turn.to_owned(),
+                written: false,
+                waiting: result,
+            },
         );
         let sent = self
             .send(ClientMessage::ToolCall {
@@ -542,7 +576,7 @@ impl Calls {
     fn resume(&self, turn_of: impl Fn(&str) -> Option<String>) -> ClientMessage {
         let mut pending = self.pending();
         // A call whose turn was aborted has nobody waiting any more.
-        pending.retain(|_, (_, _, waiting)| !waiting.is_closed());
+        pending.retain(|_, call| !call.waiting.is_closed());
         ClientMessage::Resume {
             sessions: self
                 .held()
@@ -551,7 +585,9 @@ impl Calls {
                     let turn = turn_of(session);
                     let calls = pending
                         .iter()
-                        .filter(|(_, (s, t, _))| s == session && Some(t) == turn.as_ref())
+                        .filter(|(_, c)| {
+                            c.written && c.session == *session && Some(&c.turn) == turn.as_ref()
+                        })
                         .map(|(call, _)| call.clone())
                         .take(margin_protocol::link::MAX_HELD_CALLS)
                         .collect();
@@ -568,8 +604,8 @@ impl Calls {
 
     fn settle(&self, call_id: &str, result: Result<serde_json::Value, ToolError>) {
         match self.pending().remove(call_id) {
-            Some((_, _, waiting)) => {
-                let _ = waiting.send(result);
+            Some(call) => {
+                let _ = call.waiting.send(result);
             }
             None => warn!(%call_id, "a result for no call in flight ignored"),
         }
@@ -577,7 +613,14 @@ impl Calls {
 
     /// Fails the calls in flight of a session that ended.
     fn fail_session(&self, session: &str) {
-        self.pending().retain(|_, (s, _, _)| s != session);
+        self.pending().retain(|_, call| call.session != session);
+    }
+
+    /// Call `call_id`'s frame went out on a link.
+    fn mark_written(&self, call_id: &str) {
+        if let Some(call) = self.pending().get_mut(call_id) {
+            call.written = true;
+        }
     }
 
     /// Fails every call in flight: its result, if any, went with the link.

@@ -156,12 +156,12 @@ pub async fn serve(
                                 if send(&mut sink, &refusal).await.is_err() { return; }
                             }
                             Ok(ClientMessage::ToolCall { session, turn, call_id, name, arguments }) => {
-                                if let Some(refusal) = sessions.tool_call(link, session, turn, call_id, name, arguments) {
+                                if let Some(refusal) = sessions.tool_call(link, session, turn, call_id, name, arguments).await {
                                     if send(&mut sink, &refusal).await.is_err() { return; }
                                 }
                             }
                             Ok(ClientMessage::Run { session, run, name, status, attempt }) => {
-                                if let Some(refusal) = sessions.run(link, &session, run, name, status, attempt) {
+                                if let Some(refusal) = sessions.run(link, &session, run, name, status, attempt).await {
                                     if send(&mut sink, &refusal).await.is_err() { return; }
                                 }
                             }
@@ -177,17 +177,17 @@ pub async fn serve(
                                 }
                             }
                             Ok(ClientMessage::InputReceived { session, request }) => {
-                                if let Some(refusal) = sessions.input_received(link, &session, request) {
+                                if let Some(refusal) = sessions.input_received(link, &session, request).await {
                                     if send(&mut sink, &refusal).await.is_err() { return; }
                                 }
                             }
                             Ok(ClientMessage::Stopped { session }) => {
-                                if let Some(refusal) = sessions.stopped(link, &session) {
+                                if let Some(refusal) = sessions.stopped(link, &session).await {
                                     if send(&mut sink, &refusal).await.is_err() { return; }
                                 }
                             }
                             Ok(ClientMessage::Reply { session, turn, text }) => {
-                                if let Some(refusal) = sessions.reply(link, &session, turn, text) {
+                                if let Some(refusal) = sessions.reply(link, &session, turn, text).await {
                                     if send(&mut sink, &refusal).await.is_err() { return; }
                                 }
                             }

@@ -40,7 +40,7 @@ use margin_planner::{
     Timing, TurnId,
 };
 use margin_protocol::chat::{ChatKind, ChatMessageView};
-use margin_protocol::decisions::AnswerBody;
+use margin_protocol::decisions::{AnswerBody, ToolRefusal};
 use margin_protocol::link::{
     HeldSession, PlannerView, RunStatus, ServerMessage, MAX_HELD_CALLS, MAX_HELD_QUESTIONS,
     MAX_RESUME_SESSIONS,
@@ -71,6 +71,9 @@ const SNAPSHOT_EVERY: u64 = 256;
 /// Most inputs waiting for one session's driver; past it the machine is
 /// told the session is busy, with `retry`.
 const MAILBOX: usize = 1_024;
+
+/// Longest a link waits for room in a session's mailbox.
+const BUSY_WAIT: Duration = Duration::from_secs(1);
 
 /// Longest id (session, turn, call, run, request) a machine may name.
 const MAX_ID_BYTES: usize = 128;
@@ -386,34 +389,33 @@ impl Sessions {
     }
 
     /// Queues `input` for `session` of `link`'s machine; the refusal to
-    /// send back when there is no such session (`missing`) or it is too
-    /// busy.
-    fn route(
+    /// send back when there is no such session (`missing`) or it stays too
+    /// busy (`busy`). A full mailbox makes the link wait — a burst from the
+    /// machine slows the machine, it is not refused — but only for
+    /// [`BUSY_WAIT`], so one session that does not keep up cannot hold up
+    /// the link's other sessions for long.
+    async fn route(
         &self,
         link: &Link,
         session: &str,
         input: Input,
-        call: Option<&str>,
         missing: impl FnOnce() -> ServerMessage,
+        busy: impl FnOnce(String) -> ServerMessage,
     ) -> Option<ServerMessage> {
         let Some(mailbox) = self.of_link(link, session) else {
             return Some(missing());
         };
-        match mailbox.try_send(input) {
+        match mailbox.send_timeout(input, BUSY_WAIT).await {
             Ok(()) => None,
-            Err(mpsc::error::TrySendError::Full(_)) => Some(ServerMessage::Refusal {
-                code: RefusalCode::SessionBusy,
-                message: format!(
-                    "session {session:?} has {MAILBOX} messages waiting; send this again shortly"
-                ),
-                call_id: call.map(str::to_owned),
-            }),
-            Err(mpsc::error::TrySendError::Closed(_)) => Some(missing()),
+            Err(mpsc::error::SendTimeoutError::Timeout(_)) => Some(busy(format!(
+                "session {session:?} has {MAILBOX} messages waiting; send this again shortly"
+            ))),
+            Err(mpsc::error::SendTimeoutError::Closed(_)) => Some(missing()),
         }
     }
 
     /// A `tool-call` from `link`, for its session's document and account.
-    pub fn tool_call(
+    pub async fn tool_call(
         &self,
         link: &Link,
         session: String,
@@ -433,17 +435,30 @@ impl Sessions {
             });
         }
         let missing = || unknown_turn(&session, &turn, Some(&call));
+        // The machine may call again (with a new call id): nothing ran.
+        let busy = |message| ServerMessage::ToolResult {
+            session: session.clone(),
+            turn: turn.clone(),
+            call_id: call.clone(),
+            output: None,
+            error: Some(ToolRefusal {
+                code: RefusalCode::SessionBusy,
+                message,
+                read_again: false,
+                retry: true,
+            }),
+        };
         let input = Input::ToolCall {
             turn: turn.clone(),
             call: CallId(call.clone()),
             name,
             arguments,
         };
-        self.route(link, &session, input, Some(&call), missing)
+        self.route(link, &session, input, missing, busy).await
     }
 
     /// The turn's reply (SPEC T2).
-    pub fn reply(
+    pub async fn reply(
         &self,
         link: &Link,
         session: &str,
@@ -455,11 +470,12 @@ impl Sessions {
             turn: turn.clone(),
             text,
         };
-        self.route(link, session, input, None, missing)
+        self.route(link, session, input, missing, session_busy)
+            .await
     }
 
     /// The machine reported a run of `session` (SPEC R1).
-    pub fn run(
+    pub async fn run(
         &self,
         link: &Link,
         session: &str,
@@ -481,13 +497,20 @@ impl Sessions {
             status,
             attempt: attempt.unwrap_or(1),
         };
-        self.route(link, session, input, None, || unknown_session(session))
+        self.route(
+            link,
+            session,
+            input,
+            || unknown_session(session),
+            session_busy,
+        )
+        .await
     }
 
     /// The machine confirmed a Stop (SPEC P3, P4). A `stopped` for a
     /// session the server already ended (archive, delete) is accepted and
     /// changes nothing.
-    pub fn stopped(&self, link: &Link, session: &str) -> Option<ServerMessage> {
+    pub async fn stopped(&self, link: &Link, session: &str) -> Option<ServerMessage> {
         {
             let mut registry = self.shared.lock();
             if let Some(on) = registry.released.get(session).copied() {
@@ -497,13 +520,18 @@ impl Sessions {
                 }
             }
         }
-        self.route(link, session, Input::Stopped, None, || {
-            unknown_session(session)
-        })
+        self.route(
+            link,
+            session,
+            Input::Stopped,
+            || unknown_session(session),
+            session_busy,
+        )
+        .await
     }
 
     /// The machine acknowledged an answer (SPEC L5).
-    pub fn input_received(
+    pub async fn input_received(
         &self,
         link: &Link,
         session: &str,
@@ -512,7 +540,14 @@ impl Sessions {
         let input = Input::AnswerReceived {
             request: RequestId(request),
         };
-        self.route(link, session, input, None, || unknown_session(session))
+        self.route(
+            link,
+            session,
+            input,
+            || unknown_session(session),
+            session_busy,
+        )
+        .await
     }
 
     /// A link ended (SPEC L1, L2, L7): each session it carried hears how.
@@ -730,6 +765,12 @@ impl Sessions {
     pub async fn restore(&self) {
         restore::restore(&self.shared).await;
     }
+}
+
+/// The refusal of a message for a session with too much waiting: nothing
+/// changed; send it again shortly.
+fn session_busy(message: String) -> ServerMessage {
+    refusal(RefusalCode::SessionBusy, message)
 }
 
 /// The refusal of a session that is not running on the machine.

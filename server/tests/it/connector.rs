@@ -530,4 +530,51 @@ on_both_backends! {
             assert_eq!(mode, 0o600, "the demo's credential is private");
         }
     }
+
+    async fn connector_gets_one_answer_for_a_call_in_flight_across_a_server_restart(db) {
+        let mut server = Server::start(&db).await;
+        let token = Server::account(&db, "ada").await;
+        let doc = server.create_document(&token, "Plan").await;
+        let (status, paired) = server.post(Some(&token), "/machines", json!({"name": "laptop"})).await;
+        assert_eq!(status, 201);
+        let proxy = Proxy::to(server.addr).await;
+        let (started, mut calling) = mpsc::unbounded_channel();
+        let connector = Connector::new(format!("http://{}", proxy.addr), paired["credential"].as_str().unwrap());
+        let detach = CancellationToken::new();
+        let running = tokio::spawn({
+            let detach = detach.clone();
+            async move { connector.run(ReadsOnce { started }, detach.cancelled_owned()).await }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        say(&server, &token, &doc, "@planner read it").await;
+        tokio::time::timeout(PATIENCE, calling.recv()).await.expect("the turn started").unwrap();
+        // The call is on its way: the server dies under it.
+        server.kill().await;
+        server.restart().await;
+        proxy.retarget(server.addr);
+        proxy.cut();
+        let replies = chat_until(&server, &token, &doc, 1, planner_replies).await;
+        assert!(
+            ["read: ok", "read: interrupted", "read: unknown_call"].contains(&replies[0].as_str()),
+            "the call in flight got one answer after resume, and the turn replied: {replies:?}"
+        );
+        detach.cancel();
+        assert_eq!(running.await.unwrap(), margin_sdk::Ended::Detached);
+    }
+}
+
+/// A turn that reads once and replies with what the read came to.
+struct ReadsOnce {
+    started: mpsc::UnboundedSender<()>,
+}
+
+impl Handler for ReadsOnce {
+    async fn turn(&self, turn: Turn) -> Result<String, ToolError> {
+        let _ = self.started.send(());
+        Ok(match turn.read_document().await {
+            Ok(_) => "read: ok".into(),
+            Err(ToolError::Refused(refusal)) => format!("read: {}", refusal.code),
+            Err(other) => format!("read failed: {other}"),
+        })
+    }
 }

@@ -9,6 +9,8 @@ use tokio::task::JoinHandle;
 
 pub struct Proxy {
     pub addr: SocketAddr,
+    /// Where new connections go.
+    upstream: Arc<Mutex<SocketAddr>>,
     connections: Arc<Mutex<Vec<JoinHandle<()>>>>,
     accept: JoinHandle<()>,
 }
@@ -20,8 +22,11 @@ impl Proxy {
         let addr = listener.local_addr().unwrap();
         let connections: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
         let tracked = connections.clone();
+        let target = Arc::new(Mutex::new(upstream));
+        let current = target.clone();
         let accept = tokio::spawn(async move {
             while let Ok((mut inbound, _)) = listener.accept().await {
+                let upstream = *current.lock().unwrap();
                 let pipe = tokio::spawn(async move {
                     if let Ok(mut outbound) = TcpStream::connect(upstream).await {
                         let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
@@ -32,9 +37,16 @@ impl Proxy {
         });
         Proxy {
             addr,
+            upstream: target,
             connections,
             accept,
         }
+    }
+
+    /// Sends new connections to `upstream` from now on (a server restarted
+    /// on another port).
+    pub fn retarget(&self, upstream: SocketAddr) {
+        *self.upstream.lock().unwrap() = upstream;
     }
 
     /// Drops every open connection without a WebSocket close.
