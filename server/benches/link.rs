@@ -472,7 +472,7 @@ async fn call(
     name: &str,
     arguments: Value,
 ) -> Result<(Result<Value, String>, usize), String> {
-    let id = format!("setup-{name}");
+    let id = format!("setup-{name}-{}", CALLS.fetch_add(1, Ordering::Relaxed));
     send(ws, &tool_call(session, turn, id.clone(), name, arguments)).await?;
     loop {
         match next_message(ws).await? {
@@ -844,8 +844,17 @@ struct Turn {
     server: String,
 }
 
-fn call_index(call_id: &str) -> Option<usize> {
-    call_id.strip_prefix('c')?.parse().ok()
+/// Every call id of this process is new: the server answers an id it has
+/// seen from its journal, without running the call again (SPEC W1).
+static CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// A run's call ids: `r{run}-c{k}`.
+fn call_id(run: u64, k: usize) -> String {
+    format!("r{run}-c{k}")
+}
+
+fn call_index(run: u64, call_id: &str) -> Option<usize> {
+    call_id.strip_prefix(&format!("r{run}-c"))?.parse().ok()
 }
 
 /// Open loop: call `k` is due at `start + k / rate`, sent then whatever
@@ -857,6 +866,7 @@ async fn paced(turn: &mut Turn, rate: u64, seconds: f64) -> RttRun {
     let mut rtt = Vec::with_capacity(total);
     let mut lag = Vec::with_capacity(total);
     let (mut next, mut results, mut refused, mut result_bytes) = (0usize, 0usize, 0usize, 0usize);
+    let run = CALLS.fetch_add(1, Ordering::Relaxed);
     let mut last_result = Instant::now();
     let snap = CpuSnap::take(turn.cpu);
     let start = Instant::now() + Duration::from_millis(5);
@@ -869,7 +879,7 @@ async fn paced(turn: &mut Turn, rate: u64, seconds: f64) -> RttRun {
             next_frame = turn.ws.next() => match frame(next_frame) {
                 Frame::Message(ServerMessage::ToolResult { call_id, output, error, .. }, bytes) => {
                     let now = Instant::now();
-                    let Some(sent) = call_index(&call_id).and_then(|k| sent_at.get(k).copied().flatten()) else {
+                    let Some(sent) = call_index(run, &call_id).and_then(|k| sent_at.get(k).copied().flatten()) else {
                         continue;
                     };
                     rtt.push((now - sent).as_nanos() as u64);
@@ -889,7 +899,7 @@ async fn paced(turn: &mut Turn, rate: u64, seconds: f64) -> RttRun {
                 while next < total && due(next) <= now {
                     let lagged = now.saturating_duration_since(due(next));
                     lag.push(lagged.as_nanos() as u64);
-                    let message = tool_call(&turn.session, &turn.turn, format!("c{next}"), "read_document", json!({}));
+                    let message = tool_call(&turn.session, &turn.turn, call_id(run, next), "read_document", json!({}));
                     sent_at[next] = Some(Instant::now());
                     send(&mut turn.ws, &message).await.expect("tool-call write");
                     last_sent = Instant::now();
@@ -933,13 +943,14 @@ async fn closed_loop(turn: &mut Turn, seconds: f64, count: Option<usize>) -> Rtt
     let budget = Duration::from_secs_f64(seconds);
     let mut rtt = Vec::new();
     let (mut sent, mut results, mut refused, mut result_bytes) = (0usize, 0usize, 0usize, 0usize);
+    let run = CALLS.fetch_add(1, Ordering::Relaxed);
     loop {
         match count {
             Some(count) if sent >= count => break,
             None if start.elapsed() >= budget => break,
             _ => {}
         }
-        let id = format!("c{sent}");
+        let id = call_id(run, sent);
         let message = tool_call(
             &turn.session,
             &turn.turn,

@@ -10,6 +10,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use axum::serve::ListenerExt;
+
 use crate::http::{router, AppState};
 use crate::link::{LinkSettings, Links};
 use crate::sessions::Sessions;
@@ -128,6 +130,14 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
         sessions,
     });
     let stop = shutdown.clone();
+    // Small frames go out at once: with Nagle's algorithm a Planner's small
+    // tool result waited behind the unacknowledged end of another
+    // session's large one, up to a delayed ACK (40 ms) at a time.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            tracing::debug!(%error, "TCP_NODELAY not set");
+        }
+    });
     let http = tokio::spawn(async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(stop.cancelled_owned())

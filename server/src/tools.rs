@@ -129,7 +129,7 @@ impl Tools {
             .await?
             .granted()?;
         let (revision, outline) = self.hub.outline(document, None).await?;
-        let blocks = wire::blocks(&outline);
+        let blocks = blocks_of(&outline).await?;
         self.hub.remember_read(document, revision, outline);
         Ok(ReadDocumentOutput {
             revision,
@@ -477,6 +477,21 @@ impl Granted for Access {
             )),
         }
     }
+}
+
+/// Most blocks turned into wire entries on the async workers; a larger
+/// outline is converted on a blocking thread.
+const BLOCKS_INLINE: usize = 512;
+
+/// `outline`'s blocks as the wire shows them.
+async fn blocks_of(outline: &Arc<Outline>) -> Result<Vec<margin_protocol::BlockEntry>, ToolError> {
+    if outline.len() <= BLOCKS_INLINE {
+        return Ok(wire::blocks(outline));
+    }
+    let outline = outline.clone();
+    tokio::task::spawn_blocking(move || wire::blocks(&outline))
+        .await
+        .map_err(|e| ToolError::Internal(format!("reading the outline stopped: {e}")))
 }
 
 /// A batch of cards as a call wrote it.

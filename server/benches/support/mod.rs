@@ -144,6 +144,27 @@ fn command_output(program: &str, args: &[&str]) -> Option<String> {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
 }
 
+/// Waits (up to `budget` seconds) until the machine has been nearly idle
+/// for a second: under a quarter of a core busy. Returns the last second's
+/// busy share, in cores. The caller's own tasks keep running meanwhile.
+pub(crate) async fn settle(budget: f64) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs_f64(budget);
+    loop {
+        let before = machine_busy_ticks();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let busy = machine_busy_ticks().saturating_sub(before) as f64 / TICKS_PER_SECOND;
+        if busy < 0.25 || Instant::now() >= deadline {
+            if busy >= 0.25 {
+                println!(
+                    "  (machine still busy: {busy:.2} cores; going ahead; load {})",
+                    loadavg()
+                );
+            }
+            return busy;
+        }
+    }
+}
+
 pub(crate) fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     match std::env::var(name) {
         Ok(value) if !value.trim().is_empty() => value

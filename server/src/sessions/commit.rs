@@ -1,9 +1,10 @@
 //! Committing a session's steps (SPEC W2a, E1, E2, U5): a [`Step`] becomes
 //! one [`SessionWrite`] — its journal records, the feed events and the feed
 //! snapshot folded from them, now and then a domain snapshot — and the
-//! [`Journal`] task commits the writes of many sessions together, one
-//! transaction per batch (group commit), so many sessions writing at once
-//! cost a commit each only when they are few.
+//! [`Journal`] commits it: on SQLite, one task commits the writes of many
+//! sessions together, one transaction per batch (group commit); on
+//! PostgreSQL, which commits concurrently and flushes its log for many
+//! transactions at once, each driver commits its own.
 
 use margin_planner::{PlannerSession, Step};
 use margin_protocol::sessions::{SessionSnapshot, SessionState};
@@ -11,7 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::task::TaskTracker;
 use tracing::warn;
 
-use crate::storage::{SessionOwner, SessionWrite, StorageError, Store, StoredEvent};
+use crate::storage::{Backend, SessionOwner, SessionWrite, StorageError, Store, StoredEvent};
 
 /// Most writes committed in one transaction.
 const BATCH: usize = 256;
@@ -115,25 +116,50 @@ fn encode<T: serde::Serialize>(value: &T) -> Result<String, StorageError> {
 
 type Queued = (SessionWrite, oneshot::Sender<Result<(), StorageError>>);
 
-/// The task that commits sessions' writes; cheap to clone.
+/// Commits sessions' writes; cheap to clone.
+///
+/// SQLite has one writer: writes queue for one task that commits whatever
+/// waits in one transaction. PostgreSQL commits many transactions at once
+/// and flushes its log for all of them together, so there each write is
+/// its own transaction, committed by its session's driver: one session's
+/// commit never waits for another's.
 #[derive(Clone)]
 pub struct Journal {
-    queue: mpsc::Sender<Queued>,
+    lane: Lane,
+}
+
+#[derive(Clone)]
+enum Lane {
+    Queued(mpsc::Sender<Queued>),
+    Direct(Store),
 }
 
 impl Journal {
-    /// Starts the task on `tracker`; it ends once every handle is dropped,
-    /// after committing what was queued.
+    /// A journal over `store`; on SQLite its task runs on `tracker` and
+    /// ends once every handle is dropped, after committing what was queued.
     pub fn start(store: Store, tracker: &TaskTracker) -> Self {
-        let (queue, writes) = mpsc::channel(QUEUE);
-        tracker.spawn(run(store, writes));
-        Journal { queue }
+        let lane = match store.backend() {
+            Backend::Postgres => Lane::Direct(store),
+            Backend::Sqlite => {
+                let (queue, writes) = mpsc::channel(QUEUE);
+                tracker.spawn(run(store, writes));
+                Lane::Queued(queue)
+            }
+        };
+        Journal { lane }
     }
 
-    /// Commits `write`, with whatever other sessions queued meanwhile.
+    /// Commits `write` (on SQLite with whatever other sessions queued
+    /// meanwhile).
     pub async fn commit(&self, write: SessionWrite) -> Result<(), StorageError> {
+        let queue = match &self.lane {
+            Lane::Direct(store) => {
+                return store.commit_sessions(std::slice::from_ref(&write)).await
+            }
+            Lane::Queued(queue) => queue,
+        };
         let (done, answer) = oneshot::channel();
-        self.queue
+        queue
             .send((write, done))
             .await
             .map_err(|_| StorageError::Durability("the session journal stopped".into()))?;

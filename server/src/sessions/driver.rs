@@ -22,7 +22,7 @@ use margin_protocol::chat::ChatKind;
 use margin_protocol::decisions::ToolRefusal;
 use margin_protocol::link::ServerMessage;
 use margin_protocol::sessions::SessionSnapshot;
-use margin_protocol::tools::ToolCall;
+use margin_protocol::tools::{ToolCall, ToolOutput};
 use margin_protocol::RefusalCode;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{sleep_until, Instant};
@@ -463,6 +463,16 @@ impl Driver {
         let mut queue: VecDeque<Effect> = effects.into();
         while let Some(effect) = queue.pop_front() {
             match effect {
+                Effect::Send(message) if is_large(&message) => {
+                    // Encoding megabytes of outline takes milliseconds of
+                    // CPU: off the async workers, which carry every other
+                    // session's calls and the links' frames.
+                    let frame =
+                        tokio::task::spawn_blocking(move || serde_json::to_string(&message));
+                    if let Ok(Ok(frame)) = frame.await {
+                        self.send_frame(frame);
+                    }
+                }
                 Effect::Send(message) => self.send(&message),
                 Effect::RunTool { call, tool } => {
                     let more = self.run_tool(call, tool).await;
@@ -480,9 +490,12 @@ impl Driver {
     /// Sends to the machine: now, after `resumed` while a resume is under
     /// way, or not at all while it is away (the session keeps what it owes).
     fn send(&mut self, message: &ServerMessage) {
-        let Ok(frame) = serde_json::to_string(message) else {
-            return;
-        };
+        if let Ok(frame) = serde_json::to_string(message) {
+            self.send_frame(frame);
+        }
+    }
+
+    fn send_frame(&mut self, frame: String) {
         if let Some((_, waiting)) = self.attaching.as_mut() {
             waiting.push(frame);
         } else if let Some(link) = &self.link {
@@ -516,7 +529,7 @@ impl Driver {
             return step.effects;
         }
         let bytes = match &result {
-            Ok(output) if !name.writes() => serde_json::to_vec(output).map_or(0, |v| v.len()),
+            Ok(output) if !name.writes() => encoded_size(output),
             _ => 0,
         };
         let outcome = ToolOutcome {
@@ -678,6 +691,34 @@ fn plan(next: &mut PlannerSession, input: Input, now: Millis) -> Planned {
             Planned::Step(next.handle_stop_requested(now), Answer::Commit(done))
         }
         alone => Planned::Alone(alone),
+    }
+}
+
+/// Whether `message` carries an outline big enough to encode off the async
+/// workers.
+fn is_large(message: &ServerMessage) -> bool {
+    matches!(message, ServerMessage::ToolResult { output: Some(output), .. } if encoded_size(output) > LARGE_FRAME)
+}
+
+/// Frames larger than this are encoded on a blocking thread.
+const LARGE_FRAME: usize = 256 * 1024;
+
+/// About how many bytes `output` takes as JSON, without encoding it: what
+/// decides whether a read's result is kept (`KEPT_READ_BYTES`). Encoding a
+/// 10,000-block outline only to measure it cost as much as the read.
+fn encoded_size(output: &ToolOutput) -> usize {
+    match output {
+        ToolOutput::ReadDocument(read) => {
+            // `{"index":…,"kind":"…","text":"…","digest":"…","identity":"…"},`
+            const FIELDS: usize = 64;
+            let blocks: usize = read
+                .outline
+                .iter()
+                .map(|b| FIELDS + b.kind.len() + b.text.len() + b.digest.len() + b.identity.len())
+                .sum();
+            32 + blocks
+        }
+        other => serde_json::to_vec(other).map_or(0, |v| v.len()),
     }
 }
 

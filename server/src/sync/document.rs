@@ -155,16 +155,26 @@ impl DocumentTask {
         let state = store.load_state(&id, None).await.map_err(stored)?;
         let archived = store.is_archived(&id).await.map_err(stored)?;
         let keys = store.card_keys(&id).await.map_err(stored)?;
-        let doc = rebuild(&state).map_err(|e| JoinRefused::LoadFailed(e.to_string()))?;
-        let live = LiveOutline::new(&doc);
+        // Tens of milliseconds of CPU for a large document: off the async
+        // workers, so other documents and sessions carry on meanwhile.
+        let (revision, logged) = (state.revision, state.updates.len() as u64);
+        let (doc, live) = tokio::task::spawn_blocking(move || {
+            rebuild(&state).map(|doc| {
+                let live = LiveOutline::new(&doc);
+                (doc, live)
+            })
+        })
+        .await
+        .map_err(|e| JoinRefused::LoadFailed(e.to_string()))?
+        .map_err(|e| JoinRefused::LoadFailed(e.to_string()))?;
         Ok(DocumentTask {
             id,
             store,
             live,
             awareness: Awareness::new(doc),
-            revision: state.revision,
+            revision,
             members: HashMap::new(),
-            compactor: Compactor::new(compaction, state.updates.len() as u64),
+            compactor: Compactor::new(compaction, logged),
             archived,
             keys: keys.into_iter().collect(),
             deleted: false,

@@ -195,8 +195,14 @@ impl Hub {
             }
         }
         let state = self.inner.store.load_state(id, revision).await?;
-        let doc = rebuild(&state)?;
-        Ok((state.revision, Arc::new(Outline::of_doc(&doc))))
+        // Rebuilding a large document takes tens of milliseconds of CPU:
+        // off the async workers, so other sessions' calls are not held up.
+        let outline = tokio::task::spawn_blocking(move || {
+            rebuild(&state).map(|doc| (state.revision, Arc::new(Outline::of_doc(&doc))))
+        })
+        .await
+        .map_err(|e| OutlineError::Load(LoadError::Task(e.to_string())))??;
+        Ok(outline)
     }
 
     /// Remembers that the Planner read `outline` at `revision` of `id`.

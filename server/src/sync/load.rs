@@ -25,6 +25,9 @@ pub enum LoadError {
         /// The integration error.
         source: yrs::error::UpdateError,
     },
+    /// The task rebuilding it stopped before it finished.
+    #[error("rebuilding the document stopped: {0}")]
+    Task(String),
 }
 
 /// Builds the document `state` describes.
