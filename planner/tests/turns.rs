@@ -80,23 +80,24 @@ fn a_reply_that_asks_is_withheld_and_a_repair_turn_carries_its_questions() {
     assert!(sim.chat.is_empty(), "the withheld text is never posted");
 }
 
-#[test]
-fn a_repair_that_captures_every_question_succeeds_and_posts_a_reply_that_asks_nothing() {
+/// A reply that asked two questions, and a repair turn whose
+/// `open_decisions` came to `cards`.
+fn repair_capturing(cards: &[(&str, CaptureStatus)]) -> Sim {
     let mut sim = Sim::new();
     sim.say("@planner plan the launch");
     sim.reply("Which region first? Should we invite only?");
-    sim.call(
-        "c1",
-        "open_decisions",
-        serde_json::json!({"revision": 7, "cards": []}),
-    );
-    sim.finish(
-        "c1",
-        Ok(decisions(&[
-            ("k1", CaptureStatus::Created),
-            ("k2", CaptureStatus::AlreadyInDocument),
-        ])),
-    );
+    let batch = serde_json::json!({"revision": 7, "cards": []});
+    sim.call("c1", "open_decisions", batch);
+    sim.finish("c1", Ok(decisions(cards)));
+    sim
+}
+
+#[test]
+fn a_repair_that_captures_every_question_succeeds_and_posts_a_reply_that_asks_nothing() {
+    let mut sim = repair_capturing(&[
+        ("k1", CaptureStatus::Created),
+        ("k2", CaptureStatus::AlreadyInDocument),
+    ]);
     sim.reply("I opened both as decisions.");
     assert_eq!(
         sim.chat_texts(),
@@ -109,22 +110,11 @@ fn a_repair_that_captures_every_question_succeeds_and_posts_a_reply_that_asks_no
 
 #[test]
 fn a_repair_that_captures_too_few_fails_visibly_and_never_posts_the_text() {
-    let mut sim = Sim::new();
-    sim.say("@planner plan the launch");
-    sim.reply("Which region first? Should we invite only?");
-    sim.call(
-        "c1",
-        "open_decisions",
-        serde_json::json!({"revision": 7, "cards": []}),
-    );
     // A discarded card is never recreated and never counts (SPEC D4).
-    sim.finish(
-        "c1",
-        Ok(decisions(&[
-            ("k1", CaptureStatus::Created),
-            ("k2", CaptureStatus::NotCaptured),
-        ])),
-    );
+    let mut sim = repair_capturing(&[
+        ("k1", CaptureStatus::Created),
+        ("k2", CaptureStatus::NotCaptured),
+    ]);
     sim.reply("Which region first?");
     assert_eq!(
         sim.chat_texts(),

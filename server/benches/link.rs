@@ -116,8 +116,8 @@ type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 /// Row labels.
 use support::margin::Margin;
 use support::{
-    describe, env_or, loadavg, machine_busy_ticks, margin_bin, open_files_limit, percentile,
-    CpuSnap, CpuUse, ServerCpu, PEER_THREAD, TICKS_PER_SECOND,
+    describe, env_or, loadavg, margin_bin, open_files_limit, percentile, CpuSnap, CpuUse,
+    ServerCpu, PEER_THREAD,
 };
 
 const MARGIN_CLOSED: &str = "margin, doc not open";
@@ -713,28 +713,17 @@ fn mem(pid: u32) -> Mem {
 }
 
 /// Waits (up to `budget`) until the machine has been nearly idle for a
-/// second: under a quarter of a core busy. Meanwhile `turns` answer their
-/// heartbeats (a link left silent for three is closed, rightly). Returns
-/// the last second's busy share, in cores.
+/// second ([`support::settle`]); meanwhile `turns` answer their heartbeats
+/// (a link left silent for three is closed, rightly). Returns the last
+/// second's busy share, in cores.
 async fn quiet(budget: Duration, turns: &mut [Turn]) -> f64 {
-    let deadline = Instant::now() + budget;
-    loop {
-        let before = machine_busy_ticks();
-        let _ = tokio::time::timeout(Duration::from_secs(1), async {
-            futures_util::future::join_all(turns.iter_mut().map(answer_heartbeats)).await;
-            std::future::pending::<()>().await
-        })
-        .await;
-        let busy = machine_busy_ticks().saturating_sub(before) as f64 / TICKS_PER_SECOND;
-        if busy < 0.25 || Instant::now() >= deadline {
-            if busy >= 0.25 {
-                println!(
-                    "  (machine still busy: {busy:.2} cores; going ahead; load {})",
-                    loadavg()
-                );
-            }
-            return busy;
-        }
+    let heartbeats = async {
+        futures_util::future::join_all(turns.iter_mut().map(answer_heartbeats)).await;
+        std::future::pending::<()>().await
+    };
+    tokio::select! {
+        busy = support::settle(budget.as_secs_f64()) => busy,
+        () = heartbeats => unreachable!("answering heartbeats never ends"),
     }
 }
 

@@ -414,6 +414,18 @@ impl Sessions {
         }
     }
 
+    /// [`Sessions::route`] for a message about the session as a whole.
+    async fn route_to_session(
+        &self,
+        link: &Link,
+        session: &str,
+        input: Input,
+    ) -> Option<ServerMessage> {
+        let missing = || unknown_session(session);
+        self.route(link, session, input, missing, session_busy)
+            .await
+    }
+
     /// A `tool-call` from `link`, for its session's document and account.
     pub async fn tool_call(
         &self,
@@ -497,14 +509,7 @@ impl Sessions {
             status,
             attempt: attempt.unwrap_or(1),
         };
-        self.route(
-            link,
-            session,
-            input,
-            || unknown_session(session),
-            session_busy,
-        )
-        .await
+        self.route_to_session(link, session, input).await
     }
 
     /// The machine confirmed a Stop (SPEC P3, P4). A `stopped` for a
@@ -520,14 +525,7 @@ impl Sessions {
                 }
             }
         }
-        self.route(
-            link,
-            session,
-            Input::Stopped,
-            || unknown_session(session),
-            session_busy,
-        )
-        .await
+        self.route_to_session(link, session, Input::Stopped).await
     }
 
     /// The machine acknowledged an answer (SPEC L5).
@@ -540,14 +538,7 @@ impl Sessions {
         let input = Input::AnswerReceived {
             request: RequestId(request),
         };
-        self.route(
-            link,
-            session,
-            input,
-            || unknown_session(session),
-            session_busy,
-        )
-        .await
+        self.route_to_session(link, session, input).await
     }
 
     /// A link ended (SPEC L1, L2, L7): each session it carried hears how.

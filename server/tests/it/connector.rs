@@ -66,7 +66,7 @@ impl Scene {
     }
 
     async fn say(&self, text: &str) {
-        say(&self.server, &self.token, &self.doc, text).await;
+        self.server.say(&self.token, &self.doc, text).await;
     }
 
     async fn planner_view(&self) -> PlannerView {
@@ -80,17 +80,6 @@ impl Scene {
         assert_eq!(status, 200, "{body}");
         serde_json::from_value(body).unwrap()
     }
-}
-
-async fn say(api: &Api, token: &str, doc: &str, text: &str) {
-    let (status, body) = api
-        .post(
-            Some(token),
-            &format!("/documents/{doc}/chat"),
-            json!({"text": text}),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
 }
 
 /// Waits for the `count`th Chat line matching `wanted`; returns them all.
@@ -481,7 +470,7 @@ on_both_backends! {
         let (status, body) = server.get(Some(&token), "/documents").await;
         assert_eq!(status, 200, "{body}");
         let doc = body["documents"][0]["id"].as_str().expect("a sample document").to_owned();
-        say(&server, &token, &doc, "@planner review the plan").await;
+        server.say(&token, &doc, "@planner review the plan").await;
         let replies = chat_until(&server, &token, &doc, 1, planner_replies).await;
         assert_eq!(replies[0], "I read the plan (6 blocks) and found 3 open questions: added 3 decisions.");
         let cards = decisions(&server, &token, &doc).await.decisions;
@@ -498,7 +487,7 @@ on_both_backends! {
         let (mut server, token) = Server::start_with_demo(&db, "ada").await;
         let (_, body) = server.get(Some(&token), "/documents").await;
         let doc = body["documents"][0]["id"].as_str().expect("a sample document").to_owned();
-        say(&server, &token, &doc, "@planner review the plan").await;
+        server.say(&token, &doc, "@planner review the plan").await;
         chat_until(&server, &token, &doc, 1, planner_replies).await;
         let planner = format!("/documents/{doc}/planner");
         let (_, view) = server.get(Some(&token), &planner).await;
@@ -516,7 +505,7 @@ on_both_backends! {
         }
         assert_eq!((view["connected"].as_bool(), view["session"].as_str()), (Some(true), Some(session.as_str())), "{view}");
         assert_eq!(server.get(Some(&token), "/machines").await.1, machines, "no machine paired or revoked");
-        say(&server, &token, &doc, "@planner again").await;
+        server.say(&token, &doc, "@planner again").await;
         chat_until(&server, &token, &doc, 2, planner_replies).await;
         let (_, body) = server.get(Some(&token), &format!("/documents/{doc}/chat")).await;
         let lines: ChatList = serde_json::from_value(body).unwrap();
@@ -546,7 +535,7 @@ on_both_backends! {
             async move { connector.run(ReadsOnce { started }, detach.cancelled_owned()).await }
         });
         tokio::time::sleep(Duration::from_millis(300)).await;
-        say(&server, &token, &doc, "@planner read it").await;
+        server.say(&token, &doc, "@planner read it").await;
         tokio::time::timeout(PATIENCE, calling.recv()).await.expect("the turn started").unwrap();
         // The call is on its way: the server dies under it.
         server.kill().await;

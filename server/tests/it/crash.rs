@@ -17,7 +17,7 @@ use crate::turns::{call, fresh_call_id, invoked, reply};
 
 /// A server with account `ada`, a document holding one paragraph, and the
 /// account's token.
-async fn scene(db: &crate::harness::TestDb) -> (Server, String, String) {
+pub(crate) async fn scene(db: &crate::harness::TestDb) -> (Server, String, String) {
     let server = Server::start(db).await;
     let token = Server::account(db, "ada").await;
     let doc = server.create_document(&token, "Plan").await;
@@ -25,17 +25,6 @@ async fn scene(db: &crate::harness::TestDb) -> (Server, String, String) {
     person.append_paragraph("Ship on March 3").await;
     person.close().await;
     (server, token, doc)
-}
-
-async fn say(server: &Server, token: &str, doc: &str, text: &str) {
-    let (status, body) = server
-        .post(
-            Some(token),
-            &format!("/documents/{doc}/chat"),
-            json!({"text": text}),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
 }
 
 /// `resume` naming `held`, and the sessions `resumed` carries on.
@@ -53,7 +42,7 @@ async fn resume(
     }
 }
 
-async fn snapshot(server: &Server, token: &str, session: &str) -> SessionSnapshot {
+pub(crate) async fn snapshot(server: &Server, token: &str, session: &str) -> SessionSnapshot {
     let (status, body) = server
         .get(Some(token), &format!("/sessions/{session}"))
         .await;
@@ -159,7 +148,7 @@ on_both_backends! {
     async fn an_acknowledged_question_survives_sigkill_and_its_answer_reaches_the_machine(db) {
         let (mut server, token, doc) = scene(&db).await;
         let mut link = linked_planner(&server, &token).await;
-        say(&server, &token, &doc, "@planner ask about the date").await;
+        server.say(&token, &doc, "@planner ask about the date").await;
         let (session, turn, _, _) = invoked(&mut link).await;
         let ServerMessage::ToolResult { output: Some(read), .. } = call(&mut link, &session, &turn, "read_document", json!({})).await else { panic!("no read") };
         let read = serde_json::to_value(&read).unwrap();
@@ -188,7 +177,7 @@ on_both_backends! {
         let mut link = linked_planner(&server, &token).await;
         let mut landed_or_not = Vec::new();
         for (round, delay) in [0u64, 3, 15].into_iter().enumerate() {
-            say(&server, &token, &doc, "@planner edit").await;
+            server.say(&token, &doc, "@planner edit").await;
             let (session, turn, _, _) = invoked(&mut link).await;
             let ServerMessage::ToolResult { output: Some(read), .. } = call(&mut link, &session, &turn, "read_document", json!({})).await else { panic!("no read") };
             let read = serde_json::to_value(&read).unwrap();
@@ -238,11 +227,11 @@ on_both_backends! {
     async fn a_turn_in_flight_its_queued_messages_and_run_ages_survive_sigkill(db) {
         let (mut server, token, doc) = scene(&db).await;
         let mut link = linked_planner(&server, &token).await;
-        say(&server, &token, &doc, "@planner first").await;
+        server.say(&token, &doc, "@planner first").await;
         let (session, turn, _, _) = invoked(&mut link).await;
         link.send_message(&ClientMessage::Run { session: session.clone(), run: "r1".into(), name: "Review".into(),
             status: margin_protocol::link::RunStatus::Running, attempt: None }).await;
-        say(&server, &token, &doc, "@planner then this").await;
+        server.say(&token, &doc, "@planner then this").await;
         tokio::time::sleep(Duration::from_millis(1_200)).await;
         server.kill().await;
         server.restart().await;

@@ -25,7 +25,7 @@ use margin_protocol::link::{ClientMessage, HeldSession, ServerMessage};
 use margin_protocol::sessions::SessionSnapshot;
 use serde_json::{json, Value};
 
-use crate::harness::{LinkClient, Server, SyncClient, TestDb};
+use crate::harness::{LinkClient, Server, TestDb};
 use crate::on_both_backends;
 
 /// A small deterministic generator, so a failing run can be replayed.
@@ -90,6 +90,27 @@ struct Planner {
     next: u64,
 }
 
+impl Planner {
+    /// An answer arrived: acknowledged, and the question no longer waits.
+    async fn delivered(
+        &mut self,
+        link: &mut LinkClient,
+        session: String,
+        request: String,
+        tally: &mut Tally,
+    ) {
+        link.send_message(&ClientMessage::InputReceived {
+            session,
+            request: request.clone(),
+        })
+        .await;
+        if self.answered.remove(&request) {
+            tally.answers_delivered += 1;
+        }
+        self.questions.remove(&request);
+    }
+}
+
 #[derive(Clone, Debug)]
 enum Op {
     Read,
@@ -131,12 +152,7 @@ impl Trial {
     }
 
     async fn snapshot(&self, session: &str) -> SessionSnapshot {
-        let (status, body) = self
-            .server
-            .get(Some(&self.token), &format!("/sessions/{session}"))
-            .await;
-        assert_eq!(status, 200, "{body}");
-        serde_json::from_value(body).unwrap()
+        crate::crash::snapshot(&self.server, &self.token, session).await
     }
 
     async fn texts(&self) -> Vec<String> {
@@ -147,12 +163,7 @@ impl Trial {
 /// Runs `trials` trials against `db`.
 async fn trials(db: &TestDb, trials: usize) {
     let mut rng = Rng::new();
-    let server = Server::start(db).await;
-    let token = Server::account(db, "ada").await;
-    let doc = server.create_document(&token, "Plan").await;
-    let mut person = SyncClient::connect(&server.sync_url(&doc, &token)).await;
-    person.append_paragraph("Ship on March 3").await;
-    person.close().await;
+    let (server, token, doc) = crate::crash::scene(db).await;
     let (status, paired) = server
         .post(Some(&token), "/machines", json!({"name": "laptop"}))
         .await;
@@ -254,15 +265,7 @@ async fn resume_and_check(
             ServerMessage::InputResult {
                 session, request, ..
             } => {
-                link.send_message(&ClientMessage::InputReceived {
-                    session,
-                    request: request.clone(),
-                })
-                .await;
-                if planner.answered.remove(&request) {
-                    tally.answers_delivered += 1;
-                }
-                planner.questions.remove(&request);
+                planner.delivered(link, session, request, tally).await;
             }
             ServerMessage::Invoke { turn, .. } => planner.turn = Some(turn),
             other => panic!("after resume, unexpected {other:?}"),
@@ -407,15 +410,7 @@ async fn script(
             Some(ServerMessage::InputResult {
                 session, request, ..
             }) => {
-                link.send_message(&ClientMessage::InputReceived {
-                    session,
-                    request: request.clone(),
-                })
-                .await;
-                if planner.answered.remove(&request) {
-                    tally.answers_delivered += 1;
-                }
-                planner.questions.remove(&request);
+                planner.delivered(&mut link, session, request, tally).await;
             }
             other => panic!("expected invoke, got {other:?}"),
         }
@@ -508,15 +503,7 @@ async fn script(
                 Some(ServerMessage::InputResult {
                     session, request, ..
                 }) => {
-                    link.send_message(&ClientMessage::InputReceived {
-                        session,
-                        request: request.clone(),
-                    })
-                    .await;
-                    if planner.answered.remove(&request) {
-                        tally.answers_delivered += 1;
-                    }
-                    planner.questions.remove(&request);
+                    planner.delivered(&mut link, session, request, tally).await;
                 }
                 Some(ServerMessage::Heartbeat { seq }) => {
                     link.send_message(&ClientMessage::HeartbeatAck { seq })

@@ -56,6 +56,13 @@ impl Api {
         respond(request).await
     }
 
+    /// Posts `text` to `document`'s Chat as `token`'s account.
+    pub async fn say(&self, token: &str, document: &str, text: &str) {
+        let path = format!("/documents/{document}/chat");
+        let (status, body) = self.post(Some(token), &path, json!({"text": text})).await;
+        assert_eq!(status, 201, "{body}");
+    }
+
     /// Creates a document and returns its id.
     pub async fn create_document(&self, token: &str, title: &str) -> String {
         let (status, body) = self
