@@ -162,7 +162,7 @@ impl Store {
         }
         insert_cards(&mut tx, id, riding.cards).await?;
         for write in riding.sessions {
-            write_session(&mut tx, write).await?;
+            write_session(&mut tx, self.backend, write).await?;
         }
         tx.commit().await?;
         Ok(next)

@@ -1,7 +1,7 @@
 //! The storage suite: the same cases on SQLite and PostgreSQL (SPEC S3, W3).
 
 use margin_protocol::Role;
-use margin_server::storage::{StorageError, StoredState};
+use margin_server::storage::{SessionOwner, SessionWrite, StorageError, StoredEvent, StoredState};
 
 use crate::on_both_backends;
 
@@ -216,5 +216,48 @@ on_both_backends! {
         assert_eq!(store.documents_of(&ada).await.unwrap().len(), 1);
         assert_eq!(store.chat(&other.id, 0, 10).await.unwrap().len(), 1);
         assert!(matches!(store.delete_document(&doc.id).await, Err(StorageError::NotFound("document"))));
+    }
+
+    // SPEC W2a, E2: one write longer than one multi-row INSERT keeps every
+    // journal record and feed event, in order and unchanged (quotes and
+    // all), and the next write is fenced on where it left off.
+    async fn a_session_write_longer_than_one_statement_keeps_every_row_in_order(db) {
+        let store = db.open().await;
+        let ada = store.create_account("ada").await.unwrap();
+        let doc = store.create_document(&ada, "Plan").await.unwrap();
+        let machine = store.pair_machine(&ada, "laptop", "hash", i64::MAX).await.unwrap();
+        let rows = 450u64;
+        let records: Vec<(u64, String)> = (1..=rows).map(|seq| (seq, format!("{{\"record\":{seq},\"text\":\"it's \\\"{seq}\\\"\"}}"))).collect();
+        let events: Vec<StoredEvent> = (1..=rows)
+            .map(|seq| StoredEvent { seq, kind: format!("kind-{}", seq % 3), body: format!("{{\"event\":{seq}}}") })
+            .collect();
+        let first = SessionWrite {
+            session: "s1".into(),
+            owner: Some(SessionOwner { document: doc.id.clone(), account: ada.id.clone(), machine: machine.id.clone() }),
+            records: records.clone(),
+            events: events.clone(),
+            snapshot: "{}".into(),
+            state: "active",
+            ..SessionWrite::default()
+        };
+        store.commit_sessions(&[first]).await.unwrap();
+        assert_eq!(store.session_journal("s1", 0).await.unwrap(), records);
+        assert_eq!(store.session_events("s1", 0, 1_000).await.unwrap(), events);
+        let stored = store.session("s1").await.unwrap().unwrap();
+        assert_eq!((stored.journal_seq, stored.cursor), (rows, rows));
+        let stale = SessionWrite {
+            session: "s1".into(),
+            base: rows - 1,
+            cursor: rows,
+            records: vec![(rows, "{}".into())],
+            snapshot: "{}".into(),
+            state: "active",
+            ..SessionWrite::default()
+        };
+        assert!(matches!(
+            store.commit_sessions(&[stale]).await,
+            Err(StorageError::JournalMoved { expected, found }) if expected == rows - 1 && found == rows
+        ));
+        assert_eq!(store.session_journal("s1", 0).await.unwrap().len() as u64, rows);
     }
 }
