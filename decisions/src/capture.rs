@@ -490,13 +490,14 @@ fn replay_passage(
         };
     }
     let identity = view.addressed(key, passage)?;
-    if identity == anchor.identity {
-        return Ok(());
-    }
-    // The address names another block. If that block is intact it is a
-    // different decision (SPEC D8); if not, the document changed.
+    // A replay is part of its batch: D6 holds for the block its read names
+    // whether that is the card's own block or another (SPEC D7). Another
+    // block that is intact means a different decision (SPEC D8).
     if view.stale {
         view.check_still_carried(key, passage, identity)?;
+    }
+    if identity == anchor.identity {
+        return Ok(());
     }
     Err(refuse(key, Cause::DifferentDecision { differs: "passage" }))
 }

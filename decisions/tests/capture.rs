@@ -270,12 +270,39 @@ fn replay_with_read_evicted_beside_a_twin_of_a_rewritten_paragraph_is_refused() 
 }
 
 #[test]
-fn replay_with_read_held_after_a_rewrite_beside_a_copy_is_judged_by_the_read() {
+fn replay_with_read_held_after_a_rewrite_beside_a_copy_refuses_block_rewritten() {
     let mut f = Fixture::with(&PLAN);
     let (at, spec) = existing_region(&mut f);
     f.rewrite(1, "Pick a region: EU");
     f.insert(3, "Pick a region");
-    // The read names the card's own block: an identical replay.
+    // The read names the card's own block, but that block no longer carries
+    // what was read: D6 holds for a replay as for the rest of its batch.
+    assert_eq!(code(&f.open(at, &[spec])), "block_rewritten");
+    assert_eq!(f.cards.len(), 1);
+}
+
+#[test]
+fn replay_with_read_held_after_a_rewrite_refuses_block_rewritten() {
+    let mut f = Fixture::with(&PLAN);
+    let (at, spec) = existing_region(&mut f);
+    f.rewrite(1, "Pick a region: EU");
+    assert_eq!(code(&f.open(at, &[spec])), "block_rewritten");
+}
+
+#[test]
+fn replay_with_read_evicted_after_a_rewrite_refuses_read_evicted() {
+    let mut f = Fixture::with(&PLAN);
+    let (at, spec) = existing_region(&mut f);
+    f.rewrite(1, "Pick a region: EU");
+    f.restart();
+    assert_eq!(code(&f.open(at, &[spec])), "read_evicted");
+}
+
+#[test]
+fn replay_with_read_held_after_an_unrelated_edit_is_idempotent() {
+    let mut f = Fixture::with(&PLAN);
+    let (at, spec) = existing_region(&mut f);
+    f.rewrite(3, "Launch date: March");
     let captures = f.open(at, &[spec]).unwrap();
     assert!(!captures[0].created() && captures[0].captured);
 }
@@ -361,23 +388,6 @@ fn answered_and_reopened_cards_still_count() {
             "{state:?}"
         );
     }
-}
-
-#[test]
-fn batch_from_the_revision_an_edit_returned_survives_another_writers_edit() {
-    let mut f = Fixture::with(&PLAN);
-    f.read();
-    // The Planner's own edit publishes a new revision, remembered as read.
-    f.insert(4, "Risks");
-    let edited = f.read();
-    let risks = f.passage(4);
-    // Someone else types before the batch arrives.
-    f.insert(0, "Note from a person");
-    let captures = f
-        .open(edited, &[card("risks", "Which risk first?", vec![risks])])
-        .unwrap();
-    assert!(captures[0].created());
-    assert_eq!(f.anchored_at("risks"), Some(5));
 }
 
 #[test]

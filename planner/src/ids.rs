@@ -69,6 +69,17 @@ name!(
     /// A host request: a question the Planner asked that waits on a member.
     RequestId
 );
+
+impl From<&CardId> for RequestId {
+    fn from(card: &CardId) -> Self {
+        RequestId(card.0.clone())
+    }
+}
+name!(
+    /// A decision card, as the server named it. A host request's id is its
+    /// card's.
+    CardId
+);
 name!(
     /// A tool call, as the machine named it (unique within its turn).
     CallId

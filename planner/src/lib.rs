@@ -20,7 +20,7 @@ mod session;
 pub mod wording;
 
 pub use attempt::{AttemptError, AttemptId, AttemptState, Attempts, Ending};
-pub use ids::{CallId, Millis, RequestId, RunId, TurnId};
+pub use ids::{CallId, CardId, Millis, RequestId, RunId, TurnId};
 pub use session::{
     ChatLine, Effect, Entry, Held, LinkLoss, PlannerSession, Published, Record, ReleaseReason,
     ReleaseTrigger, RestoreError, ResumeRefusal, RunStatus, Snapshot, Start, Step, StoredResult,

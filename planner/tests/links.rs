@@ -5,7 +5,7 @@
 mod support;
 
 use margin_planner::{
-    CallId, Effect, Held, LinkLoss, Millis, ReleaseReason, RequestId, RunStatus, TurnId,
+    CallId, CardId, Effect, Held, LinkLoss, Millis, ReleaseReason, RequestId, RunStatus, TurnId,
     DEFAULT_ATTACH_GRACE,
 };
 use margin_protocol::link::ServerMessage;
@@ -262,7 +262,7 @@ fn a_question_people_discarded_while_away_is_withdrawn_in_resumed() {
     sim.ask("c1", "q1");
     sim.reply("Asked.");
     sim.link_lost(LinkLoss::Dropped);
-    let discarded = sim.session.handle_discarded(RequestId::from("q1"), sim.now);
+    let discarded = sim.session.handle_discarded(CardId::from("q1"), sim.now);
     sim.take(discarded);
     let (resumed, _) = sim.session.clone().handle_resume(held(&["q1"]), sim.now);
     assert_eq!(resumed.withdrawn, ["q1"]);

@@ -3,7 +3,7 @@
 
 mod support;
 
-use margin_planner::{Effect, ReleaseReason};
+use margin_planner::{CardId, Effect, ReleaseReason};
 use margin_protocol::chat::ChatKind;
 use margin_protocol::decisions::CaptureStatus;
 use margin_protocol::link::ServerMessage;
@@ -126,6 +126,39 @@ fn a_repair_that_captures_too_few_fails_visibly_and_never_posts_the_text() {
         "a refused reply releases nothing (P2)"
     );
     assert!(!sim.session.replying());
+}
+
+#[test]
+fn a_repair_that_opens_a_card_and_replays_its_key_counts_that_card_once() {
+    // One card created, then its key replayed: one question covered of two
+    // (SPEC T2 counts distinct cards).
+    let mut sim = repair_capturing(&[("k1", CaptureStatus::Created)]);
+    let batch = serde_json::json!({"revision": 8, "cards": []});
+    sim.call("c2", "open_decisions", batch);
+    sim.finish(
+        "c2",
+        Ok(decisions(&[("k1", CaptureStatus::AlreadyInDocument)])),
+    );
+    sim.reply("Which region first?");
+    assert_eq!(
+        sim.chat_texts(),
+        ["The Planner's reply was withheld: it asked 2 question(s) in Chat and opened 1 as decisions."]
+    );
+}
+
+#[test]
+fn a_card_people_discard_during_the_repair_no_longer_counts() {
+    let mut sim = repair_capturing(&[
+        ("k1", CaptureStatus::Created),
+        ("k2", CaptureStatus::Created),
+    ]);
+    let step = sim.session.handle_discarded(CardId::from("k2"), sim.now);
+    sim.take(step);
+    sim.reply("Which region first?");
+    assert_eq!(
+        sim.chat_texts(),
+        ["The Planner's reply was withheld: it asked 2 question(s) in Chat and opened 1 as decisions."]
+    );
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! stored with their mirror by the document task (`Hub::create_cards`).
 
 use margin_decisions::{act, wire, Action, CardState, DecisionCard};
-use margin_planner::RequestId;
+use margin_planner::{CardId, RequestId};
 use tracing::warn;
 
 use crate::sessions::Sessions;
@@ -64,7 +64,10 @@ pub async fn change(
         }
         // A discarded question no longer waits on anyone; a machine that
         // comes back is told it was withdrawn (SPEC L3).
-        (CardState::Discarded, _) => sessions.discarded(document, request).await,
+        (CardState::Discarded, _) => {
+            let card = CardId(stored.card.id.clone());
+            sessions.discarded(document, card).await;
+        }
         _ => {}
     }
     Ok(stored)

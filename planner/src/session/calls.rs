@@ -15,7 +15,7 @@ use super::effect::{Effect, Step};
 use super::journal::{Entry, StoredResult, KEPT_READ_BYTES};
 use super::state::CallState;
 use super::PlannerSession;
-use crate::ids::{CallId, Millis, RequestId};
+use crate::ids::{CallId, CardId, Millis, RequestId};
 
 /// What a document tool call came to, as the driver reports it.
 #[derive(Clone, Debug, PartialEq)]
@@ -97,21 +97,22 @@ impl PlannerSession {
                 answered,
                 bytes,
             } = outcome;
-            let (captured, opened) = match &result {
+            let (cards, opened) = match &result {
                 Ok(ToolOutput::Decisions(output)) => {
+                    let cards: Vec<CardId> = output
+                        .captures
+                        .iter()
+                        .filter(|capture| capture.captured)
+                        .map(|capture| CardId(capture.card_id.clone()))
+                        .collect();
                     let opened = if tool == ToolName::Ask {
-                        output
-                            .captures
-                            .iter()
-                            .filter(|capture| capture.captured)
-                            .map(|capture| RequestId(capture.card_id.clone()))
-                            .collect()
+                        cards.iter().map(RequestId::from).collect()
                     } else {
                         Vec::new()
                     };
-                    (output.captured, opened)
+                    (cards, opened)
                 }
-                _ => (0, Vec::new()),
+                _ => (Vec::new(), Vec::new()),
             };
             let stored = match &result {
                 Ok(_) if !tool.writes() && bytes > KEPT_READ_BYTES => {
@@ -124,7 +125,7 @@ impl PlannerSession {
                 call: call.clone(),
                 tool,
                 result: stored,
-                captured,
+                cards,
                 opened,
             };
             session.record(step, now, entry);
@@ -233,7 +234,7 @@ impl PlannerSession {
             call: call.clone(),
             tool: ToolName::UpdatePlan,
             result: stored,
-            captured: 0,
+            cards: Vec::new(),
             opened: Vec::new(),
         };
         self.record(step, now, entry);

@@ -14,7 +14,7 @@ use margin_protocol::tools::{ToolName, ToolOutput};
 use serde::{Deserialize, Serialize};
 
 use super::{LinkLoss, ReleaseReason, RunStatus, Start};
-use crate::ids::{CallId, Millis, RequestId, RunId, TurnId};
+use crate::ids::{CallId, CardId, Millis, RequestId, RunId, TurnId};
 use crate::plan::Plan;
 
 /// Results of read-only tools larger than this are not kept in the
@@ -76,8 +76,11 @@ pub enum Entry {
         tool: ToolName,
         /// What it returned.
         result: StoredResult,
-        /// Cards that now hold the turn's questions (SPEC T2).
-        captured: usize,
+        /// Cards that now hold the turn's questions, new or replayed (SPEC
+        /// T2). Earlier journals kept only a count, which a replay of a
+        /// card the turn had just opened counted twice.
+        #[serde(default)]
+        cards: Vec<CardId>,
         /// Questions `ask` opened or replayed: host requests (SPEC P1).
         opened: Vec<RequestId>,
     },
@@ -118,6 +121,12 @@ pub enum Entry {
     RequestSettled {
         /// The question.
         request: RequestId,
+    },
+    /// People discarded a card the running turn had captured: it no longer
+    /// holds its question, so it no longer counts (SPEC T2).
+    CardDiscarded {
+        /// The card.
+        card: CardId,
     },
     /// The machine acknowledged an answer (`input-received`).
     AnswerReceived {

@@ -11,7 +11,7 @@ use super::effect::{Effect, Step};
 use super::journal::Entry;
 use super::turns::refusal;
 use super::{PlannerSession, ReleaseReason, ReleaseTrigger, RunStatus};
-use crate::ids::{Millis, RequestId, RunId};
+use crate::ids::{CardId, Millis, RequestId, RunId};
 use crate::wording;
 
 /// Why a Resume was refused.
@@ -179,12 +179,25 @@ impl PlannerSession {
         }
     }
 
-    /// People discarded `request`'s card: the session no longer waits on
-    /// it; a machine that comes back is told it was withdrawn (SPEC L3).
-    pub fn handle_discarded(&mut self, request: RequestId, now: Millis) -> Step {
+    /// People discarded `card`: a question on it no longer waits, and a
+    /// machine that comes back is told it was withdrawn (SPEC L3); the
+    /// running turn no longer counts it as captured (T2).
+    pub fn handle_discarded(&mut self, card: CardId, now: Millis) -> Step {
         self.step(|session, step| {
-            if session.state.released.is_none() && session.state.requests.contains(&request) {
+            if session.state.released.is_some() {
+                return;
+            }
+            let counted = session
+                .state
+                .turn
+                .as_ref()
+                .is_some_and(|turn| turn.cards.contains(&card));
+            let request = RequestId::from(&card);
+            if session.state.requests.contains(&request) {
                 session.record(step, now, Entry::RequestSettled { request });
+            }
+            if counted {
+                session.record(step, now, Entry::CardDiscarded { card });
             }
         })
     }

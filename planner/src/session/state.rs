@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::journal::{Entry, Record};
 use super::{ReleaseReason, ReleaseTrigger, RunStatus, Start, Timing};
 use crate::attempt::{AttemptId, Attempts, Ending};
-use crate::ids::{CallId, Millis, RequestId, RunId, TurnId};
+use crate::ids::{CallId, CardId, Millis, RequestId, RunId, TurnId};
 use crate::plan::Plan;
 
 /// Most finished calls a turn remembers for `resume`; older ones are
@@ -63,8 +63,10 @@ pub(super) struct Turn {
     pub messages: Vec<ChatMessageView>,
     /// A repair turn's withheld questions.
     pub repair: Vec<String>,
-    /// Cards its decision calls captured (SPEC T2).
-    pub captured: usize,
+    /// The distinct cards its decision calls captured that still hold
+    /// their question (SPEC T2).
+    #[serde(default)]
+    pub cards: BTreeSet<CardId>,
     /// How many calls it made.
     pub made: usize,
     /// Its calls, oldest first (the newest [`REMEMBERED_CALLS`] finished
@@ -191,7 +193,7 @@ impl State {
                     id: turn.clone(),
                     messages,
                     repair: repair.clone(),
-                    captured: 0,
+                    cards: BTreeSet::new(),
                     made: 0,
                     calls: VecDeque::new(),
                 });
@@ -218,7 +220,7 @@ impl State {
             Entry::CallFinished {
                 call,
                 tool,
-                captured,
+                cards,
                 opened,
                 ..
             } => {
@@ -241,7 +243,7 @@ impl State {
                             ));
                         }
                     }
-                    turn.captured += captured;
+                    turn.cards.extend(cards.iter().cloned());
                     forget_old_calls(turn);
                 }
                 self.requests.extend(opened.iter().cloned());
@@ -281,6 +283,11 @@ impl State {
                 if self.requests.remove(request) {
                     self.quiet_since = self.quiet_since.max(at);
                     self.lease_if_nothing_kept(at);
+                }
+            }
+            Entry::CardDiscarded { card } => {
+                if let Some(turn) = self.turn.as_mut() {
+                    turn.cards.remove(card);
                 }
             }
             Entry::AnswerReceived { request } => {

@@ -49,7 +49,7 @@ impl PlannerSession {
                 return;
             };
             let id = current.id.clone();
-            let (withheld, captured) = (current.repair.len(), current.captured);
+            let (withheld, captured) = (current.repair.len(), current.cards.len());
             if withheld == 0 {
                 match judge(&text) {
                     Verdict::Publish => {

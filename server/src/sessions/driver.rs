@@ -684,8 +684,8 @@ fn plan(next: &mut PlannerSession, input: Input, now: Millis) -> Planned {
             next.handle_answered(request, answer, by, now),
             Answer::Unit(done),
         ),
-        Input::Discarded { request, done } => {
-            Planned::Step(next.handle_discarded(request, now), Answer::Unit(done))
+        Input::Discarded { card, done } => {
+            Planned::Step(next.handle_discarded(card, now), Answer::Unit(done))
         }
         Input::StopRequested { done } => {
             Planned::Step(next.handle_stop_requested(now), Answer::Commit(done))

@@ -1,7 +1,9 @@
 //! What a session's driver is told: one [`Input`] per thing that happened
 //! to its session, queued in its mailbox and handled in order.
 
-use margin_planner::{CallId, Held, ReleaseTrigger, RequestId, ResumeRefusal, RunId, RunStatus};
+use margin_planner::{
+    CallId, CardId, Held, ReleaseTrigger, RequestId, ResumeRefusal, RunId, RunStatus,
+};
 use margin_protocol::chat::ChatMessageView;
 use margin_protocol::decisions::AnswerBody;
 use margin_protocol::link::ResumedSession;
@@ -95,10 +97,10 @@ pub enum Input {
         /// Told once it is committed.
         done: Done<()>,
     },
-    /// People discarded a question of the session.
+    /// People discarded a card of the session's document.
     Discarded {
-        /// The question.
-        request: RequestId,
+        /// The card.
+        card: CardId,
         /// Told once it is committed.
         done: Done<()>,
     },

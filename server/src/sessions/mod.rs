@@ -36,8 +36,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use margin_planner::{
-    CallId, Held, Millis, PlannerSession, ReleaseTrigger, RequestId, ResumeRefusal, RunId, Start,
-    Timing, TurnId,
+    CallId, CardId, Held, Millis, PlannerSession, ReleaseTrigger, RequestId, ResumeRefusal, RunId,
+    Start, Timing, TurnId,
 };
 use margin_protocol::chat::{ChatKind, ChatMessageView};
 use margin_protocol::decisions::{AnswerBody, ToolRefusal};
@@ -665,18 +665,14 @@ impl Sessions {
         }
     }
 
-    /// People discarded `request` of `document`: the session no longer
-    /// waits on it.
-    pub async fn discarded(&self, document: &str, request: RequestId) {
+    /// People discarded `card` of `document`: the session no longer waits
+    /// on it, nor counts it as captured.
+    pub async fn discarded(&self, document: &str, card: CardId) {
         let Some(mailbox) = self.of_document(document) else {
             return;
         };
         let (done, discarded) = oneshot::channel();
-        if mailbox
-            .send(Input::Discarded { request, done })
-            .await
-            .is_ok()
-        {
+        if mailbox.send(Input::Discarded { card, done }).await.is_ok() {
             let _ = discarded.await;
         }
     }

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use margin_decisions::{wire, CardState};
-use margin_planner::{PlannerSession, Record, ReleaseTrigger, Snapshot, Step};
+use margin_planner::{CardId, PlannerSession, Record, ReleaseTrigger, Snapshot, Step};
 use margin_protocol::sessions::{SessionEvent, SessionSnapshot, SessionState};
 use tracing::{info, warn};
 
@@ -145,9 +145,9 @@ async fn reconcile(shared: &Shared, session: &mut PlannerSession) -> Result<Step
                     let answer = wire::answer_body(answer);
                     session.handle_answered(request, answer, by.clone(), now)
                 }
-                _ => session.handle_discarded(request, now),
+                _ => session.handle_discarded(CardId(request.0), now),
             },
-            None => session.handle_discarded(request, now),
+            None => session.handle_discarded(CardId(request.0), now),
         };
         step = step.and(settled);
     }

@@ -455,11 +455,17 @@ on_both_backends! {
         assert_eq!(got.0, card.id);
         assert!(links.load(Ordering::SeqCst) >= 2, "the connector linked again");
         // Acknowledged: a later drop and resume does not deliver it again.
+        let before = links.load(Ordering::SeqCst);
         proxy.cut();
-        tokio::time::sleep(Duration::from_millis(800)).await;
+        // Wait for the SDK to link and resume again, then for any redelivery.
+        let mut view = s.planner_view().await;
+        for _ in 0..500 {
+            if links.load(Ordering::SeqCst) > before && view.connected && !view.disconnected { break; }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            view = s.planner_view().await;
+        }
+        assert!(links.load(Ordering::SeqCst) > before && view.connected && !view.disconnected, "{view:?}");
         assert!(tokio::time::timeout(Duration::from_millis(300), answered.recv()).await.is_err(), "delivered once");
-        let view = s.planner_view().await;
-        assert!(view.connected && !view.disconnected, "{view:?}");
         assert_eq!(view.questions, 0);
         detach.cancel();
         assert_eq!(running.await.unwrap(), margin_sdk::Ended::Detached);

@@ -389,6 +389,30 @@ on_both_backends! {
         assert!(s.cards().await.is_empty());
     }
 
+    async fn replay_after_a_rewrite_refuses_block_rewritten_with_or_without_a_copy_beside_it(db) {
+        let mut s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        let region = card("region", vec![address(&read, 1)]);
+        let budget = card("budget", vec![address(&read, 2)]);
+        s.open(read.revision, vec![region.clone(), budget.clone()]).await.unwrap();
+        // Without a copy: "Pick a region" is rewritten.
+        let before = s.revision().await;
+        s.person.rewrite(1, "Pick a region: EU").await;
+        s.person_change(before).await;
+        // With a copy: "Budget" is rewritten and an identical one typed after.
+        let before = s.revision().await;
+        s.person.rewrite(2, "Budget: 10k").await;
+        s.person_change(before).await;
+        s.person_inserts(3, "Budget").await;
+        // The read is still held: each replay is judged by it, and the block
+        // it names no longer carries what was read (SPEC D6, D7).
+        for (replay, what) in [(region, "without a copy"), (budget, "beside a copy")] {
+            let result = s.open(read.revision, vec![replay]).await;
+            assert_eq!(refusal_code(&result), "block_rewritten", "{what}");
+        }
+        assert_eq!(s.cards().await.len(), 2);
+    }
+
     async fn paragraph_repeated_when_read_refuses_repeated_when_read(db) {
         let mut s = Scene::new(&db, &["Same", "Other", "Same"]).await;
         let read = s.read().await;

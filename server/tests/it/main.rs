@@ -12,6 +12,7 @@ mod feed;
 mod http;
 mod link;
 mod plans;
+mod repairs;
 mod resume;
 mod storage;
 mod sync;

@@ -297,7 +297,7 @@ on_both_backends! {
         assert_eq!(after[before.len()..], [RECONNECTED.to_owned()]);
     }
 
-    async fn a_restarted_server_keeps_a_live_run_and_ends_a_session_nobody_resumes_after_the_grace(db) {
+    async fn a_restarted_server_keeps_a_session_with_a_live_run_past_the_grace(db) {
         let mut a = Away::with(&db, |o| o.attach_grace = Duration::from_millis(300)).await;
         let (link, session) = a.session_with_a_run().await;
         drop(link);
@@ -309,6 +309,32 @@ on_both_backends! {
         let (_, resumed) = a.resume(json!([{"session": session}])).await;
         let ServerMessage::Resumed { sessions, .. } = resumed else { unreachable!() };
         assert_eq!(sessions.len(), 1);
+    }
+
+    async fn a_restarted_server_ends_a_session_with_nothing_in_use_that_nobody_resumes_within_the_grace(db) {
+        let mut a = Away::with(&db, |o| o.attach_grace = Duration::from_millis(300)).await;
+        let mut link = a.link().await;
+        a.s.say("@planner tidy up").await;
+        let (session, turn, _, _) = invoked(&mut link).await;
+        reply(&mut link, &session, &turn, "Tidied.").await;
+        a.s.chat_len(2).await;
+        drop(link);
+        a.s.server.restart().await;
+        // Nothing to keep: the session is leased for the grace only (L7), and
+        // then ends (P3 lists no other reason to hold it).
+        let mut ended = false;
+        for _ in 0..300 {
+            if a.view().await["session"].is_null() {
+                ended = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(ended, "the session never ended: {}", a.view().await);
+        let (_, resumed) = a.resume(json!([{"session": session}])).await;
+        let ServerMessage::Resumed { sessions, ended, .. } = resumed else { unreachable!() };
+        assert!(sessions.is_empty(), "{sessions:?}");
+        assert_eq!(ended, vec![session]);
     }
 
     async fn an_answer_written_to_a_dead_socket_is_kept_for_the_only_question_of_a_planner_with_no_run(db) {
