@@ -103,7 +103,6 @@ fn trigger_words(trigger: ReleaseTrigger) -> &'static str {
         ReleaseTrigger::SignOut => "the owner signed out",
         ReleaseTrigger::MachineUnpaired => "the machine was unpaired",
         ReleaseTrigger::MachineRevoked => "the machine was revoked",
-        ReleaseTrigger::BindingEnded => "the Planner binding ended",
         ReleaseTrigger::PlannerReset => "the Planner was reset",
         ReleaseTrigger::DocumentArchived => "the document was archived",
         ReleaseTrigger::DocumentClosed => "the document was closed",

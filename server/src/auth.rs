@@ -109,6 +109,11 @@ pub async fn authenticate(store: &Store, token: &str) -> Result<Account, Storage
     store.account_by_token(&hash_token(token)).await
 }
 
+/// Signs `token` out: it authenticates nobody from now on.
+pub async fn sign_out(store: &Store, token: &str) -> Result<(), StorageError> {
+    store.remove_token(&hash_token(token)).await
+}
+
 /// `ttl` from now, in milliseconds since the Unix epoch.
 fn expiry(now: i64, ttl: Duration) -> i64 {
     now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX))

@@ -100,8 +100,6 @@ pub enum ReleaseTrigger {
     MachineUnpaired,
     /// The machine's credential was revoked.
     MachineRevoked,
-    /// The owner's binding of the Planner to the document ended.
-    BindingEnded,
     /// The Planner was reset.
     PlannerReset,
     /// The document was archived.

@@ -21,7 +21,20 @@ pub async fn post(
     Path(id): Path<String>,
     JsonBody(body): JsonBody<PostChat>,
 ) -> Result<(StatusCode, Json<ChatMessageView>), AppError> {
-    let document = visible(&state, &account, &id).await?;
+    let invoke = mentions_planner(&body.text);
+    post_message(&state, &account, &id, &body.text, invoke).await
+}
+
+/// Posts `text` to the document's Chat as `account`; with `invoke`, it
+/// also reaches the Planner, starting or steering a turn (SPEC T1).
+pub(super) async fn post_message(
+    state: &AppState,
+    account: &crate::storage::Account,
+    id: &str,
+    text: &str,
+    invoke: bool,
+) -> Result<(StatusCode, Json<ChatMessageView>), AppError> {
+    let document = visible(state, account, id).await?;
     if !document.role.can_edit() {
         return Err(AppError::Forbidden(
             "viewers read Chat but do not post".into(),
@@ -32,15 +45,15 @@ pub async fn post(
     if document.archived {
         return Err(AppError::archived());
     }
-    check_text("message", &body.text, MAX_CHAT_BYTES, true)
+    check_text("message", text, MAX_CHAT_BYTES, true)
         .map_err(|m| AppError::bad_request("invalid_message", m))?;
     let store = state.hub.store();
     let message = store
-        .append_chat(&id, &account.name, ChatKind::Member, &body.text)
+        .append_chat(id, &account.name, ChatKind::Member, text)
         .await?;
-    if mentions_planner(&body.text) {
-        let owner = store.document_owner(&id).await?;
-        state.sessions.called(&id, &owner, message.clone()).await?;
+    if invoke {
+        let owner = store.document_owner(id).await?;
+        state.sessions.called(id, &owner, message.clone()).await?;
     }
     Ok((StatusCode::CREATED, Json(message)))
 }

@@ -11,7 +11,7 @@ use margin_planner::ReleaseTrigger;
 use margin_protocol::documents::MAX_TITLE_BYTES;
 use margin_protocol::sync::MAX_MESSAGE_BYTES;
 use margin_protocol::{
-    AddMember, CreateDocument, DocumentInfo, DocumentList, Me, MemberInfo, OutlineView, Role,
+    AddMember, CreateDocument, DocumentInfo, DocumentList, MemberInfo, OutlineView, Role,
 };
 use serde::Deserialize;
 
@@ -20,12 +20,6 @@ use super::{AppError, AppState};
 use crate::storage::{DocumentRow, StorageError};
 use crate::sync::hub::OutlineError;
 use crate::sync::socket;
-
-pub async fn me(Caller(account): Caller) -> Json<Me> {
-    Json(Me {
-        account: account.name,
-    })
-}
 
 pub async fn create(
     State(state): State<AppState>,

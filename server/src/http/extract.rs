@@ -18,6 +18,21 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
+        let SignedIn { account, .. } = SignedIn::from_request_parts(parts, state).await?;
+        Ok(Caller(account))
+    }
+}
+
+/// The caller and the token it signed in with: what signing out forgets.
+pub struct SignedIn {
+    pub account: Account,
+    pub token: String,
+}
+
+impl FromRequestParts<AppState> for SignedIn {
+    type Rejection = AppError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
         let token = bearer(parts).or_else(|| query_token(parts));
         let Some(token) = token else {
             return Err(AppError::Unauthenticated(
@@ -25,7 +40,7 @@ impl FromRequestParts<AppState> for Caller {
             ));
         };
         match auth::authenticate(state.hub.store(), &token).await {
-            Ok(account) => Ok(Caller(account)),
+            Ok(account) => Ok(SignedIn { account, token }),
             Err(StorageError::NotFound(_)) => {
                 Err(AppError::Unauthenticated("unknown or revoked token"))
             }

@@ -1,5 +1,5 @@
-//! Pairing and revoking machines, and the machine link upgrade (SPEC A1,
-//! L1, L8, P3).
+//! Pairing, revoking and unpairing machines, and the machine link upgrade
+//! (SPEC A1, L1, L8, P3).
 
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{Path, State};
@@ -11,10 +11,13 @@ use margin_protocol::link::{
     refused, MachineInfo, MachineList, PairMachine, PairedMachine, MAX_FRAME_BYTES,
 };
 
+use margin_planner::ReleaseTrigger;
+
 use super::extract::{Caller, JsonBody};
 use super::{AppError, AppState};
 use crate::auth::{self, MachineRefusal};
 use crate::link::socket;
+use crate::sessions::Whose;
 use crate::storage::{Machine, StorageError};
 
 fn info(machine: &Machine) -> MachineInfo {
@@ -72,9 +75,42 @@ pub async fn revoke(
         }
         Err(other) => return Err(other.into()),
     }
-    state.links.revoke(&id);
+    end_machine(&state, &id, ReleaseTrigger::MachineRevoked).await;
     tracing::info!(machine = %id, account = %account.name, "machine revoked");
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE /machine`: the machine unpairs itself, with its own credential:
+/// none of its credentials opens a link again, and its sessions end (SPEC
+/// P3).
+pub async fn unpair(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<StatusCode, AppError> {
+    let machine = authenticated(&state, &headers).await?;
+    match state
+        .hub
+        .store()
+        .revoke_machine(&machine.account, &machine.id)
+        .await
+    {
+        // Revoked meanwhile by its owner: unpaired all the same.
+        Ok(()) | Err(StorageError::NotFound(_)) => {}
+        Err(other) => return Err(other.into()),
+    }
+    end_machine(&state, &machine.id, ReleaseTrigger::MachineUnpaired).await;
+    tracing::info!(machine = %machine.id, account = %machine.account.name, "machine unpaired");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Ends a machine that no longer opens links: its sessions — linked or
+/// away — are released for `trigger`, then its open links are closed.
+async fn end_machine(state: &AppState, machine: &str, trigger: ReleaseTrigger) {
+    state
+        .sessions
+        .machines_ended(Whose::Machine(machine), trigger)
+        .await;
+    state.links.revoke(machine);
 }
 
 /// `GET /machine`: a machine's link, authenticated by its credential. A
@@ -85,6 +121,17 @@ pub async fn link(
     headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, AppError> {
+    let machine = authenticated(&state, &headers).await?;
+    let (links, sessions) = (state.links.clone(), state.sessions.clone());
+    let store = state.hub.store().clone();
+    Ok(upgrade
+        .max_message_size(MAX_FRAME_BYTES)
+        .max_frame_size(MAX_FRAME_BYTES)
+        .on_upgrade(move |ws| socket::serve(ws, links, sessions, store, machine)))
+}
+
+/// The machine a request's credential names, or the 401 naming why not.
+async fn authenticated(state: &AppState, headers: &HeaderMap) -> Result<Machine, AppError> {
     let credential = headers
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -93,17 +140,9 @@ pub async fn link(
             "send the machine credential as 'Authorization: Bearer <credential>'",
         ))?;
     let ttl = state.links.settings().credential_ttl;
-    let machine = match auth::authenticate_machine(state.hub.store(), credential.trim(), ttl).await
-    {
-        Ok(machine) => machine,
-        Err(refusal) => return Err(refused_link(refusal, ttl)),
-    };
-    let (links, sessions) = (state.links.clone(), state.sessions.clone());
-    let store = state.hub.store().clone();
-    Ok(upgrade
-        .max_message_size(MAX_FRAME_BYTES)
-        .max_frame_size(MAX_FRAME_BYTES)
-        .on_upgrade(move |ws| socket::serve(ws, links, sessions, store, machine)))
+    auth::authenticate_machine(state.hub.store(), credential.trim(), ttl)
+        .await
+        .map_err(|refusal| refused_link(refusal, ttl))
 }
 
 /// The 401 for a credential that opens no link, naming the cause.

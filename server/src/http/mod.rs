@@ -2,6 +2,7 @@
 //! assets and health. Handlers are thin: they authenticate, validate, and
 //! call storage or the sync hub.
 
+mod accounts;
 mod assets;
 mod chat;
 mod decisions;
@@ -51,10 +52,11 @@ pub fn router(state: AppState) -> Router {
         .route("/", get(assets::index))
         .route("/assets/{file}", get(assets::asset))
         .route("/healthz", get(healthz))
-        .route("/me", get(documents::me))
+        .route("/me", get(accounts::me))
+        .route("/me/sign-out", post(accounts::sign_out))
         .route("/machines", post(machines::pair).get(machines::list))
         .route("/machines/{id}", delete(machines::revoke))
-        .route("/machine", get(machines::link))
+        .route("/machine", get(machines::link).delete(machines::unpair))
         .route("/documents", post(documents::create).get(documents::list))
         .route(
             "/documents/{id}",
@@ -69,6 +71,8 @@ pub fn router(state: AppState) -> Router {
         .route("/documents/{id}/planner", get(planner::planner))
         .route("/documents/{id}/planner/stop", post(planner::stop))
         .route("/documents/{id}/planner/resume", post(planner::resume))
+        .route("/documents/{id}/planner/reset", post(planner::reset))
+        .route("/documents/{id}/planner/invoke", post(planner::invoke))
         .route("/documents/{id}/decisions", get(decisions::list))
         .route(
             "/documents/{id}/decisions/{card}/answer",

@@ -1,12 +1,16 @@
 //! A document's Planner as people see and steer it: connection, turn, run
-//! cards (SPEC R1), and Stop (P3, L4).
+//! cards (SPEC R1), Stop and reset (P3, L4), and `invoke_planner` (T1).
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 
+use margin_planner::ReleaseTrigger;
+use margin_protocol::chat::{ChatMessageView, PostChat};
+
+use super::chat::post_message;
 use super::documents::visible;
-use super::extract::Caller;
+use super::extract::{Caller, JsonBody};
 use super::{AppError, AppState};
 use crate::sessions::ResumeError;
 
@@ -60,6 +64,43 @@ pub async fn stop(
             "the document has no Planner session to stop".into(),
         ))
     }
+}
+
+/// `POST /documents/{id}/planner/reset`: ends the document's Planner
+/// session, in use or not — its questions are withdrawn and its machine
+/// told to stop (SPEC P3); the next `@planner` starts a new session.
+pub async fn reset(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(id): Path<String>,
+) -> Result<StatusCode, AppError> {
+    may_steer(&state, &account, &id, "reset").await?;
+    if state
+        .sessions
+        .reset(&id, ReleaseTrigger::PlannerReset)
+        .await
+    {
+        tracing::info!(document = %id, account = %account.name, "planner reset");
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(AppError::PlannerRefused {
+            code: "no_planner_session",
+            message: "the document has no Planner session to reset".into(),
+        })
+    }
+}
+
+/// `POST /documents/{id}/planner/invoke` (`invoke_planner`): posts the
+/// message to Chat as the caller and hands it to the Planner whether or not
+/// it mentions `@planner` (SPEC T1) — for applications that call the Planner
+/// on a person's behalf. Answers as `POST /documents/{id}/chat` does.
+pub async fn invoke(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<PostChat>,
+) -> Result<(StatusCode, Json<ChatMessageView>), AppError> {
+    post_message(&state, &account, &id, &body.text, true).await
 }
 
 /// Stop and Resume are for the document's editors and owner; a viewer is

@@ -710,19 +710,40 @@ impl Sessions {
     /// has one, ends and its machine is told to `stop`; until
     /// [`Sessions::document_reopened`], `@planner` starts nothing there.
     pub async fn document_closed(&self, document: &str, trigger: ReleaseTrigger) {
-        let mailbox = {
-            let mut registry = self.shared.lock();
-            registry.closed.insert(document.to_owned());
-            let id = registry.documents.get(document);
-            id.and_then(|id| registry.sessions.get(id))
+        self.shared.lock().closed.insert(document.to_owned());
+        self.reset(document, trigger).await;
+    }
+
+    /// Ends the document's session, if it has one, for `trigger` (SPEC
+    /// P3); the next `@planner` starts a new one. False when there was none.
+    pub async fn reset(&self, document: &str, trigger: ReleaseTrigger) -> bool {
+        match self.of_document(document) {
+            Some(mailbox) => {
+                release(mailbox, trigger).await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Ends every session of `account`'s machines (it signed out) or of
+    /// machine `machine` (unpaired or revoked) for `trigger` (SPEC P3):
+    /// linked or away, in use or not.
+    pub async fn machines_ended(&self, whose: Whose<'_>, trigger: ReleaseTrigger) {
+        let mailboxes: Vec<mpsc::Sender<Input>> = {
+            let registry = self.shared.lock();
+            registry
+                .sessions
+                .values()
+                .filter(|live| match whose {
+                    Whose::Account(account) => live.account == account,
+                    Whose::Machine(machine) => live.machine == machine,
+                })
                 .map(|live| live.mailbox.clone())
+                .collect()
         };
-        let Some(mailbox) = mailbox else {
-            return;
-        };
-        let (done, released) = oneshot::channel();
-        if mailbox.send(Input::Release { trigger, done }).await.is_ok() {
-            let _ = released.await;
+        for mailbox in mailboxes {
+            release(mailbox, trigger).await;
         }
     }
 
@@ -751,6 +772,24 @@ impl Sessions {
     /// start, before serving.
     pub async fn restore(&self) {
         restore::restore(&self.shared).await;
+    }
+}
+
+/// Whose machines' sessions [`Sessions::machines_ended`] ends.
+#[derive(Clone, Copy, Debug)]
+pub enum Whose<'a> {
+    /// Every machine of the account with this id.
+    Account(&'a str),
+    /// The machine with this id.
+    Machine(&'a str),
+}
+
+/// Asks a session's driver to end it for `trigger`; returns once that is
+/// committed (or the driver is gone).
+async fn release(mailbox: mpsc::Sender<Input>, trigger: ReleaseTrigger) {
+    let (done, released) = oneshot::channel();
+    if mailbox.send(Input::Release { trigger, done }).await.is_ok() {
+        let _ = released.await;
     }
 }
 

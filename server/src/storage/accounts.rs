@@ -58,6 +58,16 @@ impl Store {
         Ok(())
     }
 
+    /// Forgets a token (by its hash): it signs nobody in any more. Forgetting
+    /// one already gone is not an error.
+    pub async fn remove_token(&self, token_hash: &str) -> Result<(), StorageError> {
+        sqlx::query("DELETE FROM tokens WHERE hash = $1")
+            .bind(token_hash)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     /// The account a token hash belongs to.
     pub async fn account_by_token(&self, token_hash: &str) -> Result<Account, StorageError> {
         let row = sqlx::query(
