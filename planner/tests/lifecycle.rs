@@ -325,3 +325,22 @@ fn resume_undoes_only_the_stop_it_covers_and_is_refused_while_away() {
     );
     assert!(sim.session.stop_pending(), "refused, not held");
 }
+
+#[test]
+fn run_cards_are_listed_in_the_order_first_reported_also_after_a_new_attempt() {
+    let mut sim = Sim::new();
+    sim.say("@planner go");
+    for run in ["sync", "build", "lint"] {
+        sim.run(run, RunStatus::Running);
+    }
+    let step = sim.session.handle_run(
+        "build".into(),
+        "Run build".into(),
+        RunStatus::Running,
+        2,
+        sim.now,
+    );
+    sim.take(step);
+    let order: Vec<String> = run_cards(&sim).into_iter().map(|(run, ..)| run).collect();
+    assert_eq!(order, ["sync", "build", "lint"]);
+}

@@ -360,8 +360,7 @@ impl PlannerSession {
             questions: self.state.requests.len(),
             runs: self
                 .state
-                .runs
-                .iter()
+                .runs_as_reported()
                 .map(|(id, run)| RunView {
                     run: id.0.clone(),
                     name: run.name.clone(),

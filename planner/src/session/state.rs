@@ -119,6 +119,10 @@ pub(super) struct Run {
     pub ended: Option<Millis>,
     /// The newest attempt reported.
     pub attempt: u32,
+    /// The journal record that first reported it: cards are listed in
+    /// that order, a new attempt keeping its place.
+    #[serde(default)]
+    pub reported: u64,
     /// Each reported attempt's record in the session's [`Attempts`].
     pub attempts: BTreeMap<u32, AttemptId>,
 }
@@ -263,7 +267,7 @@ impl State {
                 name,
                 attempt,
                 status,
-            } => self.apply_run(run, name, *attempt, *status, at),
+            } => self.apply_run(run, name, (*attempt, *status), record.seq, at),
             Entry::Answered {
                 request,
                 answer,
@@ -310,7 +314,14 @@ impl State {
 
     /// A run report (SPEC R1, R2, T4); the rules that refuse one are
     /// checked before it is recorded ([`super::PlannerSession::handle_run`]).
-    fn apply_run(&mut self, run: &RunId, name: &str, attempt: u32, status: RunStatus, at: Millis) {
+    fn apply_run(
+        &mut self,
+        run: &RunId,
+        name: &str,
+        (attempt, status): (u32, RunStatus),
+        seq: u64,
+        at: Millis,
+    ) {
         let attempts = &mut self.attempts;
         match self.runs.get_mut(run) {
             Some(known) if attempt < known.attempt => {
@@ -338,9 +349,9 @@ impl State {
                 };
                 let _ = attempts.handle_launch(id);
                 let _ = attempts.handle_started(id);
-                let (name, mut earlier) = match known {
-                    Some(k) => (k.name.clone(), std::mem::take(&mut k.attempts)),
-                    None => (name.to_owned(), BTreeMap::new()),
+                let (name, mut earlier, reported) = match known {
+                    Some(k) => (k.name.clone(), std::mem::take(&mut k.attempts), k.reported),
+                    None => (name.to_owned(), BTreeMap::new(), seq),
                 };
                 earlier.insert(attempt, id);
                 let ended = ending(status).map(|ending| {
@@ -356,6 +367,7 @@ impl State {
                         ended,
                         attempt,
                         attempts: earlier,
+                        reported,
                     },
                 );
             }
@@ -363,6 +375,13 @@ impl State {
         if !status.is_live() {
             self.quiet_since = self.quiet_since.max(at);
         }
+    }
+
+    /// The runs in the order first reported.
+    pub fn runs_as_reported(&self) -> impl Iterator<Item = (&RunId, &Run)> {
+        let mut runs: Vec<_> = self.runs.iter().collect();
+        runs.sort_by_key(|(_, run)| run.reported);
+        runs.into_iter()
     }
 
     /// While away with nothing left to keep, the session is only leased for
