@@ -57,6 +57,21 @@ fn a_refused_reply_keeps_a_session_with_a_live_run_with_no_deadline() {
 }
 
 #[test]
+fn a_refused_reply_keeps_a_session_that_holds_only_an_open_question() {
+    let mut sim = Sim::new();
+    waiting_on(&mut sim, "q1");
+    sim.say("@planner and the budget?");
+    sim.reply("Which budget? Which month?");
+    sim.reply("Still asking: which budget?");
+    assert!(sim
+        .chat_texts()
+        .iter()
+        .any(|t| t.starts_with("The Planner's reply was withheld")));
+    sim.wait(24 * 60);
+    assert_eq!(sim.released(), None, "a question in use keeps it (P2)");
+}
+
+#[test]
 fn a_session_waiting_on_a_question_is_kept_until_it_settles_then_idle_counts() {
     let mut sim = Sim::new();
     waiting_on(&mut sim, "q1");

@@ -5,8 +5,9 @@ mod support;
 
 use margin_planner::{CardId, Effect, ReleaseReason};
 use margin_protocol::chat::ChatKind;
-use margin_protocol::decisions::CaptureStatus;
+use margin_protocol::decisions::{CaptureStatus, ToolRefusal};
 use margin_protocol::link::ServerMessage;
+use margin_protocol::RefusalCode;
 use pretty_assertions::assert_eq;
 use support::{decisions, Sim};
 
@@ -158,6 +159,27 @@ fn a_card_people_discard_during_the_repair_no_longer_counts() {
     assert_eq!(
         sim.chat_texts(),
         ["The Planner's reply was withheld: it asked 2 question(s) in Chat and opened 1 as decisions."]
+    );
+}
+
+#[test]
+fn a_repair_whose_replay_was_refused_as_another_decision_captures_nothing_and_fails() {
+    let mut sim = Sim::new();
+    sim.say("@planner plan the launch");
+    sim.reply("Which region first? Should we invite only?");
+    let batch = serde_json::json!({"revision": 7, "cards": []});
+    sim.call("c1", "open_decisions", batch);
+    let refused = ToolRefusal {
+        code: RefusalCode::DifferentDecision,
+        message: "card \"k1\" is already in the document with another question".into(),
+        read_again: false,
+        retry: false,
+    };
+    sim.finish("c1", Err(refused));
+    sim.reply("Which region first?");
+    assert_eq!(
+        sim.chat_texts(),
+        ["The Planner's reply was withheld: it asked 2 question(s) in Chat and opened 0 as decisions."]
     );
 }
 

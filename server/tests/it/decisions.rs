@@ -496,6 +496,25 @@ on_both_backends! {
         assert_eq!(s.cards().await.len(), 1);
     }
 
+    async fn replay_with_its_read_evicted_beside_a_copy_of_its_rewritten_paragraph_refuses_read_evicted(db) {
+        let mut s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        let region = card("region", vec![address(&read, 1)]);
+        s.open(read.revision, vec![region.clone()]).await.unwrap();
+        let before = s.revision().await;
+        s.person.rewrite(1, "Pick a region: EU").await;
+        s.person_change(before).await;
+        s.person_inserts(3, "Pick a region").await;
+        for i in 0..9 {
+            s.person_inserts(0, &format!("typed {i}")).await;
+            s.read().await;
+        }
+        // Without the read, the card no longer stands beside what it was
+        // opened on, and the copy is not taken for it (SPEC D7).
+        assert_eq!(refusal_code(&s.open(read.revision, vec![region]).await), "read_evicted");
+        assert_eq!(s.cards().await.len(), 1);
+    }
+
     async fn stale_replay_naming_another_intact_paragraph_refuses_different_decision(db) {
         let mut s = Scene::new(&db, &PLAN).await;
         let read = s.read().await;

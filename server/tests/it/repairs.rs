@@ -101,6 +101,26 @@ on_both_backends! {
         assert!(!chat.iter().any(|(kind, text)| *kind == ChatKind::Planner && text == "Launch in the US?"));
     }
 
+    async fn a_repair_whose_replay_asks_another_question_under_the_same_key_is_refused_and_fails(db) {
+        let s = Scene::new(&db).await;
+        let mut planner = s.planner().await;
+        earlier_turn_opened_two(&s, &mut planner).await;
+        let repair = withheld(&s, &mut planner, "Launch in the EU? Launch in the US?").await;
+        let ServerMessage::ToolResult { output: Some(read), .. } = call(&mut planner, &repair.0, &repair.1, "read_document", json!({})).await else {
+            panic!("read_document failed")
+        };
+        let read = serde_json::to_value(&read).unwrap();
+        let changed = json!({"revision": read["revision"], "cards": [{"key": "eu", "question": "Launch in Europe first?", "response": "yes_no",
+            "passages": [{"index": 0, "digest": read["outline"][0]["digest"]}]}]});
+        match call(&mut planner, &repair.0, &repair.1, "open_decisions", changed).await {
+            ServerMessage::ToolResult { output: None, error: Some(refusal), .. } => assert_eq!(refusal.code.to_string(), "different_decision"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        reply(&mut planner, &repair.0, &repair.1, "Both are open.").await;
+        let chat = s.chat_len(4).await;
+        assert_eq!(chat[3], (ChatKind::System, "The Planner's reply was withheld: it asked 2 question(s) in Chat and opened 0 as decisions.".to_owned()));
+    }
+
     async fn a_repair_that_opens_a_card_and_replays_its_key_counts_the_card_once(db) {
         let s = Scene::new(&db).await;
         let mut planner = s.planner().await;
