@@ -340,3 +340,23 @@ fn a_question_opened_by_a_call_the_machine_still_waits_on_is_not_withdrawn_on_re
         [RequestId::from("q1")]
     );
 }
+
+#[test]
+fn another_machine_that_resumes_the_session_is_its_machine_also_after_a_restart() {
+    let mut sim = Sim::new();
+    sim.run("build", RunStatus::Running);
+    sim.link_lost(LinkLoss::Dropped);
+    let moved = sim.session.handle_moved("m-desktop", "desktop", sim.now);
+    sim.take(moved);
+    sim.resume(held(&[]));
+    assert_eq!(sim.session.machine(), "m-desktop");
+    assert_eq!(
+        sim.session.view(sim.now).machine.as_deref(),
+        Some("desktop")
+    );
+    sim.restart();
+    assert_eq!(sim.session.machine(), "m-desktop", "journaled");
+    // The machine it already runs on records nothing.
+    let again = sim.session.handle_moved("m-desktop", "desktop", sim.now);
+    assert!(again.journal.is_empty());
+}

@@ -146,6 +146,13 @@ pub enum Entry {
     },
     /// The machine is back (`resume`).
     LinkBack,
+    /// Another machine of the account took the session over (`resume`).
+    MachineChanged {
+        /// Its id.
+        machine: String,
+        /// Its name.
+        name: String,
+    },
     /// The session ended; nothing follows.
     Released {
         /// Why.

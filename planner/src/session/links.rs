@@ -88,6 +88,23 @@ impl PlannerSession {
         })
     }
 
+    /// Machine `machine`, named `name`, is resuming the session (SPEC L3).
+    /// Another machine of the account than the one it ran on is journaled,
+    /// so that a restart files the session under the machine that runs it
+    /// — whose revocation then ends it — and people see its name.
+    pub fn handle_moved(&mut self, machine: &str, name: &str, now: Millis) -> Step {
+        self.step(|session, step| {
+            if session.state.released.is_some() || session.state.machine == machine {
+                return;
+            }
+            let entry = Entry::MachineChanged {
+                machine: machine.to_owned(),
+                name: name.to_owned(),
+            };
+            session.record(step, now, entry);
+        })
+    }
+
     /// The machine is back and its `resume` named this session (SPEC L3–L5,
     /// W1, W2a). Questions it listed that no longer wait are withdrawn in
     /// `resumed`; questions open here that it no longer lists are settled

@@ -301,6 +301,10 @@ impl State {
             }
             Entry::StopRequested => self.stop_pending = true,
             Entry::StopWithdrawn => self.stop_pending = false,
+            Entry::MachineChanged { machine, name } => {
+                self.machine.clone_from(machine);
+                self.machine_name.clone_from(name);
+            }
             Entry::LinkLost { loss, until } => {
                 self.away = Some(Away {
                     until: *until,

@@ -330,13 +330,15 @@ impl Driver {
             .link
             .take()
             .filter(|old| old.id != link.id && self.shared.links.is_open(old.id));
+        let machine = link.machine.clone();
         self.attaching = Some((link, Vec::new()));
         let mut resumed = None;
         let step = self
             .apply(|session| {
+                let moved = session.handle_moved(&machine.id, &machine.name, now);
                 let (carried, step) = session.handle_resume(held, now);
                 resumed = Some(carried);
-                step
+                moved.and(step)
             })
             .await;
         if step.is_err() {

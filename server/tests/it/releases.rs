@@ -155,6 +155,27 @@ on_both_backends! {
         u.until_ended("the machine was revoked").await;
     }
 
+    async fn revoking_the_machine_a_session_moved_to_ends_it_also_after_a_restart(db) {
+        let mut u = InUse::new(&db).await;
+        drop(u.link.take());
+        let (status, paired) = u.s.server.post(Some(&u.s.token), "/machines", json!({"name": "desktop"})).await;
+        assert_eq!(status, 201, "{paired}");
+        let desktop = paired["machine"]["id"].as_str().unwrap().to_owned();
+        let mut link = LinkClient::connect(u.s.server.addr, paired["credential"].as_str().unwrap()).await.unwrap();
+        assert!(matches!(link.hello().await, ServerMessage::Welcome { .. }));
+        link.send_text(&json!({"type": "resume", "sessions": [{"session": u.session, "questions": []}]}).to_string()).await;
+        match link.next_work().await {
+            Some(ServerMessage::Resumed { sessions, .. }) => assert_eq!(sessions.len(), 1, "{sessions:?}"),
+            other => panic!("expected resumed, got {other:?}"),
+        }
+        assert_eq!(u.view().await["machine"], "desktop", "people see the machine that runs it");
+        drop(link);
+        u.s.server.restart().await;
+        let (status, body) = u.s.server.delete(Some(&u.s.token), &format!("/machines/{desktop}")).await;
+        assert_eq!(status, 204, "{body}");
+        u.until_ended("the machine was revoked").await;
+    }
+
     async fn a_planner_reset_ends_a_session_in_use_and_the_next_message_starts_a_new_one(db) {
         let mut u = InUse::new(&db).await;
         let reset = format!("/documents/{}/planner/reset", u.s.doc);
