@@ -354,6 +354,10 @@ fn another_machine_that_resumes_the_session_is_its_machine_also_after_a_restart(
         sim.session.view(sim.now).machine.as_deref(),
         Some("desktop")
     );
+    assert!(
+        sim.event_kinds().contains(&"machine_changed"),
+        "the feed says so (E2)"
+    );
     sim.restart();
     assert_eq!(sim.session.machine(), "m-desktop", "journaled");
     // The machine it already runs on records nothing.

@@ -236,6 +236,12 @@ pub enum SessionEvent {
     PlannerDisconnected {},
     /// The machine is back.
     PlannerReconnected {},
+    /// Another machine of the account took the session over (`resume`);
+    /// it runs there from now on.
+    MachineChanged {
+        /// That machine, by name.
+        machine: String,
+    },
     /// The session was released; no event follows.
     SessionEnded {
         /// Why, in words.
@@ -281,6 +287,7 @@ impl SessionEvent {
             SessionEvent::StopWithdrawn {} => "stop_withdrawn",
             SessionEvent::PlannerDisconnected {} => "planner_disconnected",
             SessionEvent::PlannerReconnected {} => "planner_reconnected",
+            SessionEvent::MachineChanged { .. } => "machine_changed",
             SessionEvent::SessionEnded { .. } => "session_ended",
             SessionEvent::PlanUpdated { .. } => "plan_updated",
             SessionEvent::ToolFinished { .. } => "tool_finished",
@@ -359,6 +366,7 @@ impl SessionSnapshot {
             SessionEvent::StopWithdrawn {} => self.stop_pending = false,
             SessionEvent::PlannerDisconnected {} => self.state = SessionState::Disconnected,
             SessionEvent::PlannerReconnected {} => self.state = SessionState::Active,
+            SessionEvent::MachineChanged { machine } => self.machine.clone_from(machine),
             SessionEvent::SessionEnded { .. } => {
                 self.state = SessionState::Ended;
                 self.turn = None;
@@ -485,6 +493,12 @@ mod tests {
                 },
             },
             r#"{"kind":"run_updated","run":{"run":"r1","name":"Nightly","status":"running"}}"#,
+        );
+        round_trip(
+            SessionEvent::MachineChanged {
+                machine: "desktop".into(),
+            },
+            r#"{"kind":"machine_changed","machine":"desktop"}"#,
         );
         for event in [plan_updated(2), SessionEvent::PlannerDisconnected {}] {
             let json = serde_json::to_value(&event).unwrap();

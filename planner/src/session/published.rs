@@ -12,6 +12,8 @@ use super::state::State;
 /// only `update_plan` changes it, with its own event.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Published {
+    /// The machine it runs on, by name.
+    pub machine: String,
     /// The machine is away.
     pub away: bool,
     /// The turn replying.
@@ -28,6 +30,7 @@ impl Published {
     /// What a session's state shows.
     pub(super) fn of(state: &State) -> Published {
         Published {
+            machine: state.machine_name.clone(),
             away: state.away.is_some(),
             turn: state.turn.as_ref().map(|turn| turn.id.0.clone()),
             stop_pending: state.stop_pending,
@@ -51,6 +54,7 @@ impl Published {
         let mut host_requests = snapshot.host_requests.clone();
         host_requests.sort();
         Published {
+            machine: snapshot.machine.clone(),
             away: snapshot.state == SessionState::Disconnected,
             turn: snapshot.turn.clone(),
             stop_pending: snapshot.stop_pending,
@@ -63,6 +67,11 @@ impl Published {
     /// longer in `next` keeps its last published status.
     pub fn diff(&self, next: &Published) -> Vec<SessionEvent> {
         let mut events = Vec::new();
+        if self.machine != next.machine {
+            events.push(SessionEvent::MachineChanged {
+                machine: next.machine.clone(),
+            });
+        }
         if self.away != next.away {
             events.push(if next.away {
                 SessionEvent::PlannerDisconnected {}
@@ -133,6 +142,7 @@ mod tests {
                 ..Published::default()
             },
             Published {
+                machine: "desktop".into(),
                 away: true,
                 turn: Some("t1".into()),
                 stop_pending: true,

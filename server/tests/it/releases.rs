@@ -169,6 +169,8 @@ on_both_backends! {
             other => panic!("expected resumed, got {other:?}"),
         }
         assert_eq!(u.view().await["machine"], "desktop", "people see the machine that runs it");
+        let (_, snapshot) = u.s.server.get(Some(&u.s.token), &format!("/sessions/{}", u.session)).await;
+        assert_eq!(snapshot["machine"], "desktop", "and so does its feed (E2)");
         drop(link);
         u.s.server.restart().await;
         let (status, body) = u.s.server.delete(Some(&u.s.token), &format!("/machines/{desktop}")).await;
