@@ -17,7 +17,8 @@ use tokio::time::Instant;
 
 use crate::harness::{LinkClient, Sse, TestDb};
 use crate::on_both_backends;
-use crate::turns::{call, invoked, reply, report, Scene};
+use crate::resume::Away;
+use crate::turns::{ask_first_paragraph, call, invoked, reply, report, Scene};
 
 const DISCONNECTED: &str =
     "The Planner disconnected. Its runs and questions are kept until it reconnects; answers wait for it.";
@@ -44,27 +45,7 @@ async fn take_on(link: &mut LinkClient, session: &str, turn: &str, work: Work) -
         report(link, session, "build", 1, Running).await;
         return None;
     }
-    let ServerMessage::ToolResult {
-        output: Some(read),
-        error: None,
-        ..
-    } = call(link, session, turn, "read_document", json!({})).await
-    else {
-        panic!("read_document failed")
-    };
-    let read = serde_json::to_value(&read).unwrap();
-    let question = json!({"revision": read["revision"], "card": {"key": "launch-date", "question": "Ship on March 3?",
-        "response": "yes_no", "passages": [{"index": 0, "digest": read["outline"][0]["digest"]}]}});
-    let ServerMessage::ToolResult {
-        output: Some(asked),
-        error: None,
-        ..
-    } = call(link, session, turn, "ask", question).await
-    else {
-        panic!("ask failed")
-    };
-    let asked = serde_json::to_value(&asked).unwrap();
-    Some(asked["captures"][0]["card_id"].as_str().unwrap().to_owned())
+    Some(ask_first_paragraph(link, session, turn).await)
 }
 
 /// Checks the Planner view still shows `work`.
@@ -192,35 +173,7 @@ async fn system_lines(s: &Scene) -> Vec<String> {
 }
 
 /// A Scene with a paired machine whose credential links again and again.
-struct Machine {
-    s: Scene,
-    credential: String,
-}
-
-impl Machine {
-    async fn with(
-        db: &TestDb,
-        adjust: impl FnOnce(&mut margin_server::serve::ServeOptions),
-    ) -> Machine {
-        let s = Scene::with(db, adjust).await;
-        let (status, paired) = s
-            .server
-            .post(Some(&s.token), "/machines", json!({"name": "laptop"}))
-            .await;
-        assert_eq!(status, 201, "{paired}");
-        let credential = paired["credential"].as_str().unwrap().to_owned();
-        Machine { s, credential }
-    }
-
-    /// A resumable link, welcomed.
-    async fn link(&self) -> LinkClient {
-        let mut link = LinkClient::connect(self.s.server.addr, &self.credential)
-            .await
-            .unwrap();
-        assert!(matches!(link.hello().await, ServerMessage::Welcome { .. }));
-        link
-    }
-
+impl Away {
     /// A first turn that takes on `work` and replies; the session and the
     /// question's card.
     async fn first_turn(&self, link: &mut LinkClient, work: Work) -> (String, Option<String>) {
@@ -234,7 +187,7 @@ impl Machine {
 
     /// A new link that resumes `session` holding `card`; the link and the
     /// ids of the sessions `resumed` hands back and ends.
-    async fn resume(
+    async fn resume_holding(
         &self,
         session: &str,
         card: &Option<String>,
@@ -328,7 +281,7 @@ async fn a_refused_reply_keeps(db: TestDb, work: Work) {
 /// link resumes it.
 async fn an_unresponsive_link_keeps(db: TestDb, work: Work) {
     // A lease or the idle period would end the session almost at once.
-    let m = Machine::with(&db, |o| {
+    let m = Away::with(&db, |o| {
         o.links.heartbeat = Duration::from_millis(100);
         o.links.missed_heartbeats = 4;
         o.attach_grace = Duration::from_millis(100);
@@ -381,7 +334,7 @@ async fn an_unresponsive_link_keeps(db: TestDb, work: Work) {
         answer(&m.s, card).await;
     }
 
-    let (mut back, sessions, ended) = m.resume(&session, &card).await;
+    let (mut back, sessions, ended) = m.resume_holding(&session, &card).await;
     assert_eq!((sessions, ended), (vec![session.clone()], vec![]));
     if let Some(card) = &card {
         answered(&mut back, &session, card).await;
@@ -398,7 +351,7 @@ async fn an_unresponsive_link_keeps(db: TestDb, work: Work) {
 /// within the attach grace: the session is kept, past the end of the lease.
 async fn a_reattach_within_the_grace_keeps(db: TestDb, work: Work) {
     let grace = Duration::from_millis(1500);
-    let m = Machine::with(&db, |o| o.attach_grace = grace).await;
+    let m = Away::with(&db, |o| o.attach_grace = grace).await;
     let mut link = m.link().await;
     let (session, card) = m.first_turn(&mut link, work).await;
     let detached = Instant::now();
@@ -408,7 +361,7 @@ async fn a_reattach_within_the_grace_keeps(db: TestDb, work: Work) {
     let view = until_view(&m.s, |v| v["connected"] == json!(false)).await;
     assert_eq!(view["session"].as_str(), Some(session.as_str()), "{view}");
 
-    let (mut back, sessions, ended) = m.resume(&session, &card).await;
+    let (mut back, sessions, ended) = m.resume_holding(&session, &card).await;
     assert!(
         detached.elapsed() < grace,
         "re-attached only after {:?}",

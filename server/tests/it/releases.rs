@@ -11,7 +11,8 @@ use serde_json::{json, Value};
 
 use crate::harness::LinkClient;
 use crate::on_both_backends;
-use crate::turns::{call, invoked, reply, report, Scene};
+use crate::resume::Away;
+use crate::turns::{ask_first_paragraph, invoked, reply, report, Scene};
 
 /// A machine of the scene's account, linked (resumable), with a session in
 /// use: a live run and an open question.
@@ -26,46 +27,20 @@ struct InUse {
 
 impl InUse {
     async fn new(db: &crate::harness::TestDb) -> InUse {
-        let s = Scene::new(db).await;
-        let (status, paired) = s
-            .server
-            .post(Some(&s.token), "/machines", json!({"name": "laptop"}))
-            .await;
-        assert_eq!(status, 201, "{paired}");
-        let credential = paired["credential"].as_str().unwrap().to_owned();
-        let machine = paired["machine"]["id"].as_str().unwrap().to_owned();
-        let mut link = LinkClient::connect(s.server.addr, &credential)
-            .await
-            .unwrap();
-        assert!(matches!(link.hello().await, ServerMessage::Welcome { .. }));
+        let away = Away::new(db).await;
+        let mut link = away.link().await;
+        let s = away.s;
         s.say("@planner build it").await;
         let (session, turn, _, _) = invoked(&mut link).await;
         report(&mut link, &session, "build", 1, Running).await;
-        let ServerMessage::ToolResult {
-            output: Some(read), ..
-        } = call(&mut link, &session, &turn, "read_document", json!({})).await
-        else {
-            panic!("read_document failed")
-        };
-        let read = serde_json::to_value(&read).unwrap();
-        let ask = json!({"revision": read["revision"], "card": {"key": "ship", "question": "Ship on March 3?",
-            "response": "yes_no", "passages": [{"index": 0, "digest": read["outline"][0]["digest"]}]}});
-        let ServerMessage::ToolResult {
-            output: Some(asked),
-            ..
-        } = call(&mut link, &session, &turn, "ask", ask).await
-        else {
-            panic!("ask failed")
-        };
-        let asked = serde_json::to_value(&asked).unwrap();
-        assert_eq!(asked["captured"], 1);
+        ask_first_paragraph(&mut link, &session, &turn).await;
         reply(&mut link, &session, &turn, "Building; one question open.").await;
         s.chat_len(2).await;
         InUse {
             s,
             link: Some(link),
-            machine,
-            credential,
+            machine: away.machine,
+            credential: away.credential,
             session,
         }
     }

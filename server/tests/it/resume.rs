@@ -14,24 +14,26 @@ use serde_json::json;
 
 use crate::harness::{LinkClient, TestDb};
 use crate::on_both_backends;
-use crate::turns::{call, invoked, reply, report, Scene};
+use crate::turns::{ask_first_paragraph, call, invoked, reply, report, Scene};
 
 const DISCONNECTED: &str =
     "The Planner disconnected. Its runs and questions are kept until it reconnects; answers wait for it.";
 const RECONNECTED: &str = "The Planner reconnected.";
 
 /// A Scene with a paired machine whose credential links again and again.
-struct Away {
-    s: Scene,
-    credential: String,
+pub(crate) struct Away {
+    pub s: Scene,
+    pub credential: String,
+    /// The machine's id.
+    pub machine: String,
 }
 
 impl Away {
-    async fn new(db: &TestDb) -> Away {
+    pub async fn new(db: &TestDb) -> Away {
         Self::with(db, |_| {}).await
     }
 
-    async fn with(
+    pub async fn with(
         db: &TestDb,
         adjust: impl FnOnce(&mut margin_server::serve::ServeOptions),
     ) -> Away {
@@ -42,11 +44,16 @@ impl Away {
             .await;
         assert_eq!(status, 201);
         let credential = paired["credential"].as_str().unwrap().to_owned();
-        Away { s, credential }
+        let machine = paired["machine"]["id"].as_str().unwrap().to_owned();
+        Away {
+            s,
+            credential,
+            machine,
+        }
     }
 
     /// A resumable link, welcomed.
-    async fn link(&self) -> LinkClient {
+    pub async fn link(&self) -> LinkClient {
         let mut link = LinkClient::connect(self.s.server.addr, &self.credential)
             .await
             .unwrap();
@@ -84,24 +91,7 @@ impl Away {
         let mut link = self.link().await;
         self.s.say("@planner plan the launch").await;
         let (session, turn, _, _) = invoked(&mut link).await;
-        let ServerMessage::ToolResult {
-            output: Some(read), ..
-        } = call(&mut link, &session, &turn, "read_document", json!({})).await
-        else {
-            panic!("read failed")
-        };
-        let read = serde_json::to_value(&read).unwrap();
-        let question = json!({"revision": read["revision"], "card": {"key": "launch-date", "question": "Ship on March 3?",
-            "response": "yes_no", "passages": [{"index": 0, "digest": read["outline"][0]["digest"]}]}});
-        let ServerMessage::ToolResult {
-            output: Some(asked),
-            ..
-        } = call(&mut link, &session, &turn, "ask", question).await
-        else {
-            panic!("ask failed")
-        };
-        let asked = serde_json::to_value(&asked).unwrap();
-        let card = asked["captures"][0]["card_id"].as_str().unwrap().to_owned();
+        let card = ask_first_paragraph(&mut link, &session, &turn).await;
         reply(&mut link, &session, &turn, "Asked.").await;
         self.s.chat_len(2).await;
         (link, session, card)

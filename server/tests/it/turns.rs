@@ -142,6 +142,36 @@ pub(crate) async fn call(
     link.next_work().await.expect("a tool result")
 }
 
+/// Reads the document and asks "Ship on March 3?" on its first paragraph
+/// with `ask` in `turn`; the question's card.
+pub(crate) async fn ask_first_paragraph(
+    link: &mut LinkClient,
+    session: &str,
+    turn: &str,
+) -> String {
+    let ServerMessage::ToolResult {
+        output: Some(read),
+        error: None,
+        ..
+    } = call(link, session, turn, "read_document", json!({})).await
+    else {
+        panic!("read_document failed")
+    };
+    let read = serde_json::to_value(&read).unwrap();
+    let question = json!({"revision": read["revision"], "card": {"key": "launch-date", "question": "Ship on March 3?",
+        "response": "yes_no", "passages": [{"index": 0, "digest": read["outline"][0]["digest"]}]}});
+    let ServerMessage::ToolResult {
+        output: Some(asked),
+        error: None,
+        ..
+    } = call(link, session, turn, "ask", question).await
+    else {
+        panic!("ask failed")
+    };
+    let asked = serde_json::to_value(&asked).unwrap();
+    asked["captures"][0]["card_id"].as_str().unwrap().to_owned()
+}
+
 pub(crate) async fn reply(link: &mut LinkClient, session: &str, turn: &str, text: &str) {
     link.send_message(&ClientMessage::Reply {
         session: session.into(),
