@@ -130,9 +130,12 @@ fn someone_viewing_the_document_keeps_an_idle_session_and_idle_counts_from_their
 }
 
 #[test]
-fn stop_revocation_and_document_close_release_it_and_withdraw_its_questions() {
+fn every_explicit_act_releases_a_session_that_holds_only_a_question_and_withdraws_it() {
     for trigger in [
+        ReleaseTrigger::SignOut,
+        ReleaseTrigger::MachineUnpaired,
         ReleaseTrigger::MachineRevoked,
+        ReleaseTrigger::PlannerReset,
         ReleaseTrigger::DocumentClosed,
         ReleaseTrigger::DocumentArchived,
     ] {
@@ -153,6 +156,23 @@ fn stop_revocation_and_document_close_release_it_and_withdraw_its_questions() {
             "{trigger:?}"
         );
     }
+}
+
+#[test]
+fn a_confirmed_stop_releases_a_session_that_holds_only_a_question_and_withdraws_it() {
+    let mut sim = Sim::new();
+    waiting_on(&mut sim, "q1");
+    let asked = sim.session.handle_stop_requested(sim.now);
+    sim.take(asked);
+    let confirmed = sim.session.handle_stopped(sim.now);
+    let step = sim.take(confirmed);
+    assert_eq!(
+        sim.released(),
+        Some(ReleaseReason::Trigger(ReleaseTrigger::Stop))
+    );
+    assert!(step
+        .effects
+        .contains(&Effect::Withdraw(RequestId::from("q1"))));
 }
 
 #[test]
