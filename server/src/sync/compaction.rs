@@ -1,6 +1,8 @@
 //! Background compaction of a document's update log into a snapshot
 //! (SPEC S3): debounced, only when changes are waiting, and never in the way
-//! of editors — the state is encoded in memory and written by another task.
+//! of editors — another task rebuilds the state from what storage holds,
+//! on a blocking thread, and writes it; the document's own task only says
+//! which revision to compact.
 
 use std::time::Duration;
 
@@ -8,7 +10,30 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use crate::storage::{StorageError, Store};
+use yrs::{ReadTxn, StateVector, Transact};
+
+use super::load::{rebuild, LoadError};
+use crate::storage::{StorageError, Store, StoredState};
+
+/// Why a compaction did not land; the log keeps everything meanwhile.
+#[derive(Debug, thiserror::Error)]
+enum CompactionError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("the stored state does not rebuild: {0}")]
+    Load(#[from] LoadError),
+    #[error("encoding the snapshot stopped: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// The whole document `stored` describes, as one update.
+fn encoded(stored: &StoredState) -> Result<Vec<u8>, LoadError> {
+    let doc = rebuild(stored)?;
+    let state = doc
+        .transact()
+        .encode_state_as_update_v1(&StateVector::default());
+    Ok(state)
+}
 
 /// Compaction settings.
 #[derive(Clone, Copy, Debug)]
@@ -35,7 +60,7 @@ pub struct Compactor {
     /// Changes committed since the last snapshot.
     pending: u64,
     last_change: Instant,
-    in_flight: Option<(u64, JoinHandle<Result<(), StorageError>>)>,
+    in_flight: Option<(u64, JoinHandle<Result<(), CompactionError>>)>,
 }
 
 impl Compactor {
@@ -68,11 +93,19 @@ impl Compactor {
         Some(self.last_change + self.settings.debounce)
     }
 
-    /// Writes `state` (the whole document at `revision`) as the snapshot of
-    /// document `id`, in the background.
-    pub fn start(&mut self, store: &Store, id: &str, revision: i64, state: Vec<u8>) {
+    /// Compacts document `id` up to `revision` (committed) in the
+    /// background: its stored state at that revision — snapshot and log —
+    /// is rebuilt and encoded off the async workers, then written as the
+    /// new snapshot. Encoding the live document instead held its task, and
+    /// every edit behind it, for milliseconds per megabyte.
+    pub fn start(&mut self, store: &Store, id: &str, revision: i64) {
         let (store, id) = (store.clone(), id.to_owned());
-        let handle = tokio::spawn(async move { store.compact(&id, revision, &state).await });
+        let handle = tokio::spawn(async move {
+            let stored = store.load_state(&id, Some(revision)).await?;
+            let state = tokio::task::spawn_blocking(move || encoded(&stored)).await??;
+            store.compact(&id, revision, &state).await?;
+            Ok(())
+        });
         self.in_flight = Some((self.pending, handle));
     }
 

@@ -640,16 +640,10 @@ impl DocumentTask {
         self.members.clear();
     }
 
-    /// Encodes the state here (fast, in memory); the compactor writes it in
-    /// the background, so editors never wait on a snapshot write.
+    /// Has the compactor snapshot everything committed so far, in the
+    /// background: editors wait on neither the encoding nor the write.
     fn start_compaction(&mut self) {
-        let state = self
-            .awareness
-            .doc()
-            .transact()
-            .encode_state_as_update_v1(&StateVector::default());
-        self.compactor
-            .start(&self.store, &self.id, self.revision, state);
+        self.compactor.start(&self.store, &self.id, self.revision);
     }
 
     /// Leaves storage compact on the way out (a deleted document has no
