@@ -316,10 +316,14 @@ impl Sessions {
                 );
                 return Ok(());
             }
+            // A session whose release is committed takes no more messages,
+            // though its driver may not have left the registry yet: the
+            // message starts a new session instead of vanishing with it.
             let live = registry
                 .documents
                 .get(document)
                 .and_then(|id| registry.sessions.get(id))
+                .filter(|live| live.shown.borrow().released().is_none())
                 .map(|live| live.mailbox.clone());
             match live {
                 Some(mailbox) => Some(mailbox),

@@ -438,6 +438,20 @@ on_both_backends! {
         assert!(matches!(link.next_work().await, Some(ServerMessage::Resumed { .. })));
     }
 
+    async fn a_message_right_after_a_resume_that_left_the_session_out_starts_a_new_session(db) {
+        let a = Away::new(&db).await;
+        let (link, old) = a.session_with_a_run().await;
+        drop(link);
+        a.until_disconnected().await;
+        let (mut back, _) = a.resume(json!([])).await;
+        // At once: the old session's release is committed, its driver may
+        // still be on its way out (SPEC L3, T1).
+        a.s.say("@planner second").await;
+        let (session, _, messages, _) = invoked(&mut back).await;
+        assert_ne!(session, old);
+        assert_eq!(messages, vec!["@planner second".to_owned()]);
+    }
+
     async fn a_detach_leases_the_session_for_the_attach_grace_then_it_ends(db) {
         let a = Away::with(&db, |o| o.attach_grace = Duration::from_millis(200)).await;
         let (mut link, _session) = a.session_with_a_run().await;
