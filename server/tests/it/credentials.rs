@@ -160,9 +160,11 @@ on_both_backends! {
     }
 
     async fn the_link_sends_a_fresh_credential_after_welcome_and_again_before_it_expires(db) {
-        let ttl = Duration::from_millis(900);
+        // Long enough that a loaded CI machine's scheduling delay (hundreds
+        // of ms seen) cannot push the renewal past the margin below.
+        let ttl = Duration::from_millis(3000);
         let p = Paired::new(&db, ttl).await;
-        assert!(p.expires_at <= now_ms() + 900, "pairing gives the configured lifetime");
+        assert!(p.expires_at <= now_ms() + 3000, "pairing gives the configured lifetime");
         let mut link = LinkClient::connect(p.server.addr, &p.credential).await.unwrap();
         link.send_text(r#"{"type":"hello","protocol_version":1,"features":[]}"#).await;
         assert!(matches!(link.next_raw().await, Some(ServerMessage::Welcome { .. })));
@@ -172,11 +174,12 @@ on_both_backends! {
         };
         assert_ne!(first, p.credential);
         assert!(first.starts_with("mgm_"), "{first}");
-        assert!(first_expiry >= before - 100 + 900 && first_expiry <= now_ms() + 900, "{first_expiry} vs {before}");
-        // The next one comes well before the first expires (a third of the way).
+        assert!(first_expiry >= before - 100 + 3000 && first_expiry <= now_ms() + 3000, "{first_expiry} vs {before}");
+        // The next one comes well before the first expires (due a third of
+        // the way, at 1 s; checked with a second to spare).
         let second = credentials(&mut link, 1).await.remove(0);
         let received = now_ms();
-        assert!(received < first_expiry - 300, "renewed at {received}, the first expires at {first_expiry}");
+        assert!(received < first_expiry - 1000, "renewed at {received}, the first expires at {first_expiry}");
         assert!(second.0 != first && second.0 != p.credential);
         assert!(second.1 > first_expiry, "{second:?} vs {first_expiry}");
         // Each is a credential of the same machine: older ones stay valid.
