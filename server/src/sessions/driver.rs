@@ -643,6 +643,12 @@ impl Answer {
 /// Steps `input` on `next`, when it only changes the session.
 fn plan(next: &mut PlannerSession, input: Input, now: Millis) -> Planned {
     match input {
+        Input::Message { done, .. } if next.released().is_some() => {
+            // A released session takes no more messages: `done` dropped
+            // unanswered tells the caller to start a new session (SPEC T1).
+            drop(done);
+            Planned::Step(Step::default(), Answer::Nobody)
+        }
         Input::Message { message, done } => {
             Planned::Step(next.handle_message(message, now), Answer::Commit(done))
         }

@@ -305,52 +305,62 @@ impl Sessions {
         owner: &Account,
         message: ChatMessageView,
     ) -> Result<(), StorageError> {
-        let mailbox = {
-            let mut registry = self.shared.lock();
-            if registry.closed.contains(document) {
-                // Archived or deleted since the message was accepted: no
-                // turn starts (SPEC P3).
-                info!(
-                    document,
-                    "no Planner turn: the document is archived or deleted"
-                );
+        // A session ending as the message arrives does not take it (its
+        // driver drops the answer, or is gone): the message then binds a
+        // new session rather than vanishing with the old one.
+        for _ in 0..CALL_ATTEMPTS {
+            let mailbox = {
+                let mut registry = self.shared.lock();
+                if registry.closed.contains(document) {
+                    // Archived or deleted since the message was accepted: no
+                    // turn starts (SPEC P3).
+                    info!(
+                        document,
+                        "no Planner turn: the document is archived or deleted"
+                    );
+                    return Ok(());
+                }
+                let live = registry
+                    .documents
+                    .get(document)
+                    .and_then(|id| registry.sessions.get(id))
+                    .filter(|live| live.shown.borrow().released().is_none())
+                    .map(|live| live.mailbox.clone());
+                match live {
+                    Some(mailbox) => Some(mailbox),
+                    None => self.bind(&mut registry, document, owner),
+                }
+            };
+            let Some(mailbox) = mailbox else {
+                let line = margin_planner::wording::not_connected(&owner.name);
+                let author = margin_planner::wording::SYSTEM_AUTHOR;
+                self.shared
+                    .hub
+                    .store()
+                    .append_chat(document, author, ChatKind::System, &line)
+                    .await?;
                 return Ok(());
+            };
+            let (done, answer) = oneshot::channel();
+            let input = Input::Message {
+                message: message.clone(),
+                done,
+            };
+            if mailbox.send(input).await.is_err() {
+                continue;
             }
-            // A session whose release is committed takes no more messages,
-            // though its driver may not have left the registry yet: the
-            // message starts a new session instead of vanishing with it.
-            let live = registry
-                .documents
-                .get(document)
-                .and_then(|id| registry.sessions.get(id))
-                .filter(|live| live.shown.borrow().released().is_none())
-                .map(|live| live.mailbox.clone());
-            match live {
-                Some(mailbox) => Some(mailbox),
-                None => self.bind(&mut registry, document, owner),
+            if let Ok(result) = answer.await {
+                return result;
             }
-        };
-        let Some(mailbox) = mailbox else {
-            let line = margin_planner::wording::not_connected(&owner.name);
-            let author = margin_planner::wording::SYSTEM_AUTHOR;
-            self.shared
-                .hub
-                .store()
-                .append_chat(document, author, ChatKind::System, &line)
-                .await?;
-            return Ok(());
-        };
-        let (done, answer) = oneshot::channel();
-        if mailbox
-            .send(Input::Message { message, done })
-            .await
-            .is_err()
-        {
-            // The session ended as the message arrived; the next mention
-            // binds a new one.
-            return Ok(());
         }
-        answer.await.unwrap_or(Ok(()))
+        tracing::warn!(
+            document,
+            "a Planner message found only sessions that were ending"
+        );
+        Err(StorageError::Conflict(
+            "the document's Planner session kept ending as the message arrived; send it again"
+                .into(),
+        ))
     }
 
     /// A new session for `document` on a linked machine of `owner`'s, if
@@ -796,6 +806,10 @@ async fn release(mailbox: mpsc::Sender<Input>, trigger: ReleaseTrigger) {
         let _ = released.await;
     }
 }
+
+/// How many sessions a Planner message tries before it gives up: each one
+/// it meets was ending, and a new one is bound after it.
+const CALL_ATTEMPTS: usize = 3;
 
 /// The refusal of a message for a session with too much waiting: nothing
 /// changed; send it again shortly.
