@@ -12,8 +12,8 @@ use tracing::{debug, warn};
 
 use yrs::{ReadTxn, StateVector, Transact};
 
-use super::load::{rebuild, LoadError};
-use crate::storage::{StorageError, Store, StoredState};
+use super::load::{rebuilt, LoadError};
+use crate::storage::{StorageError, Store};
 
 /// Why a compaction did not land; the log keeps everything meanwhile.
 #[derive(Debug, thiserror::Error)]
@@ -22,17 +22,6 @@ enum CompactionError {
     Storage(#[from] StorageError),
     #[error("the stored state does not rebuild: {0}")]
     Load(#[from] LoadError),
-    #[error("encoding the snapshot stopped: {0}")]
-    Task(#[from] tokio::task::JoinError),
-}
-
-/// The whole document `stored` describes, as one update.
-fn encoded(stored: &StoredState) -> Result<Vec<u8>, LoadError> {
-    let doc = rebuild(stored)?;
-    let state = doc
-        .transact()
-        .encode_state_as_update_v1(&StateVector::default());
-    Ok(state)
 }
 
 /// Compaction settings.
@@ -102,7 +91,11 @@ impl Compactor {
         let (store, id) = (store.clone(), id.to_owned());
         let handle = tokio::spawn(async move {
             let stored = store.load_state(&id, Some(revision)).await?;
-            let state = tokio::task::spawn_blocking(move || encoded(&stored)).await??;
+            let state = rebuilt(stored, |doc, _| {
+                doc.transact()
+                    .encode_state_as_update_v1(&StateVector::default())
+            })
+            .await?;
             store.compact(&id, revision, &state).await?;
             Ok(())
         });

@@ -29,7 +29,7 @@ use super::compaction::{Compaction, Compactor};
 use super::conn::{Conn, ConnId, Refused};
 use super::frame;
 use super::hub::Hub;
-use super::load::rebuild;
+use super::load::rebuilt;
 use super::messages;
 use super::writes;
 use crate::storage::{Riding, SessionWrite, StorageError, Store};
@@ -155,17 +155,12 @@ impl DocumentTask {
         let state = store.load_state(&id, None).await.map_err(stored)?;
         let archived = store.is_archived(&id).await.map_err(stored)?;
         let keys = store.card_keys(&id).await.map_err(stored)?;
-        // Tens of milliseconds of CPU for a large document: off the async
-        // workers, so other documents and sessions carry on meanwhile.
         let (revision, logged) = (state.revision, state.updates.len() as u64);
-        let (doc, live) = tokio::task::spawn_blocking(move || {
-            rebuild(&state).map(|doc| {
-                let live = LiveOutline::new(&doc);
-                (doc, live)
-            })
+        let (doc, live) = rebuilt(state, |doc, _| {
+            let live = LiveOutline::new(&doc);
+            (doc, live)
         })
         .await
-        .map_err(|e| JoinRefused::LoadFailed(e.to_string()))?
         .map_err(|e| JoinRefused::LoadFailed(e.to_string()))?;
         Ok(DocumentTask {
             id,

@@ -19,7 +19,7 @@ use super::command::{CardsRefused, Command, EditRefused, JoinRefused, Rider};
 use super::compaction::Compaction;
 use super::conn::{self, Closer, Conn, ConnId, OutboxReader};
 use super::document;
-use super::load::{rebuild, LoadError};
+use super::load::{rebuilt, LoadError};
 use crate::storage::{StorageError, Store};
 
 /// Commands waiting for a document task; a full mailbox slows the
@@ -195,13 +195,10 @@ impl Hub {
             }
         }
         let state = self.inner.store.load_state(id, revision).await?;
-        // Rebuilding a large document takes tens of milliseconds of CPU:
-        // off the async workers, so other sessions' calls are not held up.
-        let outline = tokio::task::spawn_blocking(move || {
-            rebuild(&state).map(|doc| (state.revision, Arc::new(Outline::of_doc(&doc))))
+        let outline = rebuilt(state, |doc, state| {
+            (state.revision, Arc::new(Outline::of_doc(&doc)))
         })
-        .await
-        .map_err(|e| OutlineError::Load(LoadError::Task(e.to_string())))??;
+        .await?;
         Ok(outline)
     }
 

@@ -30,8 +30,21 @@ pub enum LoadError {
     Task(String),
 }
 
+/// Builds the document `state` describes and hands it to `then`, on a
+/// blocking thread: a large document takes tens of milliseconds of CPU,
+/// which would otherwise hold up every task sharing the async workers.
+pub async fn rebuilt<T, F>(state: StoredState, then: F) -> Result<T, LoadError>
+where
+    F: FnOnce(Doc, StoredState) -> T + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(move || rebuild(&state).map(|doc| then(doc, state)))
+        .await
+        .map_err(|e| LoadError::Task(e.to_string()))?
+}
+
 /// Builds the document `state` describes.
-pub fn rebuild(state: &StoredState) -> Result<Doc, LoadError> {
+fn rebuild(state: &StoredState) -> Result<Doc, LoadError> {
     let doc = Doc::new();
     {
         let mut txn = doc.transact_mut();
