@@ -196,22 +196,17 @@ impl Store {
         let mut tx = self.pool.begin().await?;
         // Children first, so this holds whether or not the database enforces
         // (and cascades) the foreign keys; the document row last says
-        // whether there was anything to delete. A session's journal and events go before
-        // the session, which holds the document.
-        sqlx::query(
-            "DELETE FROM session_journal WHERE session_id IN \
-             (SELECT id FROM planner_sessions WHERE document_id = $1)",
-        )
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "DELETE FROM session_events WHERE session_id IN \
-             (SELECT id FROM planner_sessions WHERE document_id = $1)",
-        )
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+        // whether there was anything to delete. A session's journal and
+        // events go before the session, which holds the document.
+        for table in ["session_journal", "session_events"] {
+            sqlx::query(&format!(
+                "DELETE FROM {table} WHERE session_id IN \
+                 (SELECT id FROM planner_sessions WHERE document_id = $1)"
+            ))
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        }
         for table in [
             "planner_sessions",
             "document_updates",
