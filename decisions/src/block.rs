@@ -1,11 +1,14 @@
 //! One block of a document: its kind, normalised text, digest and identity.
 
+use std::borrow::Cow;
 use std::fmt;
 
+use unicode_normalization::{is_nfc_quick, IsNormalized, UnicodeNormalization};
 use yrs::ID;
 
 /// A block's address-independent fingerprint: `blake3` over its kind and
-/// normalised text (SPEC S4). Twins — blocks with the same kind and text —
+/// normalised text (SPEC S4, S4a: NFC, whitespace collapsed). Twins — blocks
+/// with the same kind and text, however the text is spelled in Unicode —
 /// share a digest; that is what makes them twins.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Digest([u8; 32]);
@@ -102,20 +105,45 @@ pub struct Block {
 }
 
 /// Normalises block text so that invisible differences do not change a
-/// digest: runs of whitespace (including non-breaking spaces, which editors
-/// insert for doubled spaces) become one space, and the ends are trimmed.
+/// digest (SPEC S4a): the text is put in Unicode NFC, so that a composed
+/// "é" (U+00E9) and a decomposed one (`e` + U+0301) are the same text; then
+/// runs of whitespace (including non-breaking spaces, which editors insert
+/// for doubled spaces) become one space, and the ends are trimmed.
+///
+/// The result is NFC too: every Unicode whitespace character is a starter
+/// that composes with nothing, so collapsing or trimming whitespace never
+/// makes text un-composed again, and `normalise` is idempotent.
 pub fn normalise(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     push_normalised(text, &mut out);
     out
 }
 
-/// [`normalise`], reusing `text`'s buffer when it is already normal.
+/// [`normalise`], reusing `text`'s buffer when it is already normal (ASCII
+/// or NFC text without stray whitespace, which is most of a plan).
 pub(crate) fn normalise_owned(text: String) -> String {
+    let text = match composed(&text) {
+        Cow::Borrowed(_) => text,
+        // Not NFC: composing has built a new buffer; collapse that one.
+        Cow::Owned(composed) => composed,
+    };
     if plainly_normal(text.as_bytes()) {
         return text;
     }
-    normalise(&text)
+    let mut out = String::with_capacity(text.len());
+    push_collapsed(&text, &mut out);
+    out
+}
+
+/// `text` in NFC, borrowed when it certainly is already. ASCII is NFC and is
+/// checked a word at a time; other text asks the quick check of UAX #15,
+/// and composes whenever that is not a certain yes.
+fn composed(text: &str) -> Cow<'_, str> {
+    if text.is_ascii() || is_nfc_quick(text.chars()) == IsNormalized::Yes {
+        Cow::Borrowed(text)
+    } else {
+        Cow::Owned(text.nfc().collect())
+    }
 }
 
 /// Whether `bytes` are certainly normal already: no leading, trailing or
@@ -145,11 +173,20 @@ fn plainly_normal(bytes: &[u8]) -> bool {
 
 /// Appends `text`, normalised, to `out` (empty, or ending in a word).
 ///
+/// `text` is put in NFC first (see [`composed`]); `out` ends in a word or
+/// is empty, and a word is joined to it by a space, which nothing composes
+/// across, so appending keeps `out` in NFC.
+pub(crate) fn push_normalised(text: &str, out: &mut String) {
+    push_collapsed(&composed(text), out);
+}
+
+/// Appends `text`, already NFC, to `out` with its whitespace collapsed.
+///
 /// Text that is already normal (most of a plan) is copied whole. Otherwise
 /// it walks bytes rather than `split(char::is_whitespace)`: ASCII is
 /// classified by one comparison, and only non-ASCII bytes are decoded to ask
 /// `char::is_whitespace`. Same result as the definition, faster.
-pub(crate) fn push_normalised(text: &str, out: &mut String) {
+fn push_collapsed(text: &str, out: &mut String) {
     if out.is_empty() && plainly_normal(text.as_bytes()) {
         out.push_str(text);
         return;
@@ -202,9 +239,10 @@ mod tests {
         assert_eq!(normalise(""), "");
     }
 
-    /// The definition `normalise` must keep: words split on Unicode
-    /// whitespace, joined by one space.
+    /// The definition `normalise` must keep: the text in NFC, split into
+    /// words on Unicode whitespace, joined by one space.
     fn normalise_by_definition(text: &str) -> String {
+        let text: String = text.nfc().collect();
         text.split(char::is_whitespace)
             .filter(|w| !w.is_empty())
             .collect::<Vec<_>>()
@@ -230,6 +268,11 @@ mod tests {
             "double  space in the middle",
             " leading space",
             "trailing space ",
+            "decomposed cafe\u{301} au\u{a0}\u{a0}lait",
+            "\u{212b}ngstro\u{308}m, a singleton and a decomposed umlaut",
+            " \u{301} a lone mark after a space",
+            "marks out of order: s\u{307}\u{323}",
+            "\u{1100}\u{1161}\u{11a8} jamo\u{2000}en quad",
         ];
         for sample in samples {
             assert_eq!(
@@ -244,6 +287,10 @@ mod tests {
     fn normalise_matches_its_definition_on_every_short_mix_of_tricky_characters() {
         let alphabet = [
             " ", "\t", "a", "é", "\u{a0}", "—", "\u{2003}", "\u{1c}", "\u{3000}",
+            // Pieces that compose or reorder: `e` + acute is `é`, dot below
+            // sorts before acute, jamo L + V is one syllable, and U+2000 is
+            // a whitespace singleton (NFC maps it to U+2002).
+            "e", "\u{301}", "\u{323}", "\u{1100}", "\u{1161}", "\u{2000}",
         ];
         let mut strings = vec![String::new()];
         for _ in 0..4 {
@@ -259,6 +306,76 @@ mod tests {
             let expected = normalise_by_definition(&sample);
             assert_eq!(normalise(&sample), expected, "{sample:?}");
             assert_eq!(normalise_owned(sample.clone()), expected, "{sample:?}");
+            // Normal text is NFC, and normalising it again changes nothing.
+            assert!(unicode_normalization::is_nfc(&expected), "{sample:?}");
+            assert_eq!(normalise(&expected), expected, "{sample:?}");
+        }
+    }
+
+    /// Pairs of one text in two canonically equivalent spellings: composed
+    /// (NFC) first, then decomposed or otherwise non-NFC.
+    const SPELLINGS: [(&str, &str); 6] = [
+        ("caf\u{e9}", "cafe\u{301}"),
+        ("\u{c5}ngstr\u{f6}m", "A\u{30a}ngstro\u{308}m"),
+        // U+212B ANGSTROM SIGN is a singleton: NFC maps it to U+00C5.
+        ("\u{c5}", "\u{212b}"),
+        // Hangul jamo compose into one syllable.
+        ("\u{ac00}", "\u{1100}\u{1161}"),
+        // Combining marks in non-canonical order: dot below (ccc 220)
+        // sorts before dot above (ccc 230), then composes with `s`.
+        ("\u{1e69}", "s\u{307}\u{323}"),
+        (
+            "Pick a caf\u{e9} in M\u{fc}nchen",
+            "Pick a cafe\u{301} in Mu\u{308}nchen",
+        ),
+    ];
+
+    #[test]
+    fn normalise_composes_every_spelling_to_nfc() {
+        for (nfc, other) in SPELLINGS {
+            assert_eq!(normalise(other), nfc, "{other:?}");
+            assert_eq!(normalise_owned(other.to_owned()), nfc, "{other:?}");
+            assert_eq!(normalise(nfc), nfc, "{nfc:?}");
+        }
+    }
+
+    #[test]
+    fn normalise_composes_and_collapses_whitespace_together() {
+        assert_eq!(
+            normalise("  cafe\u{301}\u{a0}\u{a0}au\n\tlait  "),
+            "caf\u{e9} au lait"
+        );
+        // A mark after a space has nothing to compose with; it stays.
+        assert_eq!(normalise("e \u{301}"), "e \u{301}");
+        let mut out = String::new();
+        push_normalised(" first cafe\u{301}  second ", &mut out);
+        assert_eq!(out, "first caf\u{e9} second");
+    }
+
+    #[test]
+    fn normalise_owned_keeps_the_buffer_of_text_already_normal() {
+        for text in [
+            "Ship the beta",
+            "caf\u{e9} au lait, M\u{fc}nchen, \u{65e5}\u{672c}",
+        ] {
+            let owned = text.to_owned();
+            let at = owned.as_ptr();
+            let normal = normalise_owned(owned);
+            assert_eq!(normal, text);
+            assert_eq!(normal.as_ptr(), at, "{text:?} was copied");
+        }
+    }
+
+    #[test]
+    fn digests_of_two_spellings_of_one_text_agree() {
+        for kind in ["paragraph", "heading"] {
+            for (nfc, other) in SPELLINGS {
+                assert_eq!(
+                    Digest::of(kind, &normalise(other)),
+                    Digest::of(kind, &normalise(nfc)),
+                    "{kind} {other:?}"
+                );
+            }
         }
     }
 

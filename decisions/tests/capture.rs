@@ -80,6 +80,48 @@ fn identical_paragraph_inserted_ahead_refuses_twin_now_and_creates_nothing() {
     assert!(f.cards.is_empty());
 }
 
+/// "Pick a café" spelled composed (U+00E9) and decomposed (`e` + U+0301):
+/// the same words to a reader, so twins (SPEC S4a).
+const CAFE_NFC: &str = "Pick a caf\u{e9}";
+const CAFE_NFD: &str = "Pick a cafe\u{301}";
+
+#[test]
+fn twins_across_unicode_spellings_refuse_a_stale_batch_with_twin_now() {
+    let mut f = Fixture::with(&["Intro", CAFE_NFC, "Budget", "Launch date"]);
+    let at = f.read();
+    let cafe = f.passage(1);
+    // The same words typed ahead in the other spelling: as for a
+    // byte-identical copy, the batch cannot tell which one it meant.
+    f.insert(0, CAFE_NFD);
+    let result = f.open(at, &[card("cafe", "Which café?", vec![cafe])]);
+    assert_eq!(code(&result), "twin_now");
+    assert!(f.cards.is_empty());
+}
+
+#[test]
+fn twins_across_unicode_spellings_when_read_refuse_repeated_when_read() {
+    let mut f = Fixture::with(&[CAFE_NFD, "Other", CAFE_NFC]);
+    let at = f.read();
+    let addressed = f.passage(2);
+    f.delete(0);
+    let result = f.open(at, &[card("k", "Which one?", vec![addressed])]);
+    assert_eq!(code(&result), "repeated_when_read");
+    assert!(f.cards.is_empty());
+}
+
+#[test]
+fn decomposed_paragraph_is_addressed_by_the_digest_of_its_composed_text() {
+    let mut f = Fixture::with(&["Intro", CAFE_NFD]);
+    let at = f.read();
+    assert_eq!(f.outline().get(1).unwrap().text, CAFE_NFC);
+    assert_eq!(f.passage(1).digest, digest_of(CAFE_NFC));
+    let captures = f
+        .open(at, &[card("cafe", "Which café?", vec![f.passage(1)])])
+        .unwrap();
+    assert!(captures[0].created());
+    assert_eq!(f.anchored_at("cafe"), Some(1));
+}
+
 #[test]
 fn paragraph_rewritten_beside_an_identical_copy_refuses_block_rewritten() {
     let mut f = Fixture::with(&PLAN);

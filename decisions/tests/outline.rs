@@ -72,6 +72,42 @@ fn twins_have_equal_digests_and_distinct_identities() {
 }
 
 #[test]
+fn twins_across_unicode_spellings_have_equal_digests_and_nfc_text() {
+    let doc = Doc::new();
+    // Composed U+00E9, then `e` + combining acute U+0301.
+    insert_paragraph(&doc, 0, "Pick a caf\u{e9}");
+    insert_paragraph(&doc, 1, "Pick a cafe\u{301}");
+    let outline = Outline::of_doc(&doc);
+    assert_eq!(outline.blocks()[1].text, "Pick a caf\u{e9}");
+    assert_eq!(outline.blocks()[0].digest, outline.blocks()[1].digest);
+    assert_ne!(outline.blocks()[0].identity, outline.blocks()[1].identity);
+    assert_eq!(outline.count_digest(&outline.blocks()[0].digest), 2);
+}
+
+#[test]
+fn nested_text_in_a_decomposed_spelling_is_composed() {
+    let doc = Doc::new();
+    let fragment = doc.get_or_insert_xml_fragment(FRAGMENT_NAME);
+    {
+        let mut txn = doc.transact_mut();
+        let list = fragment.insert(&mut txn, 0, XmlElementPrelim::empty("bulletList"));
+        for (i, words) in ["cafe\u{301}", "\u{301}clair"].into_iter().enumerate() {
+            let item = list.insert(&mut txn, i as u32, XmlElementPrelim::empty("listItem"));
+            let para = item.insert(&mut txn, 0, XmlElementPrelim::empty("paragraph"));
+            para.insert(&mut txn, 0, XmlTextPrelim::new(words));
+        }
+    }
+    let block = Outline::of_doc(&doc).blocks()[0].clone();
+    // The second item's leading mark has only the separating space before
+    // it, so it stays a lone mark; the first item's composes.
+    assert_eq!(block.text, "caf\u{e9} \u{301}clair");
+    assert_eq!(
+        block.digest,
+        Digest::of("bulletList", "caf\u{e9} \u{301}clair")
+    );
+}
+
+#[test]
 fn editing_a_block_changes_its_digest_and_keeps_its_identity() {
     let doc = Doc::new();
     insert_paragraph(&doc, 0, "Draft");
