@@ -15,7 +15,7 @@ use axum::serve::ListenerExt;
 use crate::http::{router, AppState};
 use crate::link::{LinkSettings, Links};
 use crate::sessions::Sessions;
-use crate::storage::Store;
+use crate::storage::{Claim, StorageError, Store};
 use crate::sync::{Hub, HubSettings};
 use margin_planner::Millis;
 
@@ -75,6 +75,9 @@ pub enum ServeError {
         /// Why.
         source: std::io::Error,
     },
+    /// Another server holds the database, or it could not be claimed.
+    #[error(transparent)]
+    Claim(#[from] StorageError),
     /// The listener failed.
     #[error("server failed: {0}")]
     Io(#[from] std::io::Error),
@@ -89,6 +92,7 @@ pub struct Running {
     /// How long a machine credential it issues opens links (SPEC L8).
     pub credential_ttl: Duration,
     store: Store,
+    claim: Claim,
     shutdown: CancellationToken,
     tracker: TaskTracker,
     http: JoinHandle<std::io::Result<()>>,
@@ -101,6 +105,9 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
         source,
     })?;
     let addr = listener.local_addr()?;
+    // Before anything is loaded: a second server on these data would
+    // overwrite the first's writes (SPEC W3).
+    let claim = store.claim(&describe_self(addr)).await?;
     let tracker = TaskTracker::new();
     let shutdown = CancellationToken::new();
     let hub = Hub::new(
@@ -149,10 +156,22 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
         hub,
         credential_ttl,
         store,
+        claim,
         shutdown,
         tracker,
         http,
     })
+}
+
+/// How this server names itself to a second one refused its database.
+fn describe_self(addr: SocketAddr) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .unwrap_or_else(|_| "this host".to_owned());
+    format!(
+        "margin (pid {}) on {host}, listening on http://{addr}",
+        std::process::id()
+    )
 }
 
 impl Running {
@@ -167,6 +186,7 @@ impl Running {
         {
             tracing::warn!("document tasks did not finish in time; everything acknowledged is already committed");
         }
+        self.claim.release().await;
         self.store.close().await;
         tracing::info!("stopped");
         Ok(served?)

@@ -23,7 +23,7 @@ impl Store {
             .bind(&id)
             .bind(name)
             .bind(now_ms())
-            .execute(&self.pool)
+            .execute(self.writes())
             .await
             .map_err(|e| {
                 conflict_on_unique(e, || format!("an account named {name:?} already exists"))
@@ -53,7 +53,7 @@ impl Store {
             .bind(token_hash)
             .bind(&account.id)
             .bind(now_ms())
-            .execute(&self.pool)
+            .execute(self.writes())
             .await?;
         Ok(())
     }
@@ -63,7 +63,7 @@ impl Store {
     pub async fn remove_token(&self, token_hash: &str) -> Result<(), StorageError> {
         sqlx::query("DELETE FROM tokens WHERE hash = $1")
             .bind(token_hash)
-            .execute(&self.pool)
+            .execute(self.writes())
             .await?;
         Ok(())
     }

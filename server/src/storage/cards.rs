@@ -26,7 +26,7 @@ impl Store {
     /// Creates `cards` on document `id` in one transaction: all or none. A
     /// key that already exists is a [`StorageError::Conflict`].
     pub async fn create_cards(&self, id: &str, cards: &[DecisionCard]) -> Result<(), StorageError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writes().begin().await?;
         insert_cards(&mut tx, id, cards).await?;
         tx.commit().await?;
         Ok(())
@@ -82,7 +82,7 @@ impl Store {
         .bind(id)
         .bind(&card.id)
         .bind(stored.version)
-        .execute(&self.pool)
+        .execute(self.writes())
         .await?;
         if done.rows_affected() == 1 {
             Ok(stored.version + 1)

@@ -47,7 +47,7 @@ impl Store {
         title: &str,
     ) -> Result<DocumentRow, StorageError> {
         let id = Uuid::new_v4().to_string();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writes().begin().await?;
         sqlx::query(
             "INSERT INTO documents (id, title, owner_id, revision, created_at) VALUES ($1, $2, $3, 0, $4)",
         )
@@ -140,7 +140,7 @@ impl Store {
         .bind(id)
         .bind(&member.id)
         .bind(role.as_str())
-        .execute(&self.pool)
+        .execute(self.writes())
         .await?;
         if done.rows_affected() == 0 {
             return Err(StorageError::Conflict(format!(
@@ -172,14 +172,14 @@ impl Store {
             )
             .bind(now_ms())
             .bind(id)
-            .execute(&self.pool)
+            .execute(self.writes())
             .await?
         } else {
             sqlx::query(
                 "UPDATE documents SET archived_at = NULL WHERE id = $1 AND archived_at IS NOT NULL",
             )
             .bind(id)
-            .execute(&self.pool)
+            .execute(self.writes())
             .await?
         };
         if done.rows_affected() == 1 {
@@ -193,7 +193,7 @@ impl Store {
     /// Deletes document `id` and everything under it — its update log and
     /// snapshot, decision cards, Chat and members — in one transaction.
     pub async fn delete_document(&self, id: &str) -> Result<(), StorageError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writes().begin().await?;
         // Children first, so this holds whether or not the database enforces
         // (and cascades) the foreign keys; the document row last says
         // whether there was anything to delete. A session's journal and

@@ -6,10 +6,20 @@
 //! and connection pragmas — lives in `migrations/{sqlite,postgres}` and in
 //! [`Store::open`]. Every write that touches more than one row runs in one
 //! transaction.
+//!
+//! Writes go through [`Store::writes`], reads through the shared pool. On
+//! SQLite that is a pool of one connection: the database takes one writer
+//! at a time anyway, and queueing writers here wakes the next the moment
+//! the last commits, where writers racing for the file lock would sleep in
+//! SQLite's busy handler for up to tens of milliseconds — an editor's
+//! append waiting behind a compaction's snapshot did exactly that (S3).
+//! Its reader connections are `query_only`, so a write sent the wrong way
+//! fails loudly instead of racing.
 
 mod accounts;
 mod cards;
 mod chat;
+mod claim;
 mod documents;
 mod machines;
 mod sessions;
@@ -23,10 +33,11 @@ use sqlx::{AnyPool, Executor, Row};
 
 pub use accounts::Account;
 pub use cards::StoredCard;
+pub use claim::Claim;
 pub use documents::DocumentRow;
 pub use machines::{Machine, StoredCredential, EXPIRED_CREDENTIALS_KEPT_MS};
 pub use sessions::{write_session, SessionOwner, SessionWrite, StoredEvent, StoredSession};
-pub use updates::{Riding, StoredState};
+pub use updates::{Epoch, Riding, StoredState};
 
 /// Errors from storage, typed by what a caller can do about them.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +57,17 @@ pub enum StorageError {
         /// The revision found in storage.
         found: i64,
     },
+    /// Another owner claimed the document: this writer's copy is stale and
+    /// must not write (owner fencing, SPEC W3).
+    #[error(
+        "document owner moved: this writer holds epoch {expected}, the document is at {found}"
+    )]
+    OwnerMoved {
+        /// The epoch this writer held.
+        expected: i64,
+        /// The epoch found in storage.
+        found: i64,
+    },
     /// Another writer moved the session's journal: this writer's view is
     /// stale and must not write (journal fencing, SPEC W3).
     #[error("session journal moved: expected record {expected}, found {found}")]
@@ -55,6 +77,17 @@ pub enum StorageError {
         /// The record found in storage.
         found: u64,
     },
+    /// Another server holds the database (see [`Store::claim`]).
+    #[error("another margin server is using the {what}: {holder}. Stop it first; servers cannot share a database yet")]
+    Claimed {
+        /// The database.
+        what: String,
+        /// Who holds it, as it described itself.
+        holder: String,
+    },
+    /// The claim's lock file could not be used.
+    #[error("cannot claim the database: {0}")]
+    Claim(String),
     /// The revision asked for is older than the compacted snapshot.
     #[error("revision {requested} was compacted into the snapshot at {snapshot}")]
     Compacted {
@@ -92,8 +125,14 @@ pub enum Backend {
 /// Handle to the database; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Store {
+    /// Reads (and, on PostgreSQL, writes too).
     pool: AnyPool,
+    /// Writes: on SQLite a one-connection pool of its own, on PostgreSQL
+    /// the same pool as reads.
+    writer: AnyPool,
     backend: Backend,
+    /// SQLite on a file: the file a server's [`Claim`] locks.
+    lock_path: Option<std::path::PathBuf>,
 }
 
 impl Store {
@@ -108,36 +147,33 @@ impl Store {
         } else {
             return Err(StorageError::UnsupportedUrl);
         };
-        let options = AnyPoolOptions::new();
-        let pool = match backend {
-            // One writer at a time is SQLite's model; a small pool keeps
-            // readers concurrent without piling up busy writers.
+        let (pool, writer) = match backend {
             Backend::Sqlite => {
-                options
-                    .max_connections(4)
-                    .after_connect(|conn, _meta| {
-                        Box::pin(async move {
-                            // Durability: a commit is on disk before it returns (SPEC W3).
-                            conn.execute("PRAGMA journal_mode = WAL").await?;
-                            conn.execute("PRAGMA synchronous = FULL").await?;
-                            conn.execute("PRAGMA foreign_keys = ON").await?;
-                            conn.execute("PRAGMA busy_timeout = 10000").await?;
-                            Ok(())
-                        })
-                    })
+                // The writer first: it creates the file and runs the
+                // migrations before any reader opens it.
+                let writer = sqlite_pool(url, 1, false).await?;
+                sqlx::migrate!("./migrations/sqlite").run(&writer).await?;
+                check_sqlite_durability(&writer).await?;
+                (sqlite_pool(url, 4, true).await?, writer)
+            }
+            Backend::Postgres => {
+                let pool = AnyPoolOptions::new()
+                    .max_connections(16)
                     .connect(url)
-                    .await?
+                    .await?;
+                sqlx::migrate!("./migrations/postgres").run(&pool).await?;
+                (pool.clone(), pool)
             }
-            Backend::Postgres => options.max_connections(16).connect(url).await?,
         };
-        match backend {
-            Backend::Sqlite => {
-                sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
-                check_sqlite_durability(&pool).await?;
-            }
-            Backend::Postgres => sqlx::migrate!("./migrations/postgres").run(&pool).await?,
-        }
-        Ok(Store { pool, backend })
+        Ok(Store {
+            pool,
+            writer,
+            backend,
+            lock_path: match backend {
+                Backend::Sqlite => claim::sqlite_lock_path(url),
+                Backend::Postgres => None,
+            },
+        })
     }
 
     /// The SQLite URL of `margin.db` inside `data_dir`, creating the folder.
@@ -148,6 +184,11 @@ impl Store {
             "sqlite://{}?mode=rwc",
             dir.join("margin.db").display()
         ))
+    }
+
+    /// The pool every write goes through (see the module comment).
+    fn writes(&self) -> &AnyPool {
+        &self.writer
     }
 
     /// Which backend this store runs on.
@@ -161,10 +202,36 @@ impl Store {
         Ok(())
     }
 
-    /// Closes the pool, waiting for connections to finish.
+    /// Closes the pools, waiting for connections to finish.
     pub async fn close(&self) {
         self.pool.close().await;
+        self.writer.close().await;
     }
+}
+
+/// A pool of `size` connections to the SQLite database at `url`, each
+/// durable (SPEC W3); `read_only` ones refuse every write.
+async fn sqlite_pool(url: &str, size: u32, read_only: bool) -> Result<AnyPool, StorageError> {
+    let pool = AnyPoolOptions::new()
+        .max_connections(size)
+        .after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                // Durability: a commit is on disk before it returns (SPEC W3).
+                conn.execute("PRAGMA journal_mode = WAL").await?;
+                conn.execute("PRAGMA synchronous = FULL").await?;
+                conn.execute("PRAGMA foreign_keys = ON").await?;
+                // Writers queue in-process; this covers a checkpoint or
+                // another process holding the file.
+                conn.execute("PRAGMA busy_timeout = 10000").await?;
+                if read_only {
+                    conn.execute("PRAGMA query_only = ON").await?;
+                }
+                Ok(())
+            })
+        })
+        .connect(url)
+        .await?;
+    Ok(pool)
 }
 
 /// Refuses to run on an SQLite connection that would acknowledge a commit

@@ -121,7 +121,7 @@ impl Store {
     /// fence does not hold fails the transaction with
     /// [`StorageError::JournalMoved`].
     pub async fn commit_sessions(&self, writes: &[SessionWrite]) -> Result<(), StorageError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.writes().begin().await?;
         for write in writes {
             write_session(&mut tx, self.backend, write).await?;
         }

@@ -33,6 +33,11 @@ pub struct StoredState {
     pub updates: Vec<Vec<u8>>,
 }
 
+/// A document owner's epoch (SPEC W3): taken by [`Store::claim_document`]
+/// when a server loads the document, named by every write of its state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Epoch(pub i64);
+
 impl Store {
     /// The document's revision.
     pub async fn revision(&self, id: &str) -> Result<i64, StorageError> {
@@ -112,16 +117,32 @@ impl Store {
         })
     }
 
+    /// Makes the caller document `id`'s owner: takes the next epoch, which
+    /// every later write of the document's state names. Whoever held the
+    /// one before is refused from now on ([`StorageError::OwnerMoved`]).
+    pub async fn claim_document(&self, id: &str) -> Result<Epoch, StorageError> {
+        let row =
+            sqlx::query("UPDATE documents SET epoch = epoch + 1 WHERE id = $1 RETURNING epoch")
+                .bind(id)
+                .fetch_optional(self.writes())
+                .await?
+                .ok_or(StorageError::NotFound("document"))?;
+        Ok(Epoch(int(&row, "epoch")?))
+    }
+
     /// Appends `updates` as the changes after `expected` and returns the new
-    /// revision. Fenced: if the stored revision is not `expected`, nothing is
-    /// written and [`StorageError::RevisionMoved`] says so.
+    /// revision. Fenced: if the stored revision is not `expected`, or the
+    /// document's owner is no longer `epoch`, nothing is written and
+    /// [`StorageError::RevisionMoved`] or [`StorageError::OwnerMoved`] says
+    /// so.
     pub async fn append_updates(
         &self,
         id: &str,
+        epoch: Epoch,
         expected: i64,
         updates: &[Vec<u8>],
     ) -> Result<i64, StorageError> {
-        self.append_with(id, expected, updates, Riding::default())
+        self.append_with(id, epoch, expected, updates, Riding::default())
             .await
     }
 
@@ -132,23 +153,25 @@ impl Store {
     pub async fn append_with(
         &self,
         id: &str,
+        epoch: Epoch,
         expected: i64,
         updates: &[Vec<u8>],
         riding: Riding<'_>,
     ) -> Result<i64, StorageError> {
         let next = expected + updates.len() as i64;
-        let mut tx = self.pool.begin().await?;
-        let moved =
-            sqlx::query("UPDATE documents SET revision = $1 WHERE id = $2 AND revision = $3")
-                .bind(next)
-                .bind(id)
-                .bind(expected)
-                .execute(&mut *tx)
-                .await?;
+        let mut tx = self.writes().begin().await?;
+        let moved = sqlx::query(
+            "UPDATE documents SET revision = $1 WHERE id = $2 AND revision = $3 AND epoch = $4",
+        )
+        .bind(next)
+        .bind(id)
+        .bind(expected)
+        .bind(epoch.0)
+        .execute(&mut *tx)
+        .await?;
         if moved.rows_affected() != 1 {
             drop(tx);
-            let found = self.revision(id).await?;
-            return Err(StorageError::RevisionMoved { expected, found });
+            return Err(self.fence_failure(id, epoch, expected).await);
         }
         for (offset, update) in updates.iter().enumerate() {
             sqlx::query(
@@ -169,9 +192,17 @@ impl Store {
     }
 
     /// Stores `state` as the snapshot at `revision` and deletes the log rows
-    /// it covers. A snapshot never replaces a newer one.
-    pub async fn compact(&self, id: &str, revision: i64, state: &[u8]) -> Result<(), StorageError> {
-        let mut tx = self.pool.begin().await?;
+    /// it covers. A snapshot never replaces a newer one. Fenced: refused
+    /// with [`StorageError::OwnerMoved`] once the document's owner is no
+    /// longer `epoch`.
+    pub async fn compact(
+        &self,
+        id: &str,
+        epoch: Epoch,
+        revision: i64,
+        state: &[u8],
+    ) -> Result<(), StorageError> {
+        let mut tx = self.writes().begin().await?;
         sqlx::query(
             "INSERT INTO document_snapshots (document_id, revision, data) VALUES ($1, $2, $3) \
              ON CONFLICT (document_id) DO UPDATE SET revision = excluded.revision, data = excluded.data \
@@ -187,8 +218,44 @@ impl Store {
             .bind(revision)
             .execute(&mut *tx)
             .await?;
+        // The fence last, checked and locked in one statement: a claim
+        // committed before it is seen, one after it waits for this commit,
+        // and editors' appends wait on the document row only for the
+        // commit itself, not for the snapshot's write (S3).
+        let owned = sqlx::query("UPDATE documents SET epoch = epoch WHERE id = $1 AND epoch = $2")
+            .bind(id)
+            .bind(epoch.0)
+            .execute(&mut *tx)
+            .await?;
+        if owned.rows_affected() != 1 {
+            // Dropping the transaction rolls the snapshot back.
+            drop(tx);
+            return Err(self.fence_failure(id, epoch, revision).await);
+        }
         tx.commit().await?;
         Ok(())
+    }
+
+    /// Why a fenced write of document `id` by owner `epoch`, expecting
+    /// revision `expected`, found nothing to update.
+    async fn fence_failure(&self, id: &str, epoch: Epoch, expected: i64) -> StorageError {
+        let row = sqlx::query("SELECT revision, epoch FROM documents WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await;
+        let row = match row {
+            Ok(Some(row)) => row,
+            Ok(None) => return StorageError::NotFound("document"),
+            Err(e) => return e.into(),
+        };
+        match (int(&row, "epoch"), int(&row, "revision")) {
+            (Ok(found), _) if found != epoch.0 => StorageError::OwnerMoved {
+                expected: epoch.0,
+                found,
+            },
+            (_, Ok(found)) => StorageError::RevisionMoved { expected, found },
+            (Err(e), _) | (_, Err(e)) => e,
+        }
     }
 
     /// How many log rows document `id` holds (for compaction tests and

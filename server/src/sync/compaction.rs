@@ -13,7 +13,7 @@ use tracing::{debug, warn};
 use yrs::{ReadTxn, StateVector, Transact};
 
 use super::load::{rebuilt, LoadError};
-use crate::storage::{StorageError, Store};
+use crate::storage::{Epoch, StorageError, Store};
 
 /// Why a compaction did not land; the log keeps everything meanwhile.
 #[derive(Debug, thiserror::Error)]
@@ -85,9 +85,10 @@ impl Compactor {
     /// Compacts document `id` up to `revision` (committed) in the
     /// background: its stored state at that revision — snapshot and log —
     /// is rebuilt and encoded off the async workers, then written as the
-    /// new snapshot. Encoding the live document instead held its task, and
-    /// every edit behind it, for milliseconds per megabyte.
-    pub fn start(&mut self, store: &Store, id: &str, revision: i64) {
+    /// new snapshot, fenced by the owner's `epoch` (W3). Encoding the live
+    /// document instead held its task, and every edit behind it, for
+    /// milliseconds per megabyte.
+    pub fn start(&mut self, store: &Store, id: &str, epoch: Epoch, revision: i64) {
         let (store, id) = (store.clone(), id.to_owned());
         let handle = tokio::spawn(async move {
             let stored = store.load_state(&id, Some(revision)).await?;
@@ -96,7 +97,7 @@ impl Compactor {
                     .encode_state_as_update_v1(&StateVector::default())
             })
             .await?;
-            store.compact(&id, revision, &state).await?;
+            store.compact(&id, epoch, revision, &state).await?;
             Ok(())
         });
         self.in_flight = Some((self.pending, handle));

@@ -32,7 +32,7 @@ use super::hub::Hub;
 use super::load::rebuilt;
 use super::messages;
 use super::writes;
-use crate::storage::{Riding, SessionWrite, StorageError, Store};
+use crate::storage::{Epoch, Riding, SessionWrite, StorageError, Store};
 
 /// The origin of the server's own changes; connections count from 1.
 const SERVER: ConnId = 0;
@@ -79,6 +79,8 @@ pub struct DocumentTask {
     /// The outline, kept current by re-reading only the blocks that change.
     live: LiveOutline,
     revision: i64,
+    /// This task's claim on the document: every write names it (W3).
+    epoch: Epoch,
     members: HashMap<ConnId, Member>,
     compactor: Compactor,
     /// Archived: edits are refused from everyone (SPEC P3).
@@ -88,6 +90,8 @@ pub struct DocumentTask {
     keys: HashSet<String>,
     /// Deleted: unload at once and write nothing more.
     deleted: bool,
+    /// Another owner claimed the document: this copy writes nothing more.
+    fenced: bool,
 }
 
 /// Loads document `id` and runs its task until nobody is connected, storage
@@ -152,6 +156,9 @@ impl DocumentTask {
             StorageError::NotFound("document") => JoinRefused::Deleted,
             other => JoinRefused::LoadFailed(other.to_string()),
         };
+        // The claim first: the state loaded after it is what this owner's
+        // writes build on, and any owner before it is refused from now on.
+        let epoch = store.claim_document(&id).await.map_err(stored)?;
         let state = store.load_state(&id, None).await.map_err(stored)?;
         let archived = store.is_archived(&id).await.map_err(stored)?;
         let keys = store.card_keys(&id).await.map_err(stored)?;
@@ -168,11 +175,13 @@ impl DocumentTask {
             live,
             awareness: Awareness::new(doc),
             revision,
+            epoch,
             members: HashMap::new(),
             compactor: Compactor::new(compaction, logged),
             archived,
             keys: keys.into_iter().collect(),
             deleted: false,
+            fenced: false,
         })
     }
 
@@ -211,10 +220,21 @@ impl DocumentTask {
                 // document is gone.
                 return;
             }
-            if let Err(cause) = self.publish(effects).await {
-                warn!(%cause, "storage failed; closing every connection");
-                self.close_all(close::INTERNAL, "storage failed; reconnect to resync");
-                return;
+            match self.publish(effects).await {
+                Ok(()) => {}
+                Err(cause @ StorageError::OwnerMoved { .. }) => {
+                    // Nothing of the batch was committed or answered; this
+                    // copy is stale, and its clients resync from the owner.
+                    warn!(%cause, "another owner claimed the document; unloading");
+                    self.close_all(close::GOING_AWAY, "the document moved; reconnect to resync");
+                    self.fenced = true;
+                    return;
+                }
+                Err(cause) => {
+                    warn!(%cause, "storage failed; closing every connection");
+                    self.close_all(close::INTERNAL, "storage failed; reconnect to resync");
+                    return;
+                }
             }
             if self.members.is_empty() {
                 return;
@@ -510,7 +530,7 @@ impl DocumentTask {
             };
             self.revision = self
                 .store
-                .append_with(&self.id, self.revision, &changes, riding)
+                .append_with(&self.id, self.epoch, self.revision, &changes, riding)
                 .await?;
             for (rider, _, _) in &effects.riders {
                 if let Ok(mut ride) = rider.0.lock() {
@@ -638,13 +658,14 @@ impl DocumentTask {
     /// Has the compactor snapshot everything committed so far, in the
     /// background: editors wait on neither the encoding nor the write.
     fn start_compaction(&mut self) {
-        self.compactor.start(&self.store, &self.id, self.revision);
+        self.compactor
+            .start(&self.store, &self.id, self.epoch, self.revision);
     }
 
     /// Leaves storage compact on the way out (a deleted document has no
-    /// storage left to compact).
+    /// storage left to compact, a fenced copy no right to).
     async fn finish(&mut self) {
-        if self.deleted {
+        if self.deleted || self.fenced {
             return;
         }
         if self.compactor.in_flight() {

@@ -9,6 +9,7 @@ mod crash;
 mod credentials;
 mod decisions;
 mod feed;
+mod fencing;
 mod http;
 mod keeping;
 mod link;

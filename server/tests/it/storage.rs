@@ -41,8 +41,9 @@ on_both_backends! {
         let store = db.open().await;
         let ada = store.create_account("ada").await.unwrap();
         let doc = store.create_document(&ada, "Plan").await.unwrap();
-        assert_eq!(store.append_updates(&doc.id, 0, &[vec![1], vec![2]]).await.unwrap(), 2);
-        assert_eq!(store.append_updates(&doc.id, 2, &[vec![3]]).await.unwrap(), 3);
+        let epoch = store.claim_document(&doc.id).await.unwrap();
+        assert_eq!(store.append_updates(&doc.id, epoch, 0, &[vec![1], vec![2]]).await.unwrap(), 2);
+        assert_eq!(store.append_updates(&doc.id, epoch, 2, &[vec![3]]).await.unwrap(), 3);
         assert_eq!(
             store.load_state(&doc.id, None).await.unwrap(),
             StoredState { revision: 3, snapshot: None, updates: vec![vec![1], vec![2], vec![3]] }
@@ -55,8 +56,9 @@ on_both_backends! {
         let store = db.open().await;
         let ada = store.create_account("ada").await.unwrap();
         let doc = store.create_document(&ada, "Plan").await.unwrap();
-        store.append_updates(&doc.id, 0, &[vec![1]]).await.unwrap();
-        let stale = store.append_updates(&doc.id, 0, &[vec![9], vec![9]]).await;
+        let epoch = store.claim_document(&doc.id).await.unwrap();
+        store.append_updates(&doc.id, epoch, 0, &[vec![1]]).await.unwrap();
+        let stale = store.append_updates(&doc.id, epoch, 0, &[vec![9], vec![9]]).await;
         assert!(matches!(stale, Err(StorageError::RevisionMoved { expected: 0, found: 1 })), "{stale:?}");
         assert_eq!(store.load_state(&doc.id, None).await.unwrap().updates, vec![vec![1]]);
     }
@@ -65,15 +67,16 @@ on_both_backends! {
         let store = db.open().await;
         let ada = store.create_account("ada").await.unwrap();
         let doc = store.create_document(&ada, "Plan").await.unwrap();
-        store.append_updates(&doc.id, 0, &[vec![1], vec![2], vec![3]]).await.unwrap();
-        store.compact(&doc.id, 2, b"snap2").await.unwrap();
+        let epoch = store.claim_document(&doc.id).await.unwrap();
+        store.append_updates(&doc.id, epoch, 0, &[vec![1], vec![2], vec![3]]).await.unwrap();
+        store.compact(&doc.id, epoch, 2, b"snap2").await.unwrap();
         assert_eq!(
             store.load_state(&doc.id, None).await.unwrap(),
             StoredState { revision: 3, snapshot: Some((2, b"snap2".to_vec())), updates: vec![vec![3]] }
         );
         assert_eq!(store.log_len(&doc.id).await.unwrap(), 1);
         // An older snapshot arriving late does not replace the newer one.
-        store.compact(&doc.id, 1, b"snap1").await.unwrap();
+        store.compact(&doc.id, epoch, 1, b"snap1").await.unwrap();
         assert_eq!(store.load_state(&doc.id, None).await.unwrap().snapshot, Some((2, b"snap2".to_vec())));
         assert!(matches!(
             store.load_state(&doc.id, Some(1)).await,
@@ -88,10 +91,11 @@ on_both_backends! {
         let store = db.open().await;
         let ada = store.create_account("ada").await.unwrap();
         let doc = store.create_document(&ada, "Plan").await.unwrap();
+        let epoch = store.claim_document(&doc.id).await.unwrap();
         for revision in 0..150i64 {
-            store.append_updates(&doc.id, revision, &[vec![revision as u8]]).await.unwrap();
+            store.append_updates(&doc.id, epoch, revision, &[vec![revision as u8]]).await.unwrap();
             let snapshot = format!("snap{}", revision + 1);
-            let compact = store.compact(&doc.id, revision + 1, snapshot.as_bytes());
+            let compact = store.compact(&doc.id, epoch, revision + 1, snapshot.as_bytes());
             let (compacted, loaded) = tokio::join!(compact, store.load_state(&doc.id, None));
             compacted.unwrap();
             let loaded = loaded.unwrap();
@@ -104,7 +108,8 @@ on_both_backends! {
         let store = db.open().await;
         let ada = store.create_account("ada").await.unwrap();
         let doc = store.create_document(&ada, "Plan").await.unwrap();
-        store.append_updates(&doc.id, 0, &[vec![7]]).await.unwrap();
+        let epoch = store.claim_document(&doc.id).await.unwrap();
+        store.append_updates(&doc.id, epoch, 0, &[vec![7]]).await.unwrap();
         store.close().await;
         // Migrations run again on open and must be a no-op.
         let reopened = db.open().await;
@@ -119,11 +124,12 @@ on_both_backends! {
         let ada = store.create_account("ada").await.unwrap();
         let bo = store.create_account("bo").await.unwrap();
         let doc = store.create_document(&ada, "Plan").await.unwrap();
+        let epoch = store.claim_document(&doc.id).await.unwrap();
         let writer = {
             let (store, id) = (store.clone(), doc.id.clone());
             tokio::spawn(async move {
                 for revision in 0..200 {
-                    store.append_updates(&id, revision, &[vec![1]]).await.unwrap();
+                    store.append_updates(&id, epoch, revision, &[vec![1]]).await.unwrap();
                 }
             })
         };
@@ -184,10 +190,11 @@ on_both_backends! {
         let ada = store.create_account("ada").await.unwrap();
         let bo = store.create_account("bo").await.unwrap();
         let doc = store.create_document(&ada, "Plan").await.unwrap();
+        let epoch = store.claim_document(&doc.id).await.unwrap();
         let other = store.create_document(&ada, "Other").await.unwrap();
         store.set_member(&doc.id, &bo, Role::Editor).await.unwrap();
-        store.append_updates(&doc.id, 0, &[vec![1], vec![2], vec![3]]).await.unwrap();
-        store.compact(&doc.id, 2, b"snap").await.unwrap();
+        store.append_updates(&doc.id, epoch, 0, &[vec![1], vec![2], vec![3]]).await.unwrap();
+        store.compact(&doc.id, epoch, 2, b"snap").await.unwrap();
         store.append_chat(&doc.id, "ada", margin_protocol::chat::ChatKind::Member, "hi").await.unwrap();
         store.append_chat(&other.id, "ada", margin_protocol::chat::ChatKind::Member, "kept").await.unwrap();
         let card = margin_decisions::DecisionCard {

@@ -239,7 +239,8 @@ on_both_backends! {
         let token = Server::account(&db, "ada").await;
         let doc = server.create_document(&token, "Plan").await;
         let store = db.open().await;
-        store.append_updates(&doc, 0, &[vec![0xde, 0xad, 0xbe, 0xef]]).await.unwrap();
+        let epoch = store.claim_document(&doc).await.unwrap();
+        store.append_updates(&doc, epoch, 0, &[vec![0xde, 0xad, 0xbe, 0xef]]).await.unwrap();
         let mut client = SyncClient::connect_raw(&server.sync_url(&doc, &token)).await;
         let (code, reason) = client.wait_closed().await;
         assert_eq!(code, close::INTERNAL);
