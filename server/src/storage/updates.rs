@@ -7,11 +7,12 @@
 //! replaced them.
 
 use margin_decisions::DecisionCard;
-use sqlx::Row;
+use sqlx::any::Any;
+use sqlx::{Row, Transaction};
 
 use super::cards::insert_cards;
 use super::sessions::{write_session, SessionWrite};
-use super::{int, StorageError, Store};
+use super::{int, Backend, StorageError, Store};
 
 /// What commits with a document's changes, in their transaction.
 #[derive(Clone, Copy, Debug, Default)]
@@ -32,6 +33,9 @@ pub struct StoredState {
     /// Updates after the snapshot, in revision order.
     pub updates: Vec<Vec<u8>>,
 }
+
+/// The first key of every document owner lock (PostgreSQL advisory locks).
+const OWNER_LOCKS: i32 = 0x4d47;
 
 /// A document owner's epoch (SPEC W3): taken by [`Store::claim_document`]
 /// when a server loads the document, named by every write of its state.
@@ -121,13 +125,41 @@ impl Store {
     /// every later write of the document's state names. Whoever held the
     /// one before is refused from now on ([`StorageError::OwnerMoved`]).
     pub async fn claim_document(&self, id: &str) -> Result<Epoch, StorageError> {
+        let mut tx = self.writes().begin().await?;
+        self.lock_owner(&mut tx, id, "pg_advisory_xact_lock")
+            .await?;
         let row =
             sqlx::query("UPDATE documents SET epoch = epoch + 1 WHERE id = $1 RETURNING epoch")
                 .bind(id)
-                .fetch_optional(self.writes())
+                .fetch_optional(&mut *tx)
                 .await?
                 .ok_or(StorageError::NotFound("document"))?;
+        tx.commit().await?;
         Ok(Epoch(int(&row, "epoch")?))
+    }
+
+    /// On PostgreSQL, takes document `id`'s owner lock for this transaction
+    /// with `function` (exclusive for a claim, shared for a compaction), so
+    /// a claim waits for the compactions under the epoch it replaces while
+    /// editors' appends, which never take it, wait for neither. On SQLite
+    /// the one writer connection serialises them already.
+    async fn lock_owner(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        id: &str,
+        function: &str,
+    ) -> Result<(), StorageError> {
+        if self.backend == Backend::Postgres {
+            // The two-key form: a key space apart from the server's claim.
+            sqlx::query(&format!(
+                "SELECT 1 FROM (SELECT {function}($1, hashtext($2))) AS locked"
+            ))
+            .bind(OWNER_LOCKS)
+            .bind(id)
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(())
     }
 
     /// Appends `updates` as the changes after `expected` and returns the new
@@ -203,6 +235,22 @@ impl Store {
         state: &[u8],
     ) -> Result<(), StorageError> {
         let mut tx = self.writes().begin().await?;
+        self.lock_owner(&mut tx, id, "pg_advisory_xact_lock_shared")
+            .await?;
+        // Under the owner lock the epoch read here holds until the commit:
+        // a claim waits for it, and appends never wait for the snapshot.
+        let owner = sqlx::query("SELECT epoch FROM documents WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(StorageError::NotFound("document"))?;
+        let found = int(&owner, "epoch")?;
+        if found != epoch.0 {
+            return Err(StorageError::OwnerMoved {
+                expected: epoch.0,
+                found,
+            });
+        }
         sqlx::query(
             "INSERT INTO document_snapshots (document_id, revision, data) VALUES ($1, $2, $3) \
              ON CONFLICT (document_id) DO UPDATE SET revision = excluded.revision, data = excluded.data \
@@ -218,20 +266,6 @@ impl Store {
             .bind(revision)
             .execute(&mut *tx)
             .await?;
-        // The fence last, checked and locked in one statement: a claim
-        // committed before it is seen, one after it waits for this commit,
-        // and editors' appends wait on the document row only for the
-        // commit itself, not for the snapshot's write (S3).
-        let owned = sqlx::query("UPDATE documents SET epoch = epoch WHERE id = $1 AND epoch = $2")
-            .bind(id)
-            .bind(epoch.0)
-            .execute(&mut *tx)
-            .await?;
-        if owned.rows_affected() != 1 {
-            // Dropping the transaction rolls the snapshot back.
-            drop(tx);
-            return Err(self.fence_failure(id, epoch, revision).await);
-        }
         tx.commit().await?;
         Ok(())
     }
