@@ -1,8 +1,9 @@
 // S1–S4, W2, A1: the unmodified npm `yjs` + `y-websocket` client against a real margin server.
 
 import assert from 'node:assert/strict';
-import { serverTest, waitFor, sleep } from '../lib/server.mjs';
+import { serverTest, waitFor, sleep, withTimeout } from '../lib/server.mjs';
 import { connectClient, appendBlock, blockTexts, probeWebSocket, Y } from '../lib/yclient.mjs';
+import WebSocket from 'ws';
 
 const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
 
@@ -265,4 +266,48 @@ serverTest('the outline reflects text typed through y-websocket', {}, async ({ s
 
   // The client's own view matches what the server reports.
   assert.deepEqual(blockTexts(a.doc), o3.blocks.map((b) => b.text));
+});
+
+/** lib0's unsigned varint. */
+function varUint(n) {
+  const out = [];
+  while (n > 0x7f) {
+    out.push((n & 0x7f) | 0x80);
+    n >>>= 7;
+  }
+  out.push(n);
+  return out;
+}
+
+/** lib0's length-prefixed bytes (a string is its UTF-8). */
+const varBytes = (bytes) => [...varUint(bytes.length), ...bytes];
+
+serverTest('an awareness state that is not JSON closes its sender, and y-websocket clients keep syncing', {}, async ({ server, onCleanup }) => {
+  const doc = await server.createDocument('alice', 'Awareness');
+  await server.addMember('alice', doc.id, 'bob', 'viewer');
+  const a = connectClient(server, doc.id, server.tokens.alice);
+  onCleanup(() => a.destroy());
+  await a.waitSynced();
+  appendBlock(a.doc, 'before');
+
+  // A viewer's raw socket announces a state y-protocols cannot parse.
+  const ws = new WebSocket(`${server.wsBase}/documents/${doc.id}/sync?token=${encodeURIComponent(server.tokens.bob)}`);
+  onCleanup(() => ws.terminate());
+  await withTimeout(new Promise((resolve, reject) => { ws.on('open', resolve); ws.on('error', reject); }), 5000, 'raw socket to open');
+  const entry = [...varUint(1), ...varUint(987654), ...varUint(1), ...varBytes([...Buffer.from('<not json>')])];
+  const closed = new Promise((resolve) => ws.on('close', (code, reason) => resolve({ code, reason: String(reason) })));
+  ws.send(Uint8Array.from([1, ...varBytes(entry)]));
+  const { code, reason } = await withTimeout(closed, 5000, 'the server to close the raw socket');
+  assert.equal(code, 1007, reason);
+  assert.match(reason, /not a JSON object/);
+
+  // Clients already there and clients joining later keep syncing.
+  const late = connectClient(server, doc.id, server.tokens.bob);
+  onCleanup(() => late.destroy());
+  await late.waitSynced();
+  appendBlock(a.doc, 'after');
+  await waitForTexts(late, ['before', 'after'], 5000, 'the late joiner');
+  assert.ok(!late.provider.awareness.getStates().has(987654), 'the bad state was relayed');
+  assert.deepEqual([...a.errors, ...late.errors], []);
+  assert.ok(a.provider.wsconnected && late.provider.wsconnected, 'a y-websocket client was disconnected');
 });

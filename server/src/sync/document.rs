@@ -432,6 +432,20 @@ impl DocumentTask {
                     if size > MAX_AWARENESS_BYTES {
                         return Err((close::TOO_BIG, format!("awareness state of {size} bytes exceeds the {MAX_AWARENESS_BYTES}-byte limit")));
                     }
+                    // Every y-websocket client parses each state it is
+                    // relayed; one that is not JSON would break them all.
+                    if let Some((client, _)) = update
+                        .clients
+                        .iter()
+                        .find(|(_, e)| !is_awareness_state(&e.json))
+                    {
+                        return Err((
+                            close::MALFORMED,
+                            format!(
+                                "awareness state of client {client} is not a JSON object or null"
+                            ),
+                        ));
+                    }
                     let mut update = update;
                     // A connection speaks only for the client ids it claimed
                     // first: it may not move or erase another's cursor.
@@ -676,6 +690,14 @@ impl DocumentTask {
             self.compactor.wait().await;
         }
     }
+}
+
+/// Whether `json` is an awareness state y-protocols can take: a JSON
+/// object, or `null` for a client that left.
+fn is_awareness_state(json: &str) -> bool {
+    let shape = json.trim_start();
+    (shape.starts_with('{') || shape.starts_with("null"))
+        && serde_json::from_str::<serde::de::IgnoredAny>(json).is_ok()
 }
 
 fn deliver(member: &Member, frame: Bytes, slow: &mut Vec<ConnId>) {

@@ -298,4 +298,25 @@ on_both_backends! {
         assert_eq!(mallory.wait_closed().await.0, close::MALFORMED);
         assert!(ada.stays_open(Duration::from_millis(100)).await);
     }
+
+    async fn awareness_that_is_not_a_json_object_closes_its_sender_and_is_never_relayed(db) {
+        let server = Server::start(&db).await;
+        let token = Server::account(&db, "ada").await;
+        let doc = server.create_document(&token, "Plan").await;
+        let mut ada = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        for (client, bad) in [(7, "<not json>"), (8, "[1, 2]"), (9, "\"text\""), (10, "{\"open\": ")] {
+            let mut mallory = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+            mallory.announce(client, 1, bad).await;
+            let (code, reason) = mallory.wait_closed().await;
+            assert_eq!(code, close::MALFORMED, "{bad}: {reason}");
+            assert!(reason.contains("not a JSON object"), "{reason}");
+        }
+        ada.announce(42, 1, r#"{"user":"ada"}"#).await;
+        // Nothing invalid reached anyone, then or later.
+        let mut watcher = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        assert!(watcher.until(|c| c.awareness.contains_key(&42)).await);
+        assert_eq!(watcher.awareness.keys().copied().collect::<Vec<_>>(), vec![42]);
+        assert!(ada.stays_open(Duration::from_millis(100)).await);
+        assert!(ada.awareness.keys().all(|client| *client == 42), "{:?}", ada.awareness);
+    }
 }
