@@ -374,6 +374,15 @@ impl Tools {
                         strictness,
                     )
                 })?;
+                // A replayed card's mirror is put right first, should it
+                // have drifted from its row (a crash between a person's
+                // change and its mirror, or a client rewriting the map).
+                let replayed: Vec<(String, String)> = captures
+                    .iter()
+                    .filter(|c| matches!(c.outcome, Outcome::AlreadyInDocument { .. }))
+                    .filter_map(|c| existing.get(&c.key))
+                    .map(|card| (card.id.clone(), crate::cards::card_json(card)))
+                    .collect();
                 let created: Vec<DecisionCard> = captures
                     .iter()
                     .filter_map(|c| match &c.outcome {
@@ -392,8 +401,22 @@ impl Tools {
                         ids.get(key).cloned().unwrap_or_default()
                     })
                 };
+                let mut current = current;
+                if !replayed.is_empty() {
+                    let (revision, outline) = self
+                        .hub
+                        .project(document, replayed)
+                        .await
+                        .map_err(|e| ToolError::Internal(e.to_string()))?;
+                    if revision != current {
+                        // The repair made a revision: the Planner goes on
+                        // from it, as from a batch that created cards.
+                        self.hub.remember_read(document, revision, outline);
+                        current = revision;
+                    }
+                }
                 if created.is_empty() {
-                    // Nothing to write: every card replays.
+                    // Nothing else to write: every card replays.
                     return Ok(output_at(current));
                 }
                 let created_count = created.len();

@@ -32,7 +32,7 @@ use super::hub::Hub;
 use super::load::rebuilt;
 use super::messages;
 use super::writes;
-use crate::storage::{Epoch, Riding, SessionWrite, StorageError, Store};
+use crate::storage::{Epoch, Riding, SessionWrite, StorageError, Store, StoredCard};
 
 /// The origin of the server's own changes; connections count from 1.
 const SERVER: ConnId = 0;
@@ -161,14 +161,31 @@ impl DocumentTask {
         let epoch = store.claim_document(&id).await.map_err(stored)?;
         let state = store.load_state(&id, None).await.map_err(stored)?;
         let archived = store.is_archived(&id).await.map_err(stored)?;
-        let keys = store.card_keys(&id).await.map_err(stored)?;
-        let (revision, logged) = (state.revision, state.updates.len() as u64);
-        let (doc, live) = rebuilt(state, |doc, _| {
+        let cards = store.cards(&id).await.map_err(stored)?;
+        let (mut revision, mut logged) = (state.revision, state.updates.len() as u64);
+        let mirror = mirror_of(&cards);
+        let (doc, live, repair) = rebuilt(state, move |doc, _| {
             let live = LiveOutline::new(&doc);
-            (doc, live)
+            // The rows are the record: make the map agree with them.
+            let repair = writes::project(&doc, &mirror);
+            (doc, live, repair)
         })
         .await
         .map_err(|e| JoinRefused::LoadFailed(e.to_string()))?;
+        if let Some(repair) = repair {
+            // Committed before anyone joins, so no editor ever sees a
+            // mirror that disagrees with the rows.
+            revision = store
+                .append_with(&id, epoch, revision, &[repair], Riding::default())
+                .await
+                .map_err(stored)?;
+            logged += 1;
+            warn!(
+                cards = cards.len(),
+                "repaired the decisions mirror from the card rows"
+            );
+        }
+        let keys = cards.iter().map(|c| c.card.key.as_str().to_owned());
         Ok(DocumentTask {
             id,
             store,
@@ -179,7 +196,7 @@ impl DocumentTask {
             members: HashMap::new(),
             compactor: Compactor::new(compaction, logged),
             archived,
-            keys: keys.into_iter().collect(),
+            keys: keys.collect(),
             deleted: false,
             fenced: false,
         })
@@ -690,6 +707,22 @@ impl DocumentTask {
             self.compactor.wait().await;
         }
     }
+}
+
+/// What the decisions map should hold for `cards` (SPEC D: SQL rows are
+/// the record). A card changed by people is committed before its mirror,
+/// so a crash between the two, or an editor's client rewriting the map,
+/// leaves them apart until a load projects this again.
+fn mirror_of(cards: &[StoredCard]) -> Vec<(String, String)> {
+    cards
+        .iter()
+        .map(|stored| {
+            (
+                stored.card.id.clone(),
+                crate::cards::card_json(&stored.card),
+            )
+        })
+        .collect()
 }
 
 /// Whether `json` is an awareness state y-protocols can take: a JSON

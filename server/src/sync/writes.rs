@@ -19,12 +19,19 @@ pub fn edit(doc: &Doc, outline: &Outline, edits: &[Edit]) -> Result<Option<Vec<u
     Ok(change_of(&txn))
 }
 
-/// Writes each `(card id, card JSON)` into the decisions map.
+/// Writes each `(card id, card JSON)` into the decisions map, skipping
+/// those it already holds as they are: mirroring a card that did not change
+/// changes nothing, so a repair can mirror every card.
 pub fn project(doc: &Doc, cards: &[(String, String)]) -> Option<Vec<u8>> {
     let map = doc.get_or_insert_map(DECISIONS_MAP);
     let mut txn = doc.transact_mut();
     for (id, json) in cards {
-        map.insert(&mut txn, id.as_str(), json.as_str());
+        let held = map
+            .get(&txn, id.as_str())
+            .map(|value| value.to_string(&txn));
+        if held.as_deref() != Some(json.as_str()) {
+            map.insert(&mut txn, id.as_str(), json.as_str());
+        }
     }
     change_of(&txn)
 }

@@ -575,3 +575,63 @@ on_both_backends! {
         assert_eq!((status, body["error"]["code"].as_str()), (413, Some("body_too_large")));
     }
 }
+
+/// The state a card's mirror shows, if the document mirrors it.
+fn mirrored_state(client: &SyncClient, id: &str) -> Option<String> {
+    let (_, json) = client
+        .projected_cards()
+        .into_iter()
+        .find(|(card, _)| card == id)?;
+    let view: DecisionCardView = serde_json::from_str(&json).ok()?;
+    Some(view.state)
+}
+
+on_both_backends! {
+    // #12 defect 4: a person's change is committed before its mirror, so a
+    // crash between the two leaves the row and the map apart.
+    async fn a_card_whose_mirror_drifted_from_its_row_is_repaired_when_the_document_loads(db) {
+        let mut s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        let opened = s.open(read.revision, vec![card("region", vec![address(&read, 1)])]).await.unwrap();
+        let id = opened.captures[0].card_id.clone();
+        assert!(s.person.until(|c| mirrored_state(c, &id).as_deref() == Some("open")).await);
+        s.server.restart().await;
+        // The crash's state: the row changed, the mirror did not.
+        let store = db.open().await;
+        let mut stored = store.card(&s.doc, &id).await.unwrap();
+        stored.card.state = margin_decisions::CardState::Discarded;
+        store.update_card(&s.doc, &stored).await.unwrap();
+        let before = store.revision(&s.doc).await.unwrap();
+        let person = SyncClient::connect(&s.server.sync_url(&s.doc, &s.token)).await;
+        assert_eq!(mirrored_state(&person, &id).as_deref(), Some("discarded"));
+        // The repair is committed, once: a second load changes nothing.
+        assert_eq!(store.revision(&s.doc).await.unwrap(), before + 1);
+        drop(person);
+        s.server.restart().await;
+        let again = SyncClient::connect(&s.server.sync_url(&s.doc, &s.token)).await;
+        assert_eq!(mirrored_state(&again, &id).as_deref(), Some("discarded"));
+        assert_eq!(store.revision(&s.doc).await.unwrap(), before + 1);
+    }
+
+    async fn replaying_a_card_whose_mirror_is_gone_puts_it_back(db) {
+        let mut s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        let region = card("region", vec![address(&read, 1)]);
+        let opened = s.open(read.revision, vec![region.clone()]).await.unwrap();
+        let id = opened.captures[0].card_id.clone();
+        assert!(s.person.until(|c| mirrored_state(c, &id).is_some()).await);
+        let revision = s.revision().await;
+        s.person.forget_card(&id).await;
+        s.person_change(revision).await;
+        let mut watcher = SyncClient::connect(&s.server.sync_url(&s.doc, &s.token)).await;
+        assert_eq!(mirrored_state(&watcher, &id), None);
+        let replay = s.open(read.revision, vec![region]).await.unwrap();
+        assert_eq!(replay.captures[0].status, CaptureStatus::AlreadyInDocument);
+        assert!(watcher.until(|c| mirrored_state(c, &id).as_deref() == Some("open")).await);
+        // The replay answered from the revision its repair made.
+        assert_eq!(replay.revision, s.revision().await);
+        // A replay with nothing to repair writes nothing.
+        let quiet = s.open(read.revision, vec![card("region", vec![address(&read, 1)])]).await.unwrap();
+        assert_eq!(quiet.revision, replay.revision);
+    }
+}

@@ -148,6 +148,19 @@ impl SyncClient {
         self.send(Message::Sync(SyncMessage::Update(update))).await;
     }
 
+    /// Removes card `id` from the decisions mirror and sends the update, as
+    /// a client rewriting the map would.
+    pub async fn forget_card(&mut self, id: &str) {
+        use yrs::Map;
+        let map = self
+            .doc
+            .get_or_insert_map(margin_server::sync::writes::DECISIONS_MAP);
+        let before = self.doc.transact().state_vector();
+        map.remove(&mut self.doc.transact_mut(), id);
+        let update = self.doc.transact().encode_diff_v1(&before);
+        self.send(Message::Sync(SyncMessage::Update(update))).await;
+    }
+
     /// The decision cards mirrored into the document: (id, JSON).
     pub fn projected_cards(&self) -> Vec<(String, String)> {
         margin_server::sync::writes::projected(&self.doc)
