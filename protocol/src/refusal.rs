@@ -87,7 +87,8 @@ codes! {
     UnsupportedVersion = "unsupported_version",
     /// The first message was not `hello`.
     HelloExpected = "hello_expected",
-    /// `hello` broke a bound.
+    /// `hello` does not fit its shape (an unknown or mistyped field), or
+    /// broke a bound.
     InvalidHello = "invalid_hello",
     /// A message that does not parse, or breaks a bound.
     MalformedMessage = "malformed_message",

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::admission::Limits;
 use crate::auth;
 use margin_sdk::{write_credential_file, ConnectError, Connector};
 use tokio_util::sync::CancellationToken;
@@ -52,6 +53,19 @@ enum Command {
         /// How many Planner reads each document remembers (SPEC S5).
         #[arg(long, env = "MARGIN_REMEMBERED_READS", default_value_t = NonZeroUsize::new(margin_decisions::DEFAULT_READS).unwrap_or(NonZeroUsize::MIN))]
         remembered_reads: NonZeroUsize,
+        /// Open HTTP connections in all; lowered to what the process's
+        /// file-descriptor limit leaves room for (SPEC A2).
+        #[arg(long, env = "MARGIN_MAX_CONNECTIONS", default_value_t = Limits::default().connections as u32, value_parser = clap::value_parser!(u32).range(1..))]
+        max_connections: u32,
+        /// Open HTTP connections from one IP address.
+        #[arg(long, env = "MARGIN_MAX_CONNECTIONS_PER_ADDRESS", default_value_t = Limits::default().per_address as u32, value_parser = clap::value_parser!(u32).range(1..))]
+        max_connections_per_address: u32,
+        /// How long a request head may take to arrive, in ms.
+        #[arg(long, env = "MARGIN_HEADER_TIMEOUT_MS", default_value_t = Limits::default().header_timeout.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
+        header_timeout_ms: u64,
+        /// How long a request body may take to arrive, in ms.
+        #[arg(long, env = "MARGIN_BODY_TIMEOUT_MS", default_value_t = Limits::default().body_timeout.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
+        body_timeout_ms: u64,
         /// Also run the demo Planner for ACCOUNT (created if missing; default
         /// `demo`): pairs a machine, links it over a real socket, prints a
         /// token for the editor and adds a sample document.
@@ -234,6 +248,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             planner_attach_grace_ms,
             session_events_retained,
             remembered_reads,
+            max_connections,
+            max_connections_per_address,
+            header_timeout_ms,
+            body_timeout_ms,
             demo_planner,
         } => {
             let store = database.open().await?;
@@ -242,6 +260,12 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             options.planner_idle = std::time::Duration::from_millis(planner_idle_ms);
             options.attach_grace = std::time::Duration::from_millis(planner_attach_grace_ms);
             options.session_events_retained = session_events_retained;
+            options.limits = Limits {
+                connections: max_connections as usize,
+                per_address: max_connections_per_address as usize,
+                header_timeout: std::time::Duration::from_millis(header_timeout_ms),
+                body_timeout: std::time::Duration::from_millis(body_timeout_ms),
+            };
             let running = start(store, options).await?;
             // Tests and scripts read the bound address (useful with port 0).
             println!("margin listening on http://{}", running.addr);

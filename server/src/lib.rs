@@ -3,6 +3,7 @@
 //! `margin-planner`; wire shapes in `margin-protocol`.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod admission;
 pub mod auth;
 pub mod cards;
 pub mod cli;

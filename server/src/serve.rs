@@ -10,8 +10,6 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use axum::serve::ListenerExt;
-
 use crate::http::{router, AppState};
 use crate::link::{LinkSettings, Links};
 use crate::sessions::Sessions;
@@ -48,6 +46,8 @@ pub struct ServeOptions {
     /// `SESSION_EVENTS_RETAINED`: events each session keeps behind its
     /// snapshot for replay (SPEC E2).
     pub session_events_retained: u64,
+    /// Connection caps and the request-head timeout (SPEC A2).
+    pub limits: crate::admission::Limits,
 }
 
 impl ServeOptions {
@@ -60,6 +60,7 @@ impl ServeOptions {
             planner_idle: Duration::from_millis(margin_planner::DEFAULT_IDLE.0),
             attach_grace: Duration::from_millis(margin_planner::DEFAULT_ATTACH_GRACE.0),
             session_events_retained: crate::sessions::DEFAULT_RETAINED,
+            limits: crate::admission::Limits::default(),
         }
     }
 }
@@ -135,21 +136,17 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
         hub: hub.clone(),
         links,
         sessions,
-    });
-    let stop = shutdown.clone();
-    // Small frames go out at once: with Nagle's algorithm a Planner's small
-    // tool result waited behind the unacknowledged end of another
-    // session's large one, up to a delayed ACK (40 ms) at a time.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(error) = tcp.set_nodelay(true) {
-            tracing::debug!(%error, "TCP_NODELAY not set");
-        }
-    });
-    let http = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(stop.cancelled_owned())
-            .await
-    });
+        throttle: crate::http::Throttle::default(),
+    })
+    .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+        options.limits.body_timeout,
+    ));
+    let http = tokio::spawn(crate::admission::serve(
+        listener,
+        app,
+        options.limits.clone(),
+        shutdown.clone(),
+    ));
     tracing::info!(%addr, backend = ?store.backend(), "listening");
     Ok(Running {
         addr,

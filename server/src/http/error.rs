@@ -74,6 +74,15 @@ pub enum AppError {
     /// unarchives it (SPEC P3).
     #[error("{0}")]
     Archived(String),
+    /// The request's body did not arrive in time.
+    #[error("{0}")]
+    TimedOut(String),
+    /// Too many failed sign-ins from this address: retry after a while.
+    #[error("too many failed sign-ins from this address; retry in {} s", .retry_after.as_secs())]
+    Throttled {
+        /// When the address may try again.
+        retry_after: std::time::Duration,
+    },
     /// The revision asked for was compacted away.
     #[error("{0}")]
     Gone(String),
@@ -149,6 +158,15 @@ impl IntoResponse for AppError {
             AppError::Archived(_) => (StatusCode::CONFLICT, "archived"),
             AppError::PlannerRefused { code, .. } => (StatusCode::CONFLICT, *code),
             AppError::Gone(_) => (StatusCode::GONE, "revision_compacted"),
+            AppError::TimedOut(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
+            AppError::Throttled { retry_after } => {
+                let body = ErrorBody::new("too_many_attempts", self.to_string());
+                let retry = [(
+                    axum::http::header::RETRY_AFTER,
+                    retry_after.as_secs().to_string(),
+                )];
+                return (StatusCode::TOO_MANY_REQUESTS, retry, Json(body)).into_response();
+            }
             AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         let message = match &self {

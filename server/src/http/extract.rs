@@ -1,12 +1,12 @@
 //! Extractors: the authenticated caller, and JSON bodies whose rejections
 //! use the common error shape.
 
-use axum::extract::rejection::JsonRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 
+use super::throttle::Peer;
 use super::{AppError, AppState};
 use crate::auth;
 use crate::storage::{Account, StorageError};
@@ -39,13 +39,17 @@ impl FromRequestParts<AppState> for SignedIn {
                 "send a token as 'Authorization: Bearer <token>'",
             ));
         };
-        match auth::authenticate(state.hub.store(), &token).await {
-            Ok(account) => Ok(SignedIn { account, token }),
-            Err(StorageError::NotFound(_)) => {
-                Err(AppError::Unauthenticated("unknown or revoked token"))
+        let signing_in = async {
+            match auth::authenticate(state.hub.store(), &token).await {
+                Ok(account) => Ok(account),
+                Err(StorageError::NotFound(_)) => {
+                    Err(AppError::Unauthenticated("unknown or revoked token"))
+                }
+                Err(other) => Err(other.into()),
             }
-            Err(other) => Err(other.into()),
-        }
+        };
+        let account = state.throttle.sign_in(Peer::of(parts), signing_in).await?;
+        Ok(SignedIn { account, token })
     }
 }
 
@@ -59,8 +63,12 @@ fn bearer(parts: &Parts) -> Option<String> {
 /// stream, since browsers cannot set headers on a WebSocket or an
 /// `EventSource`.
 fn query_token(parts: &Parts) -> Option<String> {
-    let path = parts.uri.path();
-    if !(path.ends_with("/sync") || path.starts_with("/sessions/") && path.ends_with("/events")) {
+    let segments: Vec<&str> = parts.uri.path().split('/').collect();
+    let browser_route = match segments.as_slice() {
+        ["", "documents", id, "sync"] | ["", "sessions", id, "events"] => !id.is_empty(),
+        _ => false,
+    };
+    if !browser_route {
         return None;
     }
     parts
@@ -71,23 +79,97 @@ fn query_token(parts: &Parts) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// `Json<T>` whose rejection is an [`AppError`].
+/// A JSON object body, parsed into `T`, whose every rejection is an
+/// [`AppError`] saying what is wrong: not JSON, not an object (serde would
+/// otherwise take `["x"]` for a struct of one field), or not this
+/// request's shape.
 pub struct JsonBody<T>(pub T);
 
 impl<T, S> FromRequest<S> for JsonBody<T>
 where
-    axum::Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    T: serde::de::DeserializeOwned,
     S: Send + Sync,
 {
     type Rejection = AppError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, AppError> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(value)) => Ok(JsonBody(value)),
-            Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-                Err(AppError::TooLarge(rejection.body_text()))
-            }
-            Err(rejection) => Err(AppError::bad_request("invalid_body", rejection.body_text())),
+        let json_type = req
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.split(';').next())
+            .is_some_and(|kind| {
+                let kind = kind.trim();
+                kind.eq_ignore_ascii_case("application/json")
+                    || (kind.starts_with("application/") && kind.ends_with("+json"))
+            });
+        if !json_type {
+            return Err(AppError::bad_request(
+                "invalid_body",
+                "send the body as JSON, with 'Content-Type: application/json'",
+            ));
         }
+        let bytes = match axum::body::Bytes::from_request(req, state).await {
+            Ok(bytes) => bytes,
+            Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                return Err(AppError::TooLarge(rejection.body_text()))
+            }
+            Err(rejection) if timed_out(&rejection) => {
+                return Err(AppError::TimedOut(
+                    "the request body did not arrive in time".into(),
+                ))
+            }
+            Err(rejection) => {
+                return Err(AppError::bad_request("invalid_body", rejection.body_text()))
+            }
+        };
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(AppError::bad_request(
+                "invalid_body",
+                "the body must be a JSON object",
+            ));
+        }
+        serde_json::from_slice(&bytes).map(JsonBody).map_err(|e| {
+            let message = if e.is_data() {
+                format!("the body does not fit this request: {e}")
+            } else {
+                format!("the body is not valid JSON: {e}")
+            };
+            AppError::bad_request("invalid_body", message)
+        })
+    }
+}
+
+/// Whether reading the body failed because it did not arrive in time (the
+/// body timeout of `serve`).
+fn timed_out(rejection: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(rejection);
+    while let Some(error) = cause {
+        if error.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
+}
+
+/// Answers 413 at once when a request declares a body longer than `limit`
+/// (`Content-Length`), before reading a byte of it; a body that declares
+/// nothing is cut at the limit as it is read.
+pub async fn declared_length(
+    axum::extract::State(limit): axum::extract::State<usize>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Result<axum::response::Response, AppError> {
+    let declared = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    match declared {
+        Some(length) if length > limit as u64 => Err(AppError::TooLarge(format!(
+            "a body of {length} bytes exceeds this route's limit of {limit} bytes"
+        ))),
+        _ => Ok(next.run(request).await),
     }
 }

@@ -14,6 +14,7 @@ use margin_protocol::link::{
 use margin_planner::ReleaseTrigger;
 
 use super::extract::{Caller, JsonBody};
+use super::throttle::Peer;
 use super::{AppError, AppState};
 use crate::auth::{self, MachineRefusal};
 use crate::link::socket;
@@ -85,9 +86,10 @@ pub async fn revoke(
 /// P3).
 pub async fn unpair(
     State(state): State<AppState>,
+    peer: Peer,
     headers: HeaderMap,
 ) -> Result<StatusCode, AppError> {
-    let machine = authenticated(&state, &headers).await?;
+    let machine = authenticated(&state, peer, &headers).await?;
     match state
         .hub
         .store()
@@ -118,10 +120,11 @@ async fn end_machine(state: &AppState, machine: &str, trigger: ReleaseTrigger) {
 /// (unknown), `machine_revoked` or `credential_expired`.
 pub async fn link(
     State(state): State<AppState>,
+    peer: Peer,
     headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, AppError> {
-    let machine = authenticated(&state, &headers).await?;
+    let machine = authenticated(&state, peer, &headers).await?;
     let (links, sessions) = (state.links.clone(), state.sessions.clone());
     let store = state.hub.store().clone();
     Ok(upgrade
@@ -131,7 +134,11 @@ pub async fn link(
 }
 
 /// The machine a request's credential names, or the 401 naming why not.
-async fn authenticated(state: &AppState, headers: &HeaderMap) -> Result<Machine, AppError> {
+async fn authenticated(
+    state: &AppState,
+    peer: Peer,
+    headers: &HeaderMap,
+) -> Result<Machine, AppError> {
     let credential = headers
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -140,9 +147,12 @@ async fn authenticated(state: &AppState, headers: &HeaderMap) -> Result<Machine,
             "send the machine credential as 'Authorization: Bearer <credential>'",
         ))?;
     let ttl = state.links.settings().credential_ttl;
-    auth::authenticate_machine(state.hub.store(), credential.trim(), ttl)
-        .await
-        .map_err(|refusal| refused_link(refusal, ttl))
+    let signing_in = async {
+        auth::authenticate_machine(state.hub.store(), credential.trim(), ttl)
+            .await
+            .map_err(|refusal| refused_link(refusal, ttl))
+    };
+    state.throttle.sign_in(peer, signing_in).await
 }
 
 /// The 401 for a credential that opens no link, naming the cause.

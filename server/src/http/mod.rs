@@ -12,6 +12,7 @@ mod extract;
 mod machines;
 mod planner;
 mod sessions;
+mod throttle;
 mod tools;
 
 use std::time::Duration;
@@ -23,6 +24,7 @@ use serde_json::json;
 use tower_http::trace::TraceLayer;
 
 pub use error::AppError;
+pub use throttle::Throttle;
 
 use crate::link::Links;
 use crate::sessions::Sessions;
@@ -44,6 +46,8 @@ pub struct AppState {
     pub links: Links,
     /// Planner sessions: their drivers, and their feeds for applications.
     pub sessions: Sessions,
+    /// Failed sign-ins per address.
+    pub throttle: Throttle,
 }
 
 /// The whole HTTP surface.
@@ -96,6 +100,10 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/sessions/{sid}", get(sessions::snapshot))
         .route("/sessions/{sid}/events", get(sessions::events))
+        .layer(axum::middleware::from_fn_with_state(
+            MAX_BODY_BYTES,
+            extract::declared_length,
+        ))
         .merge(tool_routes())
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -120,6 +128,10 @@ fn tool_routes() -> Router<AppState> {
             post(tools::open_decision),
         )
         .route("/documents/{id}/tools/ask", post(tools::ask))
+        .layer(axum::middleware::from_fn_with_state(
+            MAX_TOOL_BODY_BYTES,
+            extract::declared_length,
+        ))
         .layer(DefaultBodyLimit::max(MAX_TOOL_BODY_BYTES))
 }
 

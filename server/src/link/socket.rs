@@ -278,6 +278,11 @@ fn hello(text: &str) -> Result<(Vec<String>, Terms), (RefusalCode, String)> {
             RefusalCode::HelloExpected,
             "the first message must be hello".into(),
         )),
+        // A hello that does not fit its shape is an invalid hello; anything
+        // else is not a hello at all.
+        Err((RefusalCode::MalformedMessage, message)) if message.starts_with("malformed hello") => {
+            Err((RefusalCode::InvalidHello, message))
+        }
         Err((_, message)) => Err((
             RefusalCode::HelloExpected,
             format!("the first message must be hello: {message}"),
@@ -287,7 +292,7 @@ fn hello(text: &str) -> Result<(Vec<String>, Terms), (RefusalCode, String)> {
 
 /// Parses a machine's message, telling malformed JSON, an unknown type and
 /// a malformed known message apart.
-fn parse(text: &str) -> Result<ClientMessage, (RefusalCode, String)> {
+pub fn parse(text: &str) -> Result<ClientMessage, (RefusalCode, String)> {
     let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
         (
             RefusalCode::MalformedMessage,

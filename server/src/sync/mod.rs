@@ -6,7 +6,7 @@ pub mod command;
 pub mod compaction;
 pub mod conn;
 pub mod document;
-mod frame;
+pub mod frame;
 pub mod hub;
 pub mod load;
 mod messages;

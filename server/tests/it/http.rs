@@ -162,3 +162,22 @@ async fn editor_page_and_assets_are_served() {
         .unwrap();
     assert_eq!(missing.status(), 404);
 }
+
+on_both_backends! {
+    // #12 item 7: serde takes `["x"]` for a struct of one field.
+    async fn a_body_that_is_not_a_json_object_is_refused_and_creates_nothing(db) {
+        let server = Server::start(&db).await;
+        let ada = Server::account(&db, "ada").await;
+        for body in [json!(["x"]), json!("x"), json!(7)] {
+            let (status, refused) = server.post(Some(&ada), "/documents", body.clone()).await;
+            assert_eq!((status, refused["error"]["code"].as_str()), (400, Some("invalid_body")), "{body}: {refused}");
+            assert!(refused["error"]["message"].as_str().unwrap().contains("must be a JSON object"), "{refused}");
+        }
+        assert_eq!(server.get(Some(&ada), "/documents").await, (200, json!({"documents": []})));
+        // Valid JSON of the wrong shape says what is wrong with it.
+        let (status, refused) = server.post(Some(&ada), "/documents", json!({})).await;
+        assert_eq!(status, 400);
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(message.contains("does not fit") && message.contains("title"), "{message}");
+    }
+}

@@ -4,6 +4,7 @@
 mod harness;
 
 mod archive;
+mod bounds;
 mod connector;
 mod crash;
 mod credentials;

@@ -634,7 +634,7 @@ on_both_backends! {
             link.send_text(&hello.to_string()).await;
             match link.next().await {
                 Some(ServerMessage::Refusal { code, message, .. }) => {
-                    assert_eq!(code.to_string(), "hello_expected", "{hello}: {message}");
+                    assert_eq!(code.to_string(), "invalid_hello", "{hello}: {message}");
                     assert!(message.contains(&format!("unknown field `{field}`")), "{hello}: {message}");
                 }
                 other => panic!("{hello}: expected a refusal, got {other:?}"),

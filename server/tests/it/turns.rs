@@ -607,6 +607,26 @@ on_both_backends! {
         }
     }
 
+    async fn a_malformed_hello_is_refused_as_invalid_hello_not_hello_expected(db) {
+        let s = Scene::new(&db).await;
+        let (_, paired) = s.server.post(Some(&s.token), "/machines", json!({"name": "laptop"})).await;
+        for hello in [
+            r#"{"type":"hello","protocol_version":1,"manifest":{"planning":true,"colour":"blue"}}"#,
+            r#"{"type":"hello","protocol_version":"one"}"#,
+        ] {
+            let mut planner = LinkClient::connect(s.server.addr, paired["credential"].as_str().unwrap()).await.unwrap();
+            planner.send_text(hello).await;
+            let refused = planner.next().await;
+            assert!(matches!(refused, Some(ServerMessage::Refusal { ref code, ref message, .. })
+                if code == "invalid_hello" && message.contains("malformed hello")), "{hello}: {refused:?}");
+        }
+        // Something else first is still hello_expected.
+        let mut planner = LinkClient::connect(s.server.addr, paired["credential"].as_str().unwrap()).await.unwrap();
+        planner.send_text(r#"{"type":"heartbeat"}"#).await;
+        let refused = planner.next().await;
+        assert!(matches!(refused, Some(ServerMessage::Refusal { ref code, .. }) if code == "hello_expected"), "{refused:?}");
+    }
+
     async fn a_link_that_closes_under_a_live_run_says_its_state_is_unknown_not_stopped(db) {
         use margin_protocol::link::RunStatus::*;
         let s = Scene::new(&db).await;

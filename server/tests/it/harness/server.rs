@@ -51,10 +51,34 @@ impl Server {
         (server, token)
     }
 
+    /// Starts with `extra` arguments after the database's, under a
+    /// file-descriptor limit of `fds` when given (`ulimit -n`).
+    pub async fn start_limited(db: &TestDb, fds: Option<u32>, extra: &[&str]) -> Server {
+        let mut args = db.cli_args();
+        args.extend(extra.iter().map(|a| a.to_string()));
+        match fds {
+            Some(fds) => {
+                let mut wrapped = vec![
+                    "-c".to_owned(),
+                    format!("ulimit -n {fds} && exec \"$0\" serve \"$@\""),
+                    BIN.to_owned(),
+                ];
+                wrapped.extend(args.iter().cloned());
+                // A restart runs without the limit.
+                Self::spawn(Command::new("sh").args(&wrapped), args).await
+            }
+            None => Self::start_with(args).await,
+        }
+    }
+
     async fn start_with(args: Vec<String>) -> Server {
-        let mut child = Command::new(BIN)
-            .arg("serve")
-            .args(&args)
+        let mut command = Command::new(BIN);
+        command.arg("serve").args(&args);
+        Self::spawn(&mut command, args).await
+    }
+
+    async fn spawn(command: &mut Command, args: Vec<String>) -> Server {
+        let mut child = command
             .args(["--listen", "127.0.0.1:0"])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
