@@ -13,6 +13,11 @@
 /// Largest document update accepted in one message, in bytes (16 MiB).
 pub const MAX_UPDATE_BYTES: usize = 16 * 1024 * 1024;
 
+/// Most bytes of updates a document holds that wait for changes never sent
+/// (16 MiB). Past it the sender is closed with `BAD_UPDATE` and what was
+/// held is dropped.
+pub const MAX_PENDING_BYTES: usize = 16 * 1024 * 1024;
+
 /// Largest WebSocket message accepted: an update plus its message header.
 pub const MAX_MESSAGE_BYTES: usize = MAX_UPDATE_BYTES + 64;
 

@@ -13,14 +13,16 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use margin_decisions::{DecisionCard, LiveOutline, Outline};
-use margin_protocol::sync::{close, MAX_AWARENESS_BYTES, MAX_AWARENESS_CLIENTS, MAX_UPDATE_BYTES};
+use margin_protocol::sync::{
+    close, MAX_AWARENESS_BYTES, MAX_AWARENESS_CLIENTS, MAX_PENDING_BYTES, MAX_UPDATE_BYTES,
+};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 use yrs::sync::{Awareness, Message, SyncMessage};
 use yrs::updates::decoder::Decode;
-use yrs::{ClientID, ReadTxn, StateVector, Transact, Update};
+use yrs::{ClientID, ReadTxn, StateVector, Transact, Update, WriteTxn};
 
 use super::command::{
     CardsRefused, CardsReply, Command, EditRefused, EditReply, JoinRefused, ProjectReply, Rider,
@@ -81,6 +83,9 @@ pub struct DocumentTask {
     revision: i64,
     /// This task's claim on the document: every write names it (W3).
     epoch: Epoch,
+    /// Bytes of updates applied while the document held changes waiting
+    /// for missing ones (bounded by [`MAX_PENDING_BYTES`]).
+    pending_bytes: usize,
     members: HashMap<ConnId, Member>,
     compactor: Compactor,
     /// Archived: edits are refused from everyone (SPEC P3).
@@ -193,6 +198,7 @@ impl DocumentTask {
             awareness: Awareness::new(doc),
             revision,
             epoch,
+            pending_bytes: 0,
             members: HashMap::new(),
             compactor: Compactor::new(compaction, logged),
             archived,
@@ -429,11 +435,21 @@ impl DocumentTask {
                             ),
                         ));
                     }
+                    let bytes = update.len();
                     let update = Update::decode_v1(&update)
                         .map_err(|e| (close::MALFORMED, format!("malformed update: {e}")))?;
                     if can_edit {
-                        if let Some(delta) = self.apply(update)? {
+                        let (delta, overflow) = self.apply(update, bytes)?;
+                        // What did integrate is published even when the
+                        // sender is closed for what did not.
+                        if let Some(delta) = delta {
                             effects.deltas.push((conn, delta));
+                        }
+                        if overflow {
+                            return Err((
+                                close::BAD_UPDATE,
+                                format!("updates that wait for changes never sent passed {MAX_PENDING_BYTES} bytes; they were dropped"),
+                            ));
                         }
                     } else if self.is_news(&update) {
                         let reason = if self.archived {
@@ -504,11 +520,35 @@ impl DocumentTask {
     }
 
     /// Applies an editor's update; returns the change it made, if any.
-    fn apply(&mut self, update: Update) -> Result<Option<Vec<u8>>, (u16, String)> {
+    /// Applies an editor's update of `bytes`; returns the change it made,
+    /// if any, and whether what waits for missing changes passed
+    /// [`MAX_PENDING_BYTES`] — then it was dropped. yrs keeps an update
+    /// whose dependencies are missing in memory until they come; they never
+    /// came from a client that sent 512 MiB of such updates.
+    fn apply(
+        &mut self,
+        update: Update,
+        bytes: usize,
+    ) -> Result<(Option<Vec<u8>>, bool), (u16, String)> {
         let mut txn = self.awareness.doc().transact_mut();
         txn.apply_update(update)
             .map_err(|e| (close::BAD_UPDATE, format!("update does not apply: {e}")))?;
-        Ok(writes::change_of(&txn))
+        let change = writes::change_of(&txn);
+        if !txn.has_missing_updates() {
+            self.pending_bytes = 0;
+            return Ok((change, false));
+        }
+        self.pending_bytes = self.pending_bytes.saturating_add(bytes);
+        if self.pending_bytes <= MAX_PENDING_BYTES {
+            return Ok((change, false));
+        }
+        if let Some(pending) = txn.store_mut().pending_update_mut() {
+            pending.update = Update::new();
+            pending.missing = StateVector::default();
+        }
+        self.pending_bytes = 0;
+        warn!("dropped updates waiting for changes never sent");
+        Ok((change, true))
     }
 
     /// Whether a viewer's update carries anything the document lacks. A

@@ -320,3 +320,58 @@ on_both_backends! {
         assert!(ada.awareness.keys().all(|client| *client == 42), "{:?}", ada.awareness);
     }
 }
+
+/// The server's resident memory, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+on_both_backends! {
+    // #12 defect 5: yrs holds an update whose dependencies are missing
+    // until they come; a client that never sends them grew the server by
+    // what it sent.
+    async fn updates_waiting_for_changes_never_sent_are_bounded_and_their_sender_closed(db) {
+        use yrs::{GetString, Text};
+        let server = Server::start(&db).await;
+        let token = Server::account(&db, "ada").await;
+        let doc = server.create_document(&token, "Plan").await;
+        let mut writer = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        let mut peer = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        writer.append_paragraph("kept").await;
+        assert!(peer.until(|c| c.block_count() == 1).await);
+        let before = rss_kib(server.pid());
+        let hostile = yrs::Doc::with_client_id(777);
+        let text = hostile.get_or_insert_text("t");
+        let mut sent = 0usize;
+        for round in 0..4 {
+            let mut mallory = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+            // The change every later one depends on, never sent.
+            text.insert(&mut hostile.transact_mut(), 0, "never sent");
+            let mut seen = hostile.transact().state_vector();
+            for _ in 0..20 {
+                text.insert(&mut hostile.transact_mut(), 0, &"x".repeat(1 << 20));
+                let update = hostile.transact().encode_diff_v1(&seen);
+                seen = hostile.transact().state_vector();
+                sent += update.len();
+                mallory.send(Message::Sync(SyncMessage::Update(update))).await;
+            }
+            let (code, reason) = mallory.wait_closed().await;
+            assert_eq!(code, close::BAD_UPDATE, "round {round}: {reason}");
+            assert!(reason.contains("never sent"), "{reason}");
+        }
+        assert!(text.get_string(&hostile.transact()).len() > 80 << 20);
+        // The others carry on, and nothing of it was stored.
+        writer.append_paragraph("after").await;
+        assert!(peer.until(|c| c.block_count() == 2).await);
+        let (revision, _) = server.block_texts(&token, &doc).await;
+        assert_eq!(revision, 2);
+        let grown = rss_kib(server.pid()).saturating_sub(before);
+        eprintln!("sent {} MiB of updates that wait; the server grew {} MiB", sent >> 20, grown >> 10);
+        assert!(grown < 64 << 10, "the server grew {} MiB for {} MiB sent", grown >> 10, sent >> 20);
+    }
+}
