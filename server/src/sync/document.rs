@@ -439,13 +439,13 @@ impl DocumentTask {
                     let update = Update::decode_v1(&update)
                         .map_err(|e| (close::MALFORMED, format!("malformed update: {e}")))?;
                     if can_edit {
-                        let (delta, overflow) = self.apply(update, bytes)?;
+                        let applied = self.apply(update, bytes)?;
                         // What did integrate is published even when the
                         // sender is closed for what did not.
-                        if let Some(delta) = delta {
+                        if let Some(delta) = applied.change {
                             effects.deltas.push((conn, delta));
                         }
-                        if overflow {
+                        if applied.overflowed {
                             return Err((
                                 close::BAD_UPDATE,
                                 format!("updates that wait for changes never sent passed {MAX_PENDING_BYTES} bytes; they were dropped"),
@@ -525,22 +525,24 @@ impl DocumentTask {
     /// [`MAX_PENDING_BYTES`] — then it was dropped. yrs keeps an update
     /// whose dependencies are missing in memory until they come; they never
     /// came from a client that sent 512 MiB of such updates.
-    fn apply(
-        &mut self,
-        update: Update,
-        bytes: usize,
-    ) -> Result<(Option<Vec<u8>>, bool), (u16, String)> {
+    fn apply(&mut self, update: Update, bytes: usize) -> Result<Applied, (u16, String)> {
         let mut txn = self.awareness.doc().transact_mut();
         txn.apply_update(update)
             .map_err(|e| (close::BAD_UPDATE, format!("update does not apply: {e}")))?;
         let change = writes::change_of(&txn);
         if !txn.has_missing_updates() {
             self.pending_bytes = 0;
-            return Ok((change, false));
+            return Ok(Applied {
+                change,
+                overflowed: false,
+            });
         }
         self.pending_bytes = self.pending_bytes.saturating_add(bytes);
         if self.pending_bytes <= MAX_PENDING_BYTES {
-            return Ok((change, false));
+            return Ok(Applied {
+                change,
+                overflowed: false,
+            });
         }
         if let Some(pending) = txn.store_mut().pending_update_mut() {
             pending.update = Update::new();
@@ -548,7 +550,10 @@ impl DocumentTask {
         }
         self.pending_bytes = 0;
         warn!("dropped updates waiting for changes never sent");
-        Ok((change, true))
+        Ok(Applied {
+            change,
+            overflowed: true,
+        })
     }
 
     /// Whether a viewer's update carries anything the document lacks. A
@@ -747,6 +752,15 @@ impl DocumentTask {
             self.compactor.wait().await;
         }
     }
+}
+
+/// What applying an editor's update did.
+struct Applied {
+    /// The change it made, if any.
+    change: Option<Vec<u8>>,
+    /// Whether updates waiting for missing changes passed
+    /// [`MAX_PENDING_BYTES`] and were dropped.
+    overflowed: bool,
 }
 
 /// What the decisions map should hold for `cards` (SPEC D: SQL rows are
