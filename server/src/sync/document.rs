@@ -9,6 +9,7 @@
 //! what was committed, and their sync step 2 restores what they still hold.
 
 use std::collections::{HashMap, HashSet};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -97,6 +98,9 @@ pub struct DocumentTask {
     deleted: bool,
     /// Another owner claimed the document: this copy writes nothing more.
     fenced: bool,
+    /// An update panicked inside yrs: the in-memory document is suspect,
+    /// so nothing of the batch is committed and the task unloads.
+    poisoned: bool,
 }
 
 /// Loads document `id` and runs its task until nobody is connected, storage
@@ -205,6 +209,7 @@ impl DocumentTask {
             keys: keys.collect(),
             deleted: false,
             fenced: false,
+            poisoned: false,
         })
     }
 
@@ -237,6 +242,12 @@ impl DocumentTask {
             let mut effects = Effects::default();
             for command in batch {
                 self.handle(command, &mut effects);
+            }
+            if self.poisoned {
+                // Nothing of the batch was committed or answered; clients
+                // resync from storage, where a new task loads it.
+                self.close_all(close::INTERNAL, "the document failed; reconnect to resync");
+                return;
             }
             if self.deleted {
                 // Nothing of this batch is committed or answered: the
@@ -436,8 +447,18 @@ impl DocumentTask {
                         ));
                     }
                     let bytes = update.len();
-                    let update = Update::decode_v1(&update)
-                        .map_err(|e| (close::MALFORMED, format!("malformed update: {e}")))?;
+                    // Decoding touches no document: a panic in it only
+                    // closes the sender.
+                    let update = match catch_unwind(|| Update::decode_v1(&update)) {
+                        Ok(decoded) => decoded
+                            .map_err(|e| (close::MALFORMED, format!("malformed update: {e}")))?,
+                        Err(_) => {
+                            return Err((
+                                close::MALFORMED,
+                                "malformed update: it crashed the decoder".into(),
+                            ))
+                        }
+                    };
                     if can_edit {
                         let applied = self.apply(update, bytes)?;
                         // What did integrate is published even when the
@@ -526,11 +547,28 @@ impl DocumentTask {
     /// whose dependencies are missing in memory until they come; they never
     /// came from a client that sent 512 MiB of such updates.
     fn apply(&mut self, update: Update, bytes: usize) -> Result<Applied, (u16, String)> {
-        let mut txn = self.awareness.doc().transact_mut();
-        txn.apply_update(update)
-            .map_err(|e| (close::BAD_UPDATE, format!("update does not apply: {e}")))?;
-        let change = writes::change_of(&txn);
-        if !txn.has_missing_updates() {
+        let doc = self.awareness.doc();
+        // yrs has panicked on hostile updates before. One closes its sender
+        // with a reason and the others with 1011, and the document reloads
+        // from storage, instead of the task dying with nobody told why.
+        let applied = catch_unwind(AssertUnwindSafe(|| {
+            let mut txn = doc.transact_mut();
+            txn.apply_update(update)
+                .map(|()| (writes::change_of(&txn), txn.has_missing_updates()))
+        }));
+        let (change, missing) = match applied {
+            Ok(Ok(applied)) => applied,
+            Ok(Err(e)) => return Err((close::BAD_UPDATE, format!("update does not apply: {e}"))),
+            Err(_) => {
+                warn!("an update panicked inside yrs; unloading the document");
+                self.poisoned = true;
+                return Err((
+                    close::BAD_UPDATE,
+                    "update does not apply: it crashed the document model; it was refused".into(),
+                ));
+            }
+        };
+        if !missing {
             self.pending_bytes = 0;
             return Ok(Applied {
                 change,
@@ -544,7 +582,7 @@ impl DocumentTask {
                 overflowed: false,
             });
         }
-        if let Some(pending) = txn.store_mut().pending_update_mut() {
+        if let Some(pending) = doc.transact_mut().store_mut().pending_update_mut() {
             pending.update = Update::new();
             pending.missing = StateVector::default();
         }

@@ -375,3 +375,40 @@ on_both_backends! {
         assert!(grown < 64 << 10, "the server grew {} MiB for {} MiB sent", grown >> 10, sent >> 20);
     }
 }
+
+/// An update that makes yrs panic in a debug build (the integration tests
+/// run one): a client id past 2^53, found by `cargo fuzz run
+/// document_update` (server/fuzz/regressions/document_update).
+const PANICKING_UPDATE: [u8; 85] = [
+    0x01, 0x02, 0xd2, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x00, 0xc4, 0xe9, 0x07,
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x0b, 0xe9, 0x07, 0x0c, 0x04, 0x74, 0x68, 0x65, 0x20, 0x68, 0x69, 0x63, 0x70, 0x20, 0x72,
+    0x65, 0x67, 0x69, 0x6f, 0x6e, 0x20, 0x66, 0x69, 0x72, 0x73, 0x74, 0x3f, 0x22, 0x2c, 0x22, 0x73,
+    0x74, 0x61, 0x74, 0x65, 0x22, 0x3a, 0x22, 0x6f, 0x70, 0x65, 0x6e, 0x22, 0x7d, 0x01, 0xe9, 0x07,
+    0x02, 0x02, 0x07, 0x20, 0x17,
+];
+
+on_both_backends! {
+    async fn an_update_that_panics_inside_yrs_closes_only_its_sender(db) {
+        let server = Server::start(&db).await;
+        let token = Server::account(&db, "ada").await;
+        let doc = server.create_document(&token, "Plan").await;
+        let mut writer = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        let mut peer = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        writer.append_paragraph("kept").await;
+        assert!(peer.until(|c| c.block_count() == 1).await);
+        let mut mallory = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        mallory.send(Message::Sync(SyncMessage::Update(PANICKING_UPDATE.to_vec()))).await;
+        let (code, reason) = mallory.wait_closed().await;
+        eprintln!("the panicking update was answered {code}: {reason}");
+        assert!([close::MALFORMED, close::BAD_UPDATE].contains(&code), "{code}: {reason}");
+        assert!(reason.contains("crashed"), "{reason}");
+        // The document and everyone else carry on.
+        assert!(writer.stays_open(Duration::from_millis(100)).await);
+        writer.append_paragraph("after").await;
+        assert!(peer.until(|c| c.block_count() == 2).await);
+        let late = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        assert_eq!(late.texts(), vec!["kept".to_owned(), "after".to_owned()]);
+        assert_eq!(server.block_texts(&token, &doc).await.0, 2);
+    }
+}
