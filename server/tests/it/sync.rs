@@ -321,6 +321,35 @@ on_both_backends! {
     }
 }
 
+/// A document with one paragraph, "kept", typed by `writer` and seen by
+/// `peer`.
+struct Scene {
+    server: Server,
+    token: String,
+    doc: String,
+    writer: SyncClient,
+    peer: SyncClient,
+}
+
+impl Scene {
+    async fn new(db: &crate::harness::TestDb) -> Scene {
+        let server = Server::start(db).await;
+        let token = Server::account(db, "ada").await;
+        let doc = server.create_document(&token, "Plan").await;
+        let mut writer = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        let mut peer = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+        writer.append_paragraph("kept").await;
+        assert!(peer.until(|c| c.block_count() == 1).await);
+        Scene {
+            server,
+            token,
+            doc,
+            writer,
+            peer,
+        }
+    }
+}
+
 /// The server's resident memory, in KiB.
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -337,13 +366,7 @@ on_both_backends! {
     // what it sent.
     async fn updates_waiting_for_changes_never_sent_are_bounded_and_their_sender_closed(db) {
         use yrs::{GetString, Text};
-        let server = Server::start(&db).await;
-        let token = Server::account(&db, "ada").await;
-        let doc = server.create_document(&token, "Plan").await;
-        let mut writer = SyncClient::connect(&server.sync_url(&doc, &token)).await;
-        let mut peer = SyncClient::connect(&server.sync_url(&doc, &token)).await;
-        writer.append_paragraph("kept").await;
-        assert!(peer.until(|c| c.block_count() == 1).await);
+        let Scene { server, token, doc, mut writer, mut peer } = Scene::new(&db).await;
         let before = rss_kib(server.pid());
         let hostile = yrs::Doc::with_client_id(777);
         let text = hostile.get_or_insert_text("t");
@@ -390,13 +413,7 @@ const PANICKING_UPDATE: [u8; 85] = [
 
 on_both_backends! {
     async fn an_update_that_panics_inside_yrs_closes_only_its_sender(db) {
-        let server = Server::start(&db).await;
-        let token = Server::account(&db, "ada").await;
-        let doc = server.create_document(&token, "Plan").await;
-        let mut writer = SyncClient::connect(&server.sync_url(&doc, &token)).await;
-        let mut peer = SyncClient::connect(&server.sync_url(&doc, &token)).await;
-        writer.append_paragraph("kept").await;
-        assert!(peer.until(|c| c.block_count() == 1).await);
+        let Scene { server, token, doc, mut writer, mut peer } = Scene::new(&db).await;
         let mut mallory = SyncClient::connect(&server.sync_url(&doc, &token)).await;
         mallory.send(Message::Sync(SyncMessage::Update(PANICKING_UPDATE.to_vec()))).await;
         let (code, reason) = mallory.wait_closed().await;
