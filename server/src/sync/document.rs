@@ -432,9 +432,20 @@ impl DocumentTask {
         for message in messages {
             match message {
                 Message::Sync(SyncMessage::SyncStep1(remote)) => {
-                    effects
-                        .sends
-                        .push((Target::One(conn), messages::step2(&self.awareness, &remote)));
+                    // yrs has panicked encoding a diff of a document a
+                    // hostile update reached; the copy is then suspect.
+                    let awareness = &self.awareness;
+                    match catch_unwind(AssertUnwindSafe(|| messages::step2(awareness, &remote))) {
+                        Ok(step2) => effects.sends.push((Target::One(conn), step2)),
+                        Err(_) => {
+                            warn!("encoding a sync step 2 panicked inside yrs; unloading the document");
+                            self.poisoned = true;
+                            return Err((
+                                close::INTERNAL,
+                                "the document failed; reconnect to resync".into(),
+                            ));
+                        }
+                    }
                 }
                 Message::Sync(SyncMessage::SyncStep2(update) | SyncMessage::Update(update)) => {
                     if update.len() > MAX_UPDATE_BYTES {

@@ -429,3 +429,65 @@ on_both_backends! {
         assert_eq!(server.block_texts(&token, &doc).await.0, 2);
     }
 }
+
+/// Every update `cargo fuzz run document_update` found to panic yrs
+/// (server/fuzz/regressions/document_update; the `uaf-*` ones are memory
+/// errors under AddressSanitizer, not panics, and are not sent).
+const FUZZ_PANICS: [(&str, &[u8]); 5] = [
+    (
+        "debug-assert-client-id",
+        include_bytes!("../../fuzz/regressions/document_update/debug-assert-client-id-957eddd4"),
+    ),
+    (
+        "panic-apply-block-store-push",
+        include_bytes!(
+            "../../fuzz/regressions/document_update/panic-apply-block-store-push-37c37fbb"
+        ),
+    ),
+    (
+        "panic-apply-find-index",
+        include_bytes!("../../fuzz/regressions/document_update/panic-apply-find-index-571549b3"),
+    ),
+    (
+        "panic-encode-diff",
+        include_bytes!("../../fuzz/regressions/document_update/panic-encode-diff-5b3bca98"),
+    ),
+    (
+        "panic-merge-pending",
+        include_bytes!("../../fuzz/regressions/document_update/panic-merge-pending-1ca9b7fd"),
+    ),
+];
+
+on_both_backends! {
+    async fn updates_the_fuzzer_found_to_panic_yrs_leave_the_document_serving(db) {
+        let server = Server::start(&db).await;
+        let token = Server::account(&db, "ada").await;
+        for (name, update) in FUZZ_PANICS {
+            let doc = server.create_document(&token, name).await;
+            let mut writer = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+            let mut mallory = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+            writer.append_paragraph("kept").await;
+            assert!(mallory.until(|c| c.block_count() == 1).await, "{name}");
+            mallory.send(Message::Sync(SyncMessage::Update(update.to_vec()))).await;
+            let open = mallory.stays_open(Duration::from_millis(300)).await;
+            eprintln!("{name}: {}", match &mallory.closed { Some((code, reason)) => format!("closed {code}: {reason}"), None => "left open".into() });
+            if !open {
+                let (code, _) = mallory.closed.clone().unwrap_or_default();
+                assert!([close::MALFORMED, close::BAD_UPDATE].contains(&code), "{name}: {code}");
+            }
+            // Whatever became of the copy in memory, a joiner gets what was
+            // committed and edits on.
+            let mut late = tokio::time::timeout(
+                Duration::from_secs(10),
+                SyncClient::connect(&server.sync_url(&doc, &token)),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("{name}: a joiner got no document"));
+            assert!(late.texts().contains(&"kept".to_owned()), "{name}: {:?}", late.texts());
+            late.append_paragraph("after").await;
+            let mut check = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+            assert!(check.until(|c| c.texts().contains(&"after".to_owned())).await, "{name}: the edit after was lost");
+        }
+        assert_eq!(server.get(None, "/healthz").await.0, 200);
+    }
+}
