@@ -579,6 +579,20 @@ impl DocumentTask {
                 ));
             }
         };
+        // A change is stored and replayed at every load: one yrs cannot
+        // decode again would leave the document unloadable for good (the
+        // fuzzer found updates whose encoded state is not UTF-8). The copy
+        // that holds it is suspect too.
+        if let Some(delta) = &change {
+            if Update::decode_v1(delta).is_err() {
+                warn!("an update's change does not decode again; unloading the document");
+                self.poisoned = true;
+                return Err((
+                    close::BAD_UPDATE,
+                    "update does not apply: its change would not load again; it was refused".into(),
+                ));
+            }
+        }
         if !missing {
             self.pending_bytes = 0;
             return Ok(Applied {

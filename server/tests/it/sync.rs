@@ -491,3 +491,51 @@ on_both_backends! {
         assert_eq!(server.get(None, "/healthz").await.0, 200);
     }
 }
+
+/// Updates after which yrs encodes a state it cannot load again
+/// (server/fuzz/regressions/document_update/state-*).
+const FUZZ_UNLOADABLE: [(&str, &[u8]); 2] = [
+    (
+        "state-not-utf8",
+        include_bytes!("../../fuzz/regressions/document_update/state-not-utf8-cbf9e0c3"),
+    ),
+    (
+        "state-empty-block",
+        include_bytes!("../../fuzz/regressions/document_update/state-empty-block-59be9a35"),
+    ),
+];
+
+on_both_backends! {
+    async fn an_update_whose_change_would_not_load_again_is_refused_and_the_document_still_loads(db) {
+        let mut server = Server::start(&db).await;
+        let token = Server::account(&db, "ada").await;
+        let mut docs = Vec::new();
+        for (name, update) in FUZZ_UNLOADABLE {
+            let doc = server.create_document(&token, name).await;
+            // On an empty document too, the fuzzer's own case.
+            let empty = server.create_document(&token, name).await;
+            let mut mallory = SyncClient::connect(&server.sync_url(&empty, &token)).await;
+            mallory.send(Message::Sync(SyncMessage::Update(update.to_vec()))).await;
+            let _ = mallory.stays_open(Duration::from_millis(300)).await;
+            eprintln!("{name} on an empty document: {:?}", mallory.closed);
+            docs.push((name, empty, None));
+            let mut writer = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+            let mut mallory = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+            writer.append_paragraph("kept").await;
+            assert!(mallory.until(|c| c.block_count() == 1).await, "{name}");
+            mallory.send(Message::Sync(SyncMessage::Update(update.to_vec()))).await;
+            let _ = mallory.stays_open(Duration::from_millis(300)).await;
+            eprintln!("{name}: {:?}", mallory.closed);
+            docs.push((name, doc, Some("kept")));
+        }
+        server.restart().await;
+        for (name, doc, kept) in docs {
+            let (status, body) = server.get(Some(&token), &format!("/documents/{doc}/outline")).await;
+            assert_eq!(status, 200, "{name}: the document no longer loads: {body}");
+            let late = SyncClient::connect(&server.sync_url(&doc, &token)).await;
+            if let Some(kept) = kept {
+                assert!(late.texts().contains(&kept.to_owned()), "{name}: {:?}", late.texts());
+            }
+        }
+    }
+}
