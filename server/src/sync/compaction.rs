@@ -10,7 +10,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use yrs::{ReadTxn, StateVector, Transact};
+use yrs::updates::decoder::Decode;
+use yrs::{ReadTxn, StateVector, Transact, Update};
 
 use super::load::{rebuilt, LoadError};
 use crate::storage::{Epoch, StorageError, Store};
@@ -22,6 +23,11 @@ enum CompactionError {
     Storage(#[from] StorageError),
     #[error("the stored state does not rebuild: {0}")]
     Load(#[from] LoadError),
+    /// yrs encoded a state it cannot load again (the fuzzer found updates
+    /// that do this); writing it would replace a log that loads with a
+    /// snapshot that does not.
+    #[error("the encoded snapshot does not load again: {0}")]
+    Unverified(String),
 }
 
 /// Compaction settings.
@@ -93,10 +99,12 @@ impl Compactor {
         let handle = tokio::spawn(async move {
             let stored = store.load_state(&id, Some(revision)).await?;
             let state = rebuilt(stored, |doc, _| {
-                doc.transact()
-                    .encode_state_as_update_v1(&StateVector::default())
+                let state = doc
+                    .transact()
+                    .encode_state_as_update_v1(&StateVector::default());
+                verified(&doc, state)
             })
-            .await?;
+            .await??;
             store.compact(&id, epoch, revision, &state).await?;
             Ok(())
         });
@@ -135,5 +143,30 @@ impl Compactor {
     /// Whether committed changes wait for a snapshot.
     pub fn has_pending(&self) -> bool {
         self.pending > 0
+    }
+}
+
+/// `state`, once it loads into a fresh document with `doc`'s state vector:
+/// the snapshot replaces the log rows it covers, so it must load wherever
+/// they did. An encoding panic counts as a failure too.
+fn verified(doc: &yrs::Doc, state: Vec<u8>) -> Result<Vec<u8>, CompactionError> {
+    let expected = doc.transact().state_vector();
+    let loaded = std::panic::catch_unwind(|| {
+        let fresh = yrs::Doc::new();
+        let update = Update::decode_v1(&state).map_err(|e| e.to_string())?;
+        fresh
+            .transact_mut()
+            .apply_update(update)
+            .map_err(|e| e.to_string())?;
+        let vector = fresh.transact().state_vector();
+        Ok::<_, String>((vector, state))
+    });
+    match loaded {
+        Ok(Ok((vector, state))) if vector == expected => Ok(state),
+        Ok(Ok(_)) => Err(CompactionError::Unverified(
+            "its state vector differs from the document's".into(),
+        )),
+        Ok(Err(cause)) => Err(CompactionError::Unverified(cause)),
+        Err(_) => Err(CompactionError::Unverified("loading it panicked".into())),
     }
 }
