@@ -86,18 +86,17 @@ pub async fn withdraw(hub: &Hub, document: &str, card: &str) -> Result<(), Stora
     Ok(())
 }
 
-/// A card's JSON for the live mirror.
-pub fn card_json(card: &DecisionCard) -> String {
-    serde_json::to_string(&wire::card_view(card)).unwrap_or_default()
+/// A card's entry in the live mirror: its id and its JSON.
+pub fn mirror_entry(card: &DecisionCard) -> (String, String) {
+    let json = serde_json::to_string(&wire::card_view(card)).unwrap_or_default();
+    (card.id.clone(), json)
 }
 
 /// Mirrors a changed card into the document. The change is already
-/// committed; a failed mirror is logged and repaired by the next change.
+/// committed; a failed mirror is logged and repaired by the next change to
+/// the card, a replay of it, or the document's next load.
 async fn mirror(hub: &Hub, document: &str, card: &DecisionCard) {
-    if let Err(error) = hub
-        .project(document, vec![(card.id.clone(), card_json(card))])
-        .await
-    {
+    if let Err(error) = hub.project(document, vec![mirror_entry(card)]).await {
         warn!(document, card = %card.id, %error, "decision changed but its live mirror failed");
     }
 }

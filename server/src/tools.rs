@@ -381,7 +381,7 @@ impl Tools {
                     .iter()
                     .filter(|c| matches!(c.outcome, Outcome::AlreadyInDocument { .. }))
                     .filter_map(|c| existing.get(&c.key))
-                    .map(|card| (card.id.clone(), crate::cards::card_json(card)))
+                    .map(crate::cards::mirror_entry)
                     .collect();
                 let created: Vec<DecisionCard> = captures
                     .iter()

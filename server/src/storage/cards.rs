@@ -32,17 +32,6 @@ impl Store {
         Ok(())
     }
 
-    /// The keys of document `id`'s cards.
-    pub async fn card_keys(&self, id: &str) -> Result<Vec<String>, StorageError> {
-        let rows = sqlx::query("SELECT card_key FROM decision_cards WHERE document_id = $1")
-            .bind(id)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter()
-            .map(|row| Ok(row.try_get("card_key")?))
-            .collect()
-    }
-
     /// Every card of document `id`, oldest first.
     pub async fn cards(&self, id: &str) -> Result<Vec<StoredCard>, StorageError> {
         let sql = format!(

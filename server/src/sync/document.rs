@@ -385,10 +385,8 @@ impl DocumentTask {
                     let _ = reply.send(Err(CardsRefused::KeyTaken(taken.key.as_str().to_owned())));
                     return;
                 }
-                let mirror: Vec<(String, String)> = cards
-                    .iter()
-                    .map(|card| (card.id.clone(), crate::cards::card_json(card)))
-                    .collect();
+                let mirror: Vec<(String, String)> =
+                    cards.iter().map(crate::cards::mirror_entry).collect();
                 if let Some(change) = writes::project(self.awareness.doc(), &mirror) {
                     effects.deltas.push((SERVER, change));
                 }
@@ -551,7 +549,6 @@ impl DocumentTask {
         Ok(())
     }
 
-    /// Applies an editor's update; returns the change it made, if any.
     /// Applies an editor's update of `bytes`; returns the change it made,
     /// if any, and whether what waits for missing changes passed
     /// [`MAX_PENDING_BYTES`] — then it was dropped. yrs keeps an update
@@ -833,12 +830,7 @@ struct Applied {
 fn mirror_of(cards: &[StoredCard]) -> Vec<(String, String)> {
     cards
         .iter()
-        .map(|stored| {
-            (
-                stored.card.id.clone(),
-                crate::cards::card_json(&stored.card),
-            )
-        })
+        .map(|stored| crate::cards::mirror_entry(&stored.card))
         .collect()
 }
 
