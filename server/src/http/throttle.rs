@@ -48,9 +48,9 @@ impl Bucket {
 
 impl Throttle {
     /// Runs `sign_in` for a request from `peer`, unless the address spent
-    /// its failures: then a 429 says when to retry. A failure of
-    /// `sign_in` that `is_failure` calls a bad credential drains the
-    /// bucket.
+    /// its failures: then a 429 says when to retry. A refused credential
+    /// (`Unauthenticated`, `CredentialRefused`) drains the bucket; a
+    /// storage failure does not.
     pub async fn sign_in<T>(
         &self,
         peer: Peer,
