@@ -22,14 +22,14 @@ use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 use yrs::sync::{Awareness, Message, SyncMessage};
-use yrs::updates::decoder::Decode;
-use yrs::{ClientID, ReadTxn, StateVector, Transact, Update, WriteTxn};
+use yrs::{ClientID, ReadTxn, StateVector, Transact, Update};
 
 use super::command::{
     CardsRefused, CardsReply, Command, EditRefused, EditReply, JoinRefused, ProjectReply, Rider,
 };
 use super::compaction::{Compaction, Compactor};
 use super::conn::{Conn, ConnId, Refused};
+use super::editor::{self, Applied};
 use super::frame;
 use super::hub::Hub;
 use super::load::rebuilt;
@@ -456,18 +456,7 @@ impl DocumentTask {
                         ));
                     }
                     let bytes = update.len();
-                    // Decoding touches no document: a panic in it only
-                    // closes the sender.
-                    let update = match catch_unwind(|| Update::decode_v1(&update)) {
-                        Ok(decoded) => decoded
-                            .map_err(|e| (close::MALFORMED, format!("malformed update: {e}")))?,
-                        Err(_) => {
-                            return Err((
-                                close::MALFORMED,
-                                "malformed update: it crashed the decoder".into(),
-                            ))
-                        }
-                    };
+                    let update = editor::decode(&update)?;
                     if can_edit {
                         let applied = self.apply(update, bytes)?;
                         // What did integrate is published even when the
@@ -500,7 +489,7 @@ impl DocumentTask {
                     if let Some((client, _)) = update
                         .clients
                         .iter()
-                        .find(|(_, e)| !is_awareness_state(&e.json))
+                        .find(|(_, e)| !editor::is_awareness_state(&e.json))
                     {
                         return Err((
                             close::MALFORMED,
@@ -549,71 +538,15 @@ impl DocumentTask {
         Ok(())
     }
 
-    /// Applies an editor's update of `bytes`; returns the change it made,
-    /// if any, and whether what waits for missing changes passed
-    /// [`MAX_PENDING_BYTES`] — then it was dropped. yrs keeps an update
-    /// whose dependencies are missing in memory until they come; they never
-    /// came from a client that sent 512 MiB of such updates.
+    /// Applies an editor's update of `bytes` ([`editor::apply`]); a panic
+    /// or a change that would not load again leaves this copy suspect.
     fn apply(&mut self, update: Update, bytes: usize) -> Result<Applied, (u16, String)> {
-        let doc = self.awareness.doc();
-        // yrs has panicked on hostile updates before. One closes its sender
-        // with a reason and the others with 1011, and the document reloads
-        // from storage, instead of the task dying with nobody told why.
-        let applied = catch_unwind(AssertUnwindSafe(|| {
-            let mut txn = doc.transact_mut();
-            txn.apply_update(update)
-                .map(|()| (writes::change_of(&txn), txn.has_missing_updates()))
-        }));
-        let (change, missing) = match applied {
-            Ok(Ok(applied)) => applied,
-            Ok(Err(e)) => return Err((close::BAD_UPDATE, format!("update does not apply: {e}"))),
-            Err(_) => {
-                warn!("an update panicked inside yrs; unloading the document");
-                self.poisoned = true;
-                return Err((
-                    close::BAD_UPDATE,
-                    "update does not apply: it crashed the document model; it was refused".into(),
-                ));
-            }
-        };
-        // A change is stored and replayed at every load: one yrs cannot
-        // decode again would leave the document unloadable for good (the
-        // fuzzer found updates whose encoded state is not UTF-8). The copy
-        // that holds it is suspect too.
-        if let Some(delta) = &change {
-            if Update::decode_v1(delta).is_err() {
-                warn!("an update's change does not decode again; unloading the document");
-                self.poisoned = true;
-                return Err((
-                    close::BAD_UPDATE,
-                    "update does not apply: its change would not load again; it was refused".into(),
-                ));
-            }
-        }
-        if !missing {
-            self.pending_bytes = 0;
-            return Ok(Applied {
-                change,
-                overflowed: false,
-            });
-        }
-        self.pending_bytes = self.pending_bytes.saturating_add(bytes);
-        if self.pending_bytes <= MAX_PENDING_BYTES {
-            return Ok(Applied {
-                change,
-                overflowed: false,
-            });
-        }
-        if let Some(pending) = doc.transact_mut().store_mut().pending_update_mut() {
-            pending.update = Update::new();
-            pending.missing = StateVector::default();
-        }
-        self.pending_bytes = 0;
-        warn!("dropped updates waiting for changes never sent");
-        Ok(Applied {
-            change,
-            overflowed: true,
-        })
+        editor::apply(self.awareness.doc(), update, bytes, &mut self.pending_bytes).map_err(
+            |failed| {
+                self.poisoned |= failed.poisoned;
+                (failed.code, failed.reason)
+            },
+        )
     }
 
     /// Whether a viewer's update carries anything the document lacks. A
@@ -814,15 +747,6 @@ impl DocumentTask {
     }
 }
 
-/// What applying an editor's update did.
-struct Applied {
-    /// The change it made, if any.
-    change: Option<Vec<u8>>,
-    /// Whether updates waiting for missing changes passed
-    /// [`MAX_PENDING_BYTES`] and were dropped.
-    overflowed: bool,
-}
-
 /// What the decisions map should hold for `cards` (SPEC D: SQL rows are
 /// the record). A card changed by people is committed before its mirror,
 /// so a crash between the two, or an editor's client rewriting the map,
@@ -832,14 +756,6 @@ fn mirror_of(cards: &[StoredCard]) -> Vec<(String, String)> {
         .iter()
         .map(|stored| crate::cards::mirror_entry(&stored.card))
         .collect()
-}
-
-/// Whether `json` is an awareness state y-protocols can take: a JSON
-/// object, or `null` for a client that left.
-fn is_awareness_state(json: &str) -> bool {
-    let shape = json.trim_start();
-    (shape.starts_with('{') || shape.starts_with("null"))
-        && serde_json::from_str::<serde::de::IgnoredAny>(json).is_ok()
 }
 
 fn deliver(member: &Member, frame: Bytes, slow: &mut Vec<ConnId>) {

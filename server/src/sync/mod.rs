@@ -6,6 +6,7 @@ pub mod command;
 pub mod compaction;
 pub mod conn;
 pub mod document;
+mod editor;
 pub mod frame;
 pub mod hub;
 pub mod load;
