@@ -40,6 +40,9 @@ pub mod close {
     pub const TOO_BIG: u16 = 1009;
     /// The server failed (for example storage); nothing was acknowledged.
     pub const INTERNAL: u16 = 1011;
+    /// No server could take the document just now (in a cluster, its
+    /// owner stopped and no other node took it in time); reconnect.
+    pub const TRY_AGAIN: u16 = 1013;
     /// The client fell too far behind; reconnect to resynchronise.
     pub const TOO_SLOW: u16 = 4008;
     /// A viewer sent an edit, or anyone did while the document is

@@ -77,7 +77,7 @@ pub fn hash_token(token: &str) -> String {
 }
 
 /// A new random secret: `prefix` and 64 hex digits.
-fn new_secret(prefix: &str) -> Result<String, getrandom::Error> {
+pub(crate) fn new_secret(prefix: &str) -> Result<String, getrandom::Error> {
     let mut secret = [0u8; 32];
     getrandom::fill(&mut secret)?;
     let mut text = String::with_capacity(prefix.len() + 64);

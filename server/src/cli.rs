@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::admission::Limits;
 use crate::auth;
+use crate::cluster::ClusterSettings;
 use margin_sdk::{write_credential_file, ConnectError, Connector};
 use tokio_util::sync::CancellationToken;
 
@@ -66,6 +67,29 @@ enum Command {
         /// How long a request body may take to arrive, in ms.
         #[arg(long, env = "MARGIN_BODY_TIMEOUT_MS", default_value_t = Limits::default().body_timeout.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
         body_timeout_ms: u64,
+        /// Run as one node of a cluster sharing this PostgreSQL database
+        /// with other `--cluster` nodes (SPEC C1–C4; docs/operations.md,
+        /// "Running several servers").
+        #[arg(long, env = "MARGIN_CLUSTER", conflicts_with = "demo_planner")]
+        cluster: bool,
+        /// In a cluster: the URL the other nodes reach this one at
+        /// (`http://HOST:PORT`); by default the address it listens on,
+        /// which must then not be 0.0.0.0 or [::].
+        #[arg(
+            long,
+            env = "MARGIN_ADVERTISE",
+            value_name = "URL",
+            requires = "cluster"
+        )]
+        advertise: Option<String>,
+        /// In a cluster: how long a node owns its documents after its last
+        /// lease renewal, in ms; another node takes them once it passes.
+        #[arg(long, env = "MARGIN_LEASE_TTL_MS", default_value_t = ClusterSettings::default().lease_ttl.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
+        lease_ttl_ms: u64,
+        /// In a cluster: how often a node renews its lease, in ms (at most
+        /// a third of the TTL).
+        #[arg(long, env = "MARGIN_LEASE_RENEW_MS", default_value_t = ClusterSettings::default().renew_every.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
+        lease_renew_ms: u64,
         /// Also run the demo Planner for ACCOUNT (created if missing; default
         /// `demo`): pairs a machine, links it over a real socket, prints a
         /// token for the editor and adds a sample document.
@@ -252,6 +276,10 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             max_connections_per_address,
             header_timeout_ms,
             body_timeout_ms,
+            cluster,
+            advertise,
+            lease_ttl_ms,
+            lease_renew_ms,
             demo_planner,
         } => {
             let store = database.open().await?;
@@ -266,6 +294,11 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 header_timeout: std::time::Duration::from_millis(header_timeout_ms),
                 body_timeout: std::time::Duration::from_millis(body_timeout_ms),
             };
+            options.cluster = cluster.then(|| ClusterSettings {
+                advertise,
+                lease_ttl: std::time::Duration::from_millis(lease_ttl_ms),
+                renew_every: std::time::Duration::from_millis(lease_renew_ms),
+            });
             let running = start(store, options).await?;
             // Tests and scripts read the bound address (useful with port 0).
             println!("margin listening on http://{}", running.addr);

@@ -7,6 +7,7 @@ pub mod admission;
 pub mod auth;
 pub mod cards;
 pub mod cli;
+pub mod cluster;
 pub mod demo;
 pub mod http;
 pub mod link;

@@ -10,10 +10,11 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::cluster::{Cluster, ClusterError, ClusterSettings, Ownership};
 use crate::http::{router, AppState};
 use crate::link::{LinkSettings, Links};
 use crate::sessions::Sessions;
-use crate::storage::{Claim, StorageError, Store};
+use crate::storage::{Claim, ClaimMode, StorageError, Store};
 use crate::sync::{Hub, HubSettings};
 use margin_planner::Millis;
 
@@ -48,6 +49,9 @@ pub struct ServeOptions {
     pub session_events_retained: u64,
     /// Connection caps and the request-head timeout (SPEC A2).
     pub limits: crate::admission::Limits,
+    /// Cluster mode (SPEC C1–C4): `None` for a server alone on its
+    /// database.
+    pub cluster: Option<ClusterSettings>,
 }
 
 impl ServeOptions {
@@ -61,6 +65,7 @@ impl ServeOptions {
             attach_grace: Duration::from_millis(margin_planner::DEFAULT_ATTACH_GRACE.0),
             session_events_retained: crate::sessions::DEFAULT_RETAINED,
             limits: crate::admission::Limits::default(),
+            cluster: None,
         }
     }
 }
@@ -79,6 +84,9 @@ pub enum ServeError {
     /// Another server holds the database, or it could not be claimed.
     #[error(transparent)]
     Claim(#[from] StorageError),
+    /// Cluster mode could not start.
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
     /// The listener failed.
     #[error("server failed: {0}")]
     Io(#[from] std::io::Error),
@@ -94,6 +102,10 @@ pub struct Running {
     pub credential_ttl: Duration,
     store: Store,
     claim: Claim,
+    cluster: Option<Cluster>,
+    /// Stops the cluster lease upkeep, after the document tasks.
+    upkeep: CancellationToken,
+    upkeep_task: Option<JoinHandle<()>>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
     http: JoinHandle<std::io::Result<()>>,
@@ -108,14 +120,39 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
     let addr = listener.local_addr()?;
     // Before anything is loaded: a second server on these data would
     // overwrite the first's writes (SPEC W3).
-    let claim = store.claim(&describe_self(addr)).await?;
+    let mode = match options.cluster {
+        Some(_) => ClaimMode::Cluster,
+        None => ClaimMode::Alone,
+    };
+    let claim = store.claim(&describe_self(addr), mode).await?;
     let tracker = TaskTracker::new();
     let shutdown = CancellationToken::new();
+    // Leases outlive document tasks: the upkeep stops only after they did.
+    let upkeep = CancellationToken::new();
+    let (cluster, upkeep_task) = match options.cluster {
+        Some(settings) => {
+            let advertise = match &settings.advertise {
+                Some(advertise) => advertise.trim_end_matches('/').to_owned(),
+                None if addr.ip().is_unspecified() => {
+                    return Err(ClusterError::Advertise(addr).into())
+                }
+                None => format!("http://{addr}"),
+            };
+            let cluster = Cluster::join(store.clone(), advertise, settings).await?;
+            let live = tokio::spawn(cluster.clone().keep_live(upkeep.clone()));
+            (Some(cluster), Some(live))
+        }
+        None => (None, None),
+    };
     let hub = Hub::new(
         store.clone(),
         tracker.clone(),
         shutdown.clone(),
         options.hub,
+        match &cluster {
+            Some(cluster) => Ownership::Cluster(cluster.clone()),
+            None => Ownership::Alone,
+        },
     );
     let credential_ttl = options.links.credential_ttl;
     let links = Links::new(options.links, shutdown.clone());
@@ -131,7 +168,11 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
         &tracker,
         shutdown.clone(),
     );
-    sessions.restore().await;
+    if cluster.is_none() {
+        // In a cluster no node takes sessions back yet: each would run
+        // every session (issue #13, in progress). They wait in storage.
+        sessions.restore().await;
+    }
     let app = router(AppState {
         hub: hub.clone(),
         links,
@@ -154,6 +195,9 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
         credential_ttl,
         store,
         claim,
+        cluster,
+        upkeep,
+        upkeep_task,
         shutdown,
         tracker,
         http,
@@ -174,6 +218,9 @@ fn describe_self(addr: SocketAddr) -> String {
 impl Running {
     /// Stops gracefully and waits until everything is flushed.
     pub async fn stop(self) -> Result<(), ServeError> {
+        if let Some(cluster) = &self.cluster {
+            cluster.drain().await;
+        }
         self.shutdown.cancel();
         let served = self.http.await.map_err(std::io::Error::other)?;
         self.tracker.close();
@@ -182,6 +229,15 @@ impl Running {
             .is_err()
         {
             tracing::warn!("document tasks did not finish in time; everything acknowledged is already committed");
+        }
+        // Document tasks released their leases as they unloaded; the
+        // upkeep kept the node live until then.
+        self.upkeep.cancel();
+        if let Some(task) = self.upkeep_task {
+            let _ = task.await;
+        }
+        if let Some(cluster) = &self.cluster {
+            cluster.leave().await;
         }
         self.claim.release().await;
         self.store.close().await;

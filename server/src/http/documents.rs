@@ -1,7 +1,7 @@
 //! Document, member, outline and sync routes; archiving and deleting
 //! (SPEC P3).
 
-use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::ws::{WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -17,9 +17,11 @@ use serde::Deserialize;
 
 use super::extract::{Caller, JsonBody};
 use super::{AppError, AppState};
+use crate::cluster::forward::{self, RouteError, SyncRoute};
 use crate::storage::{DocumentRow, StorageError};
+use crate::sync::command::JoinRefused;
 use crate::sync::hub::OutlineError;
-use crate::sync::socket;
+use crate::sync::{socket, Hub};
 
 pub async fn create(
     State(state): State<AppState>,
@@ -199,7 +201,30 @@ pub async fn sync(
         .max_message_size(MAX_MESSAGE_BYTES)
         .max_frame_size(MAX_MESSAGE_BYTES)
         .on_failed_upgrade(|error| tracing::debug!(%error, "sync upgrade failed"))
-        .on_upgrade(move |ws| socket::serve(ws, hub, document.id, account.name, document.role)))
+        .on_upgrade(move |ws| serve_sync(ws, hub, document.id, account.name, document.role)))
+}
+
+/// Serves a member's sync socket here, or — in a cluster, when another
+/// node owns the document — on that node through this one (SPEC C2).
+async fn serve_sync(ws: WebSocket, hub: Hub, id: String, account: String, role: Role) {
+    let routed = match hub.cluster() {
+        None => hub.join(&id, role).await.map(SyncRoute::Here),
+        Some(cluster) => forward::route_sync(&hub, cluster, &id, &account, role)
+            .await
+            .map_err(|error| match error {
+                RouteError::Join(refused) => refused,
+                RouteError::Unavailable(why) => JoinRefused::Elsewhere(why),
+            }),
+    };
+    match routed {
+        Ok(SyncRoute::Here(joined)) => socket::serve(ws, id, account, joined).await,
+        Ok(SyncRoute::There(upstream, node)) => forward::pipe(ws, upstream, id, node).await,
+        Err(refused) => {
+            tracing::warn!(document = %id, %refused, "join refused");
+            let mut ws = ws;
+            let _ = ws.send(socket::refusal(&refused)).await;
+        }
+    }
 }
 
 /// The document if `account` owns it: 404 for those who cannot see it, 403

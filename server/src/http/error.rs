@@ -86,6 +86,10 @@ pub enum AppError {
     /// The revision asked for was compacted away.
     #[error("{0}")]
     Gone(String),
+    /// This server cannot serve the request now (it is not ready, or in a
+    /// cluster no node could take the document in time); retry.
+    #[error("{0}")]
+    Unavailable(String),
     /// Something failed on our side; details are logged, not returned.
     #[error("internal error: {0}")]
     Internal(String),
@@ -167,6 +171,7 @@ impl IntoResponse for AppError {
                 )];
                 return (StatusCode::TOO_MANY_REQUESTS, retry, Json(body)).into_response();
             }
+            AppError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
         let message = match &self {

@@ -9,6 +9,7 @@ mod decisions;
 mod documents;
 mod error;
 mod extract;
+mod internal;
 mod machines;
 mod planner;
 mod sessions;
@@ -56,6 +57,8 @@ pub fn router(state: AppState) -> Router {
         .route("/", get(assets::index))
         .route("/assets/{file}", get(assets::asset))
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/internal/documents/{id}/sync", get(internal::sync))
         .route("/me", get(accounts::me))
         .route("/me/sign-out", post(accounts::sign_out))
         .route("/machines", post(machines::pair).get(machines::list))
@@ -106,6 +109,10 @@ pub fn router(state: AppState) -> Router {
         ))
         .merge(tool_routes())
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            internal::to_owner,
+        ))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
@@ -142,6 +149,30 @@ async fn healthz(
         .await
         .map_err(|_| AppError::Internal("database ping timed out".into()))??;
     Ok(Json(json!({ "status": "ok" })))
+}
+
+/// Whether this server can take traffic (SPEC O1): its database answers
+/// and, in a cluster, it holds a live registration and is not draining. A
+/// load balancer sends new connections only to a node that says so.
+async fn readyz(
+    axum::extract::State(state): axum::extract::State<AppState>,
+) -> Result<Json<serde_json::Value>, AppError> {
+    tokio::time::timeout(Duration::from_secs(5), state.hub.store().ping())
+        .await
+        .map_err(|_| AppError::Unavailable("the database did not answer within 5 s".into()))?
+        .map_err(|e| AppError::Unavailable(format!("the database failed: {e}")))?;
+    match state.hub.cluster() {
+        None => Ok(Json(json!({ "status": "ready" }))),
+        Some(cluster) if cluster.ready() => Ok(Json(json!({
+            "status": "ready",
+            "node": cluster.incarnation().node,
+            "advertise": cluster.advertise(),
+        }))),
+        Some(_) => Err(AppError::Unavailable(
+            "this node is not serving: it is draining, or its lease lapsed and it is joining the cluster again"
+                .into(),
+        )),
+    }
 }
 
 async fn not_found() -> AppError {

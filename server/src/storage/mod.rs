@@ -20,6 +20,7 @@ mod accounts;
 mod cards;
 mod chat;
 mod claim;
+mod cluster;
 mod documents;
 mod machines;
 mod sessions;
@@ -33,7 +34,8 @@ use sqlx::{AnyPool, Executor, Row};
 
 pub use accounts::Account;
 pub use cards::StoredCard;
-pub use claim::Claim;
+pub use claim::{Claim, ClaimMode};
+pub use cluster::{LeaseHolder, Node, Take};
 pub use documents::DocumentRow;
 pub use machines::{Machine, StoredCredential, EXPIRED_CREDENTIALS_KEPT_MS};
 pub use sessions::{write_session, SessionOwner, SessionWrite, StoredEvent, StoredSession};
@@ -78,12 +80,14 @@ pub enum StorageError {
         found: u64,
     },
     /// Another server holds the database (see [`Store::claim`]).
-    #[error("another margin server is using the {what}: {holder}. Stop it first; servers cannot share a database yet")]
+    #[error("another margin server is using the {what}: {holder}. {remedy}")]
     Claimed {
         /// The database.
         what: String,
         /// Who holds it, as it described itself.
         holder: String,
+        /// What the operator can do.
+        remedy: &'static str,
     },
     /// The claim's lock file could not be used.
     #[error("cannot claim the database: {0}")]

@@ -42,6 +42,19 @@ const OWNER_LOCKS: i32 = 0x4d47;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Epoch(pub i64);
 
+/// Moves document `id` to its next owner epoch in `tx` and returns it.
+pub(super) async fn next_epoch(
+    tx: &mut Transaction<'static, Any>,
+    id: &str,
+) -> Result<Epoch, StorageError> {
+    let row = sqlx::query("UPDATE documents SET epoch = epoch + 1 WHERE id = $1 RETURNING epoch")
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or(StorageError::NotFound("document"))?;
+    Ok(Epoch(int(&row, "epoch")?))
+}
+
 impl Store {
     /// The document's revision.
     pub async fn revision(&self, id: &str) -> Result<i64, StorageError> {
@@ -128,14 +141,9 @@ impl Store {
         let mut tx = self.writes().begin().await?;
         self.lock_owner(&mut tx, id, "pg_advisory_xact_lock")
             .await?;
-        let row =
-            sqlx::query("UPDATE documents SET epoch = epoch + 1 WHERE id = $1 RETURNING epoch")
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await?
-                .ok_or(StorageError::NotFound("document"))?;
+        let epoch = next_epoch(&mut tx, id).await?;
         tx.commit().await?;
-        Ok(Epoch(int(&row, "epoch")?))
+        Ok(epoch)
     }
 
     /// On PostgreSQL, takes document `id`'s owner lock for this transaction
@@ -143,7 +151,7 @@ impl Store {
     /// a claim waits for the compactions under the epoch it replaces while
     /// editors' appends, which never take it, wait for neither. On SQLite
     /// the one writer connection serialises them already.
-    async fn lock_owner(
+    pub(super) async fn lock_owner(
         &self,
         tx: &mut Transaction<'static, Any>,
         id: &str,

@@ -164,4 +164,8 @@ pub enum JoinRefused {
     /// The document was deleted.
     #[error("the document was deleted")]
     Deleted,
+    /// Another node of the cluster owns the document (SPEC C1), or this
+    /// node is not taking documents now; the connection belongs there.
+    #[error("{0}")]
+    Elsewhere(String),
 }

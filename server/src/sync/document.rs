@@ -35,6 +35,7 @@ use super::hub::Hub;
 use super::load::rebuilt;
 use super::messages;
 use super::writes;
+use crate::cluster::{Lease, Ownership, TakeRefused};
 use crate::storage::{Epoch, Riding, SessionWrite, StorageError, Store, StoredCard};
 
 /// The origin of the server's own changes; connections count from 1.
@@ -98,6 +99,8 @@ pub struct DocumentTask {
     deleted: bool,
     /// Another owner claimed the document: this copy writes nothing more.
     fenced: bool,
+    /// In a cluster: the lease this node holds on the document (SPEC C1).
+    lease: Option<Lease>,
     /// An update panicked inside yrs: the in-memory document is suspect,
     /// so nothing of the batch is committed and the task unloads.
     poisoned: bool,
@@ -114,22 +117,33 @@ pub async fn run(
 ) {
     let span = tracing::info_span!("document", document = %id);
     async move {
-        let mut task =
-            match DocumentTask::load(id.clone(), hub.store().clone(), hub.compaction()).await {
-                Ok(task) => task,
-                Err(refused) => {
-                    warn!(%refused, "document failed to load");
-                    hub.forget(&id, &mailbox);
-                    refuse_all(&mut rx, refused).await;
-                    return;
-                }
-            };
+        let mut task = match DocumentTask::load(
+            id.clone(),
+            hub.store().clone(),
+            hub.compaction(),
+            hub.ownership(),
+        )
+        .await
+        {
+            Ok(task) => task,
+            Err(refused) => {
+                warn!(%refused, "document failed to load");
+                hub.forget(&id, &mailbox);
+                refuse_all(&mut rx, refused).await;
+                return;
+            }
+        };
         info!(revision = task.revision, "document loaded");
         task.serve(&mut rx, &shutdown).await;
         hub.forget(&id, &mailbox);
         drop(mailbox);
         refuse_all(&mut rx, JoinRefused::Unloading).await;
         task.finish().await;
+        if let (Some(lease), Ownership::Cluster(cluster), false) =
+            (&task.lease, hub.ownership(), task.fenced)
+        {
+            cluster.release(&id, lease).await;
+        }
         info!(revision = task.revision, "document unloaded");
     }
     .instrument(span)
@@ -160,14 +174,26 @@ async fn refuse_all(rx: &mut mpsc::Receiver<Command>, why: JoinRefused) {
 }
 
 impl DocumentTask {
-    async fn load(id: String, store: Store, compaction: Compaction) -> Result<Self, JoinRefused> {
+    async fn load(
+        id: String,
+        store: Store,
+        compaction: Compaction,
+        ownership: &Ownership,
+    ) -> Result<Self, JoinRefused> {
         let stored = |e: StorageError| match e {
             StorageError::NotFound("document") => JoinRefused::Deleted,
             other => JoinRefused::LoadFailed(other.to_string()),
         };
         // The claim first: the state loaded after it is what this owner's
         // writes build on, and any owner before it is refused from now on.
-        let epoch = store.claim_document(&id).await.map_err(stored)?;
+        let (epoch, lease) = match ownership {
+            Ownership::Alone => (store.claim_document(&id).await.map_err(stored)?, None),
+            Ownership::Cluster(cluster) => match cluster.take(&id).await {
+                Ok(lease) => (lease.epoch, Some(lease)),
+                Err(TakeRefused::Storage(e)) => return Err(stored(e)),
+                Err(refused) => return Err(JoinRefused::Elsewhere(refused.to_string())),
+            },
+        };
         let state = store.load_state(&id, None).await.map_err(stored)?;
         let archived = store.is_archived(&id).await.map_err(stored)?;
         let cards = store.cards(&id).await.map_err(stored)?;
@@ -209,17 +235,33 @@ impl DocumentTask {
             keys: keys.collect(),
             deleted: false,
             fenced: false,
+            lease,
             poisoned: false,
         })
     }
 
     async fn serve(&mut self, rx: &mut mpsc::Receiver<Command>, shutdown: &CancellationToken) {
+        // Without a lease (a server alone) this never fires.
+        let lapsed = self
+            .lease
+            .as_ref()
+            .map(|lease| lease.holder.lapsed.clone())
+            .unwrap_or_default();
         loop {
             let deadline = self.compactor.deadline();
             let first = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => {
                     self.close_all(close::GOING_AWAY, "server shutting down");
+                    return;
+                }
+                _ = lapsed.cancelled() => {
+                    // Another node may own the document now (SPEC C3):
+                    // this copy writes nothing more, and its clients
+                    // reconnect to whoever does.
+                    warn!("this node lapsed; dropping the document");
+                    self.close_all(close::GOING_AWAY, "the document moved; reconnect to resync");
+                    self.fenced = true;
                     return;
                 }
                 _ = self.compactor.wait() => continue,

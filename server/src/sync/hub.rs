@@ -20,6 +20,7 @@ use super::compaction::Compaction;
 use super::conn::{self, Closer, Conn, ConnId, OutboxReader};
 use super::document;
 use super::load::{rebuilt, LoadError};
+use crate::cluster::{Cluster, Ownership};
 use crate::storage::{StorageError, Store};
 
 /// Commands waiting for a document task; a full mailbox slows the
@@ -69,6 +70,9 @@ pub struct Hub {
 
 struct Inner {
     store: Store,
+    /// Whether this server owns every document it loads, or takes a lease
+    /// on each from its cluster.
+    ownership: Ownership,
     docs: Mutex<HashMap<String, mpsc::Sender<Command>>>,
     /// What the Planner read of each document (SPEC S5). Kept apart from the
     /// document tasks so a read outlives a document unloading; lost, like a
@@ -96,6 +100,35 @@ pub struct Joined {
     pub outbox: OutboxReader,
     /// How the task closes it.
     pub closer: Closer,
+    /// Leaves the document when dropped.
+    pub membership: Membership,
+}
+
+/// A joined connection's place in its document: dropping it leaves (the
+/// task forgets the member, the viewer count goes down), however the
+/// connection ended — also when it never got to run, as when a WebSocket
+/// upgrade failed after the join.
+pub struct Membership {
+    hub: Hub,
+    document: String,
+    conn: ConnId,
+    mailbox: mpsc::Sender<Command>,
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        self.hub.viewer_left(&self.document);
+        let leave = Command::Leave { conn: self.conn };
+        if let Err(mpsc::error::TrySendError::Full(leave)) = self.mailbox.try_send(leave) {
+            // A busy document: wait for room, as a frame would.
+            let mailbox = self.mailbox.clone();
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    let _ = mailbox.send(leave).await;
+                });
+            }
+        }
+    }
 }
 
 /// Why an outline could not be produced.
@@ -116,10 +149,12 @@ impl Hub {
         tracker: TaskTracker,
         shutdown: CancellationToken,
         settings: HubSettings,
+        ownership: Ownership,
     ) -> Self {
         Hub {
             inner: Arc::new(Inner {
                 store,
+                ownership,
                 docs: Mutex::new(HashMap::new()),
                 reads: Mutex::new(LruCache::new(READ_DOCUMENTS)),
                 viewers: Mutex::new(HashMap::new()),
@@ -137,6 +172,19 @@ impl Hub {
     /// The store documents load from.
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// Who may own the documents this server loads.
+    pub fn ownership(&self) -> &Ownership {
+        &self.inner.ownership
+    }
+
+    /// This node's cluster, in cluster mode.
+    pub fn cluster(&self) -> Option<&Cluster> {
+        match &self.inner.ownership {
+            Ownership::Alone => None,
+            Ownership::Cluster(cluster) => Some(cluster),
+        }
     }
 
     pub(super) fn compaction(&self) -> Compaction {
@@ -166,9 +214,15 @@ impl Hub {
                     self.viewer(id, 1);
                     return Ok(Joined {
                         id: conn_id,
-                        mailbox,
+                        mailbox: mailbox.clone(),
                         outbox,
                         closer,
+                        membership: Membership {
+                            hub: self.clone(),
+                            document: id.to_owned(),
+                            conn: conn_id,
+                            mailbox,
+                        },
                     });
                 }
                 Ok(Err(JoinRefused::Unloading)) | Err(_) => continue,

@@ -6,34 +6,26 @@ use std::time::Duration;
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use futures_util::{SinkExt, StreamExt};
 use margin_protocol::sync::close;
-use margin_protocol::Role;
-use tracing::{debug, warn, Instrument};
+use tracing::{debug, Instrument};
 
 use super::command::{Command, JoinRefused};
-use super::hub::Hub;
+use super::hub::Joined;
 
 /// How long a close frame may wait behind a client that is not reading.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Serves `socket` for a member with `role` on document `id`.
-pub async fn serve(socket: WebSocket, hub: Hub, id: String, account: String, role: Role) {
+/// Serves `socket` for `account`'s connection `joined` to document `id`.
+pub async fn serve(socket: WebSocket, id: String, account: String, joined: Joined) {
     let span = tracing::info_span!("sync", document = %id, account = %account);
     async move {
         let (mut sink, mut stream) = socket.split();
-        let joined = match hub.join(&id, role).await {
-            Ok(joined) => joined,
-            Err(refused) => {
-                warn!(%refused, "join refused");
-                let code = match refused {
-                    JoinRefused::Deleted => close::DELETED,
-                    _ => close::INTERNAL,
-                };
-                let _ = sink.send(close_message(code, &refused.to_string())).await;
-                return;
-            }
-        };
-        let (conn, mailbox, mut outbox, closer) =
-            (joined.id, joined.mailbox, joined.outbox, joined.closer);
+        let Joined {
+            id: conn,
+            mailbox,
+            mut outbox,
+            closer,
+            membership,
+        } = joined;
         debug!(conn, "connected");
 
         let writer = async {
@@ -95,12 +87,21 @@ pub async fn serve(socket: WebSocket, hub: Hub, id: String, account: String, rol
             }
         };
         tokio::join!(reader, writer);
-        let _ = mailbox.send(Command::Leave { conn }).await;
-        hub.viewer_left(&id);
+        drop(membership);
         debug!(conn, "disconnected");
     }
     .instrument(span)
     .await
+}
+
+/// The close a member is told when its join was refused.
+pub fn refusal(refused: &JoinRefused) -> Message {
+    let code = match refused {
+        JoinRefused::Deleted => close::DELETED,
+        JoinRefused::Elsewhere(_) => close::TRY_AGAIN,
+        JoinRefused::Unloading | JoinRefused::LoadFailed(_) => close::INTERNAL,
+    };
+    close_message(code, &refused.to_string())
 }
 
 /// Maps a read failure to the close the client is told.

@@ -5,6 +5,7 @@ mod harness;
 
 mod archive;
 mod bounds;
+mod cluster;
 mod connector;
 mod crash;
 mod credentials;

@@ -1,0 +1,114 @@
+//! The cluster's side of HTTP (SPEC C2): the internal channel — what one
+//! node asks of the node that owns a document, which checks the cluster's
+//! secret so only nodes of this cluster reach it (a server alone answers
+//! 404) — and [`to_owner`], which relays a call on a document to its owner.
+
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{FromRequestParts, Path, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use margin_protocol::sync::MAX_MESSAGE_BYTES;
+
+use super::extract::SignedIn;
+use super::{AppError, AppState};
+use crate::cluster::forward::{parse_role, ACCOUNT_HEADER, ROLE_HEADER};
+use crate::cluster::relay;
+use crate::sync::command::JoinRefused;
+use crate::sync::socket;
+
+/// A member's sync socket forwarded by another node: joined here before the
+/// upgrade is accepted, so a node that does not own the document answers
+/// 409 and the forwarding node looks for the owner again.
+pub async fn sync(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Result<Response, AppError> {
+    let cluster = state.hub.cluster().ok_or_else(no_route)?;
+    if !relay::from_a_node(cluster, &headers) {
+        return Err(AppError::Unauthenticated(
+            "the internal channel needs the cluster's secret",
+        ));
+    }
+    let account = header(&headers, ACCOUNT_HEADER)
+        .ok_or_else(|| {
+            AppError::bad_request("invalid_forward", format!("{ACCOUNT_HEADER} is missing"))
+        })?
+        .to_owned();
+    let role = header(&headers, ROLE_HEADER)
+        .and_then(parse_role)
+        .ok_or_else(|| {
+            AppError::bad_request(
+                "invalid_forward",
+                format!("{ROLE_HEADER} is missing or unknown"),
+            )
+        })?;
+    let joined = match state.hub.join(&id, role).await {
+        Ok(joined) => joined,
+        Err(JoinRefused::Elsewhere(why)) => {
+            return Ok((StatusCode::CONFLICT, why).into_response());
+        }
+        Err(JoinRefused::Deleted) => return Err(AppError::document_not_found(&id)),
+        Err(refused) => return Err(AppError::Unavailable(refused.to_string())),
+    };
+    Ok(upgrade
+        .max_message_size(MAX_MESSAGE_BYTES)
+        .max_frame_size(MAX_MESSAGE_BYTES)
+        .on_failed_upgrade(|error| tracing::debug!(%error, "forwarded sync upgrade failed"))
+        .on_upgrade(move |ws| socket::serve(ws, id, account, joined)))
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|value| value.to_str().ok())
+}
+
+fn no_route() -> AppError {
+    AppError::NotFound {
+        code: "route_not_found",
+        message: "no such route".into(),
+    }
+}
+
+/// In a cluster, relays a call on a document (`/documents/{id}` and what
+/// is below it, but its sync socket, which is forwarded on its own) to the
+/// node that owns the document, once the caller authenticated here; a call
+/// from another node, or on a document no other node owns, is served here.
+pub async fn to_owner(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let Some(cluster) = state.hub.cluster() else {
+        return next.run(request).await;
+    };
+    let Some(id) = document_of(request.uri().path()) else {
+        return next.run(request).await;
+    };
+    if relay::from_a_node(cluster, request.headers()) {
+        return next.run(request).await;
+    }
+    let owner = match cluster.elsewhere(&id).await {
+        Ok(Some(owner)) => owner,
+        Ok(None) => return next.run(request).await,
+        Err(error) => return AppError::from(error).into_response(),
+    };
+    let (mut parts, body) = request.into_parts();
+    if let Err(refused) = SignedIn::from_request_parts(&mut parts, &state).await {
+        return refused.into_response();
+    }
+    match relay::relay(cluster, &owner, Request::from_parts(parts, body)).await {
+        Ok(answer) => answer,
+        Err(error) => AppError::Unavailable(format!("{error}; try again")).into_response(),
+    }
+}
+
+/// The document a call acts on, for the routes a document's owner serves.
+fn document_of(path: &str) -> Option<String> {
+    let mut segments = path.split('/').skip(1);
+    if segments.next() != Some("documents") {
+        return None;
+    }
+    let id = segments.next().filter(|id| !id.is_empty())?;
+    match segments.next() {
+        Some("sync") => None,
+        _ => Some(id.to_owned()),
+    }
+}
