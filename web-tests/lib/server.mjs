@@ -67,7 +67,7 @@ export function withTimeout(promise, timeoutMs, what) {
   ]).finally(() => clearTimeout(timer));
 }
 
-async function freePort() {
+export async function freePort() {
   return new Promise((resolve, reject) => {
     const srv = net.createServer();
     srv.unref();
@@ -94,9 +94,15 @@ function run(bin, args, timeoutMs = 30000) {
 const LOG_LIMIT = 256 * 1024;
 
 export class MarginServer {
-  constructor({ dataDir, port }) {
+  /**
+   * `databaseUrl` runs it on PostgreSQL instead of the data dir's SQLite;
+   * `serveArgs` are added to `margin serve` (e.g. `--cluster`).
+   */
+  constructor({ dataDir, port, databaseUrl = null, serveArgs = [] }) {
     this.bin = marginBin();
     this.dataDir = dataDir;
+    this.dbArgs = databaseUrl ? ['--database-url', databaseUrl] : [];
+    this.serveArgs = serveArgs;
     this.port = port;
     this.baseUrl = `http://127.0.0.1:${port}`;
     this.wsBase = `ws://127.0.0.1:${port}`;
@@ -120,7 +126,7 @@ export class MarginServer {
 
   /** `margin account add NAME`; returns (and remembers) the token, the last stdout line. */
   async addAccount(name) {
-    const { stdout, stderr } = await run(this.bin, ['account', 'add', name, '--data', this.dataDir]);
+    const { stdout, stderr } = await run(this.bin, ['account', 'add', name, '--data', this.dataDir, ...this.dbArgs]);
     this.log(`[cli account add ${name}] ${stderr}`);
     const token = lastLine(stdout);
     if (!token) throw new Error(`\`margin account add ${name}\` printed no token; stdout: ${JSON.stringify(stdout)}`);
@@ -130,7 +136,7 @@ export class MarginServer {
 
   /** `margin token add NAME`; returns the new token. */
   async addToken(name) {
-    const { stdout, stderr } = await run(this.bin, ['token', 'add', name, '--data', this.dataDir]);
+    const { stdout, stderr } = await run(this.bin, ['token', 'add', name, '--data', this.dataDir, ...this.dbArgs]);
     this.log(`[cli token add ${name}] ${stderr}`);
     const token = lastLine(stdout);
     if (!token) throw new Error(`\`margin token add ${name}\` printed no token; stdout: ${JSON.stringify(stdout)}`);
@@ -141,7 +147,8 @@ export class MarginServer {
     if (this.child) throw new Error('server already running');
     const gen = ++this.generation;
     this.log(`\n===== margin serve (start #${gen}) on ${this.baseUrl} =====\n`);
-    const child = spawn(this.bin, ['serve', '--data', this.dataDir, '--listen', `127.0.0.1:${this.port}`], {
+    const args = ['serve', '--data', this.dataDir, ...this.dbArgs, '--listen', `127.0.0.1:${this.port}`, ...this.serveArgs];
+    const child = spawn(this.bin, args, {
       stdio: ['ignore', 'pipe', 'pipe'],
       env: { ...process.env, RUST_BACKTRACE: '1' },
     });

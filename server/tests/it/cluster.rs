@@ -214,6 +214,40 @@ on_postgres! {
         assert_eq!(nodes[0].get(None, "/readyz").await.0, 200);
     }
 
+    async fn a_node_stopped_gracefully_hands_its_documents_over_with_one_reconnect(db) {
+        let (mut nodes, token) = nodes(&db, 3).await;
+        let doc = nodes[0].create_document(&token, "Plan").await;
+        let store = db.open().await;
+        let direct = SyncClient::connect(&nodes[0].sync_url(&doc, &token)).await;
+        let mut writer = SyncClient::connect(&nodes[1].sync_url(&doc, &token)).await;
+        let mut reader = SyncClient::connect(&nodes[2].sync_url(&doc, &token)).await;
+        for i in 0..10 {
+            writer.append_paragraph(&format!("line {i}")).await;
+        }
+        assert!(reader.until(|c| c.texts().len() == 10).await);
+        assert_eq!(holder(&store, &nodes, &doc).await, Some(0));
+        drop(direct);
+        nodes[0].terminate().await;
+        assert_eq!(writer.wait_closed().await.0, close::GOING_AWAY);
+        assert_eq!(reader.wait_closed().await.0, close::GOING_AWAY);
+        // The node left: no lease names it, and nothing of it lingers.
+        assert_eq!(store.live_nodes().await.unwrap().len(), 2);
+        // One reconnect each, served by the next owner and kept.
+        let mut writer = {
+            let mut again = SyncClient::connect_raw(&nodes[1].sync_url(&doc, &token)).await;
+            again.doc = writer.doc;
+            again.handshake().await;
+            again
+        };
+        let mut reader = SyncClient::connect(&nodes[2].sync_url(&doc, &token)).await;
+        assert_eq!(reader.texts().len(), 10);
+        writer.append_paragraph("after the hand-off").await;
+        assert!(reader.until(|c| c.texts().len() == 11).await);
+        assert!(matches!(holder(&store, &nodes, &doc).await, Some(1 | 2)));
+        assert!(writer.stays_open(Duration::from_millis(300)).await);
+        assert!(reader.stays_open(Duration::from_millis(300)).await);
+    }
+
     async fn a_server_alone_and_a_cluster_refuse_each_others_database(db) {
         let (mut nodes, _) = nodes(&db, 1).await;
         let alone = refused(&db, &[]).await;
