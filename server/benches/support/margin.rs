@@ -1,5 +1,5 @@
 //! A `margin serve` process under a bench: started on a prepared store,
-//! its log tallied, stopped with SIGTERM.
+//! its log tallied, stopped with SIGTERM (or killed, as in a crash).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -94,6 +94,11 @@ impl Margin {
             addr,
             log,
         }
+    }
+
+    /// SIGKILL, as in a crash: no shutdown path runs.
+    pub(crate) async fn kill(mut self) {
+        let _ = self.child.kill().await;
     }
 
     /// SIGTERM; how the graceful shutdown went and what the server logged.

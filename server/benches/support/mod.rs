@@ -5,6 +5,8 @@
 //! uses part of it.
 
 pub(crate) mod margin;
+pub(crate) mod postgres;
+pub(crate) mod sync;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

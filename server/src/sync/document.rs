@@ -127,7 +127,12 @@ pub async fn run(
         {
             Ok(task) => task,
             Err(refused) => {
-                warn!(%refused, "document failed to load");
+                if let JoinRefused::Elsewhere(_) = refused {
+                    // Another node took it first: the caller goes there.
+                    debug!(%refused, "document not loaded here");
+                } else {
+                    warn!(%refused, "document failed to load");
+                }
                 hub.forget(&id, &mailbox);
                 refuse_all(&mut rx, refused).await;
                 return;

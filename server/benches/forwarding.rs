@@ -1,0 +1,308 @@
+//! The cost of forwarding in a cluster (SPEC C2; issue #13): edit-to-all
+//! latency for receivers connected to a node that does not own the
+//! document (their sockets forwarded to the owner) against receivers on the
+//! owner itself, in the same run and for the same edits; the CPU each node
+//! spends; and what a node's lease upkeep costs per document it owns.
+//! Results and how to read them: `docs/performance.md`, "Several servers".
+//!
+//! ```sh
+//! cargo build --release -p margin-server --bin margin
+//! cargo bench -p margin-server --bench forwarding
+//! RECEIVERS=50 RATE=100 cargo bench -p margin-server --bench forwarding
+//! ```
+//!
+//! Two `margin serve --cluster` nodes on one PostgreSQL. A first client on
+//! node **A** makes A the document's owner. A writer on A appends a
+//! paragraph `RATE` times a second for `SECONDS` (open loop); `RECEIVERS`
+//! y-websocket clients on A and as many on node **B** (forwarded to A,
+//! frame for frame) time each edit from its send to its arrival. For each
+//! edit and each side, the slowest receiver's arrival is that side's
+//! edit-to-all latency; the figure of merit is forwarded p99 / direct p99.
+//!
+//! Lease upkeep: node A is then left to own `OWNED` documents (a client
+//! joins each, then stays idle) and the database's commits are counted
+//! over `QUIET_SECONDS` with none and with all of them owned; a node
+//! renews one row, so the difference per document is the upkeep.
+//!
+//! Knobs (env vars): `MARGIN_BIN` (default `target/release/margin`),
+//! `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`; a
+//! schema of the bench's own, dropped at the end), `RECEIVERS` (20 a
+//! side), `RATE` (50 edits/s), `SECONDS` (20), `OWNED` (200),
+//! `QUIET_SECONDS` (5).
+
+// Each bench uses part of the shared helpers.
+#[allow(dead_code)]
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use margin_server::auth;
+use margin_server::storage::Store;
+use sqlx::Row;
+use tokio::sync::watch;
+use yrs::{ClientID, ReadTxn, Transact};
+
+use support::margin::Margin;
+use support::postgres::Scratch;
+use support::sync::SyncSocket;
+use support::{describe, env_or, margin_bin, percentile, CpuSnap, ServerCpu};
+
+const PATIENCE: Duration = Duration::from_secs(30);
+
+#[tokio::main]
+async fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --benches` does not, and
+    // this is no test.
+    if std::env::args().any(|a| a == "--bench") {
+        bench().await;
+    } else {
+        println!("forwarding bench: skipped (run it with `cargo bench -p margin-server --bench forwarding`)");
+    }
+}
+
+async fn bench() {
+    let bin = margin_bin("forwarding");
+    for line in describe(&bin) {
+        println!("{line}");
+    }
+    let receivers: usize = env_or("RECEIVERS", 20);
+    let rate: u64 = env_or("RATE", 50);
+    let seconds: f64 = env_or("SECONDS", 20.0);
+    let owned: usize = env_or("OWNED", 200);
+    let quiet = Duration::from_secs_f64(env_or("QUIET_SECONDS", 5.0));
+
+    let mut scratch = Scratch::new("forwarding").await;
+    let (url, schema) = (scratch.url.clone(), scratch.schema.clone());
+    let store = Store::open(&url).await.expect("the bench's store");
+    let account = store
+        .create_account("forwarding")
+        .await
+        .expect("an account");
+    let token = auth::issue_token(&store, &account).await.expect("a token");
+    let doc = store
+        .create_document(&account, "Forwarded plan")
+        .await
+        .expect("a document")
+        .id;
+    let data = tempfile::tempdir().expect("a temp data dir");
+    let args: Vec<String> = ["--database-url", &url, "--cluster"]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    let a = Margin::start(&bin, data.path(), &args).await;
+    let b = Margin::start(&bin, data.path(), &args).await;
+    let sync =
+        |node: &Margin, doc: &str| format!("ws://{}/documents/{doc}/sync?token={token}", node.addr);
+
+    // The writer joins first: A owns the document.
+    let mut writer = SyncSocket::connect(&sync(&a, &doc), PATIENCE)
+        .await
+        .expect("the writer");
+    let client = writer.doc.client_id();
+    let mut direct = Vec::new();
+    let mut forwarded = Vec::new();
+    for _ in 0..receivers {
+        direct.push(Receiver::start(&sync(&a, &doc), client).await);
+        forwarded.push(Receiver::start(&sync(&b, &doc), client).await);
+    }
+    println!(
+        "cluster: 2 nodes on PostgreSQL; node A owns the document; a writer on A at {rate} edits/s \
+         for {seconds} s; {receivers} receivers on A (direct) and {receivers} on B (forwarded to A)"
+    );
+
+    let total = (rate as f64 * seconds) as usize;
+    let period = Duration::from_secs_f64(1.0 / rate.max(1) as f64);
+    let (cpu_a, cpu_b) = (ServerCpu::Process(a.pid), ServerCpu::Process(b.pid));
+    let (snap_a, snap_b) = (CpuSnap::take(cpu_a), CpuSnap::take(cpu_b));
+    let start = tokio::time::Instant::now() + Duration::from_millis(5);
+    let mut sent = Vec::with_capacity(total);
+    for k in 0..total {
+        tokio::time::sleep_until(start + period * k as u32).await;
+        let at = Instant::now();
+        writer
+            .append(&format!("edit {k}"))
+            .await
+            .expect("the writer's connection");
+        let clock = writer.doc.transact().state_vector().get(&client);
+        sent.push((at, clock));
+    }
+    let last = sent.last().map_or(0, |(_, clock)| *clock);
+    for receiver in direct.iter_mut().chain(forwarded.iter_mut()) {
+        receiver.until(last).await;
+    }
+    let (used_a, used_b) = (snap_a.since(cpu_a), snap_b.since(cpu_b));
+    let direct_ms = edit_to_all(&sent, &direct);
+    let forwarded_ms = edit_to_all(&sent, &forwarded);
+    let row = |name: &str, ms: &[f64]| {
+        println!(
+            "{name:<24} p50 {:>6.2} ms   p99 {:>6.2} ms   max {:>6.2} ms",
+            percentile(ms, 50.0),
+            percentile(ms, 99.0),
+            ms.last().copied().unwrap_or_default()
+        )
+    };
+    println!();
+    println!("edit to all receivers ({total} edits):");
+    row("on the owner (direct)", &direct_ms);
+    row("on B (forwarded)", &forwarded_ms);
+    println!(
+        "forwarded / direct: p50 ×{:.2}, p99 ×{:.2}",
+        percentile(&forwarded_ms, 50.0) / percentile(&direct_ms, 50.0).max(1e-9),
+        percentile(&forwarded_ms, 99.0) / percentile(&direct_ms, 99.0).max(1e-9)
+    );
+    let frames = (total * receivers) as f64;
+    println!(
+        "CPU over {:.1} s: node A (owner; serves {} connections) {:.2} s = {:.0}% of a core, \
+         {:.1} µs a frame delivered; node B (forwards {receivers}) {:.2} s = {:.0}% of a core, \
+         {:.1} µs a frame relayed",
+        used_a.wall.as_secs_f64(),
+        2 * receivers + 1,
+        used_a.server,
+        used_a.pct(used_a.server),
+        used_a.server * 1e6 / (2.0 * frames),
+        used_b.server,
+        used_b.pct(used_b.server),
+        used_b.server * 1e6 / frames
+    );
+    drop(direct);
+    drop(forwarded);
+    writer.close().await;
+
+    // Lease upkeep: commits with no document owned, then with `owned`.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = commits(&mut scratch.admin, quiet).await;
+    let mut holders = Vec::new();
+    for k in 0..owned {
+        let id = store
+            .create_document(&account, &format!("Idle {k}"))
+            .await
+            .expect("a document")
+            .id;
+        holders.push(
+            SyncSocket::connect(&sync(&a, &id), PATIENCE)
+                .await
+                .expect("an idle client"),
+        );
+    }
+    // The database's counters lag its commits by up to a second or so.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let held = sqlx::query(&format!(
+        "SELECT COUNT(*) AS n FROM {schema}.document_leases"
+    ))
+    .fetch_one(&mut scratch.admin)
+    .await
+    .map(|row| row.get::<i64, _>("n"))
+    .expect("the leases held");
+    let snap = CpuSnap::take(cpu_a);
+    let busy = commits(&mut scratch.admin, quiet).await;
+    let upkeep_cpu = snap.since(cpu_a);
+    println!();
+    println!(
+        "lease upkeep over {:.0} s: {:.1} commits/s with no document owned, {:.1} commits/s with {held} owned \
+         ({:+.3} commits/s a document); node A's CPU while owning them idle: {:.1}% of a core",
+        quiet.as_secs_f64(),
+        idle,
+        busy,
+        (busy - idle) / held.max(1) as f64,
+        upkeep_cpu.pct(upkeep_cpu.server)
+    );
+    for holder in holders {
+        holder.close().await;
+    }
+    for node in [a, b] {
+        let stopped = node.terminate().await;
+        println!(
+            "a node stopped in {:.1} s ({}); {}",
+            stopped.took.as_secs_f64(),
+            stopped.status,
+            stopped.log_line()
+        );
+    }
+    drop(store);
+    scratch.drop_schema().await;
+}
+
+/// For each edit, the latest arrival among `receivers`, in ms, sorted.
+fn edit_to_all(sent: &[(Instant, u32)], receivers: &[Receiver]) -> Vec<f64> {
+    let arrivals: Vec<Vec<(Instant, u32)>> = receivers
+        .iter()
+        .map(|r| r.arrivals.lock().expect("arrivals").clone())
+        .collect();
+    let mut ms: Vec<f64> = sent
+        .iter()
+        .map(|(at, clock)| {
+            arrivals
+                .iter()
+                .map(|seen| {
+                    let reached = seen
+                        .iter()
+                        .find(|(_, c)| c >= clock)
+                        .map_or(*at, |(when, _)| *when);
+                    reached.duration_since(*at).as_secs_f64() * 1e3
+                })
+                .fold(0.0, f64::max)
+        })
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    ms
+}
+
+/// A receiver: when each frame arrived and the writer's clock it reached.
+struct Receiver {
+    arrivals: Arc<Mutex<Vec<(Instant, u32)>>>,
+    clock: watch::Receiver<u32>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Receiver {
+    async fn start(url: &str, writer: ClientID) -> Receiver {
+        let mut socket = SyncSocket::connect(url, PATIENCE)
+            .await
+            .expect("a receiver");
+        let arrivals = Arc::new(Mutex::new(Vec::new()));
+        let (tx, clock) = watch::channel(0);
+        let log = arrivals.clone();
+        let task = tokio::spawn(async move {
+            while let Ok(Some(_)) = socket.next().await {
+                let at = Instant::now();
+                let reached = socket.doc.transact().state_vector().get(&writer);
+                log.lock().expect("arrivals").push((at, reached));
+                let _ = tx.send(reached);
+            }
+        });
+        Receiver {
+            arrivals,
+            clock,
+            task,
+        }
+    }
+
+    async fn until(&mut self, clock: u32) {
+        let _ = tokio::time::timeout(PATIENCE, self.clock.wait_for(|c| *c >= clock)).await;
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Commits per second the database made over `window`.
+async fn commits(admin: &mut sqlx::PgConnection, window: Duration) -> f64 {
+    let before = commit_count(admin).await;
+    tokio::time::sleep(window).await;
+    let after = commit_count(admin).await;
+    // The second read is a commit of its own.
+    (after - before - 1).max(0) as f64 / window.as_secs_f64()
+}
+
+/// The database's commits so far.
+async fn commit_count(admin: &mut sqlx::PgConnection) -> i64 {
+    sqlx::query("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+        .fetch_one(admin)
+        .await
+        .map(|row| row.get(0))
+        .unwrap_or(0)
+}
