@@ -168,10 +168,13 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
         &tracker,
         shutdown.clone(),
     );
-    if cluster.is_none() {
-        // In a cluster no node takes sessions back yet: each would run
-        // every session (issue #13, in progress). They wait in storage.
-        sessions.restore().await;
+    match &cluster {
+        None => sessions.restore().await,
+        // A node takes back only the sessions no live node holds, each
+        // with its document's lease; the first sweep runs at once.
+        Some(cluster) => {
+            tracker.spawn(sessions.clone().sweep(cluster.renew_every()));
+        }
     }
     let app = router(AppState {
         hub: hub.clone(),

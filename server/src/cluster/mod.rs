@@ -14,6 +14,7 @@
 pub mod forward;
 pub mod relay;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,7 +23,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::storage::{Epoch, Node, StorageError, Store, Take};
+use crate::storage::{Epoch, LeaseFence, Node, StorageError, Store, Take};
 
 /// The header that carries the cluster's secret on the internal channel.
 pub const SECRET_HEADER: &str = "x-margin-cluster-secret";
@@ -85,6 +86,10 @@ struct Inner {
     settings: ClusterSettings,
     /// The node as it is registered now.
     current: Mutex<Incarnation>,
+    /// The documents this node holds, by (node id, document): how many
+    /// things here use each (its document task, its Planner session) and
+    /// the latest epoch taken. The lease goes when the last lets go.
+    holds: Mutex<HashMap<(String, String), Held>>,
     /// Draining: it takes no new documents (a graceful stop).
     draining: AtomicBool,
 }
@@ -104,13 +109,50 @@ pub struct Incarnation {
 }
 
 /// A document this node took: the epoch its writes carry, and the
-/// registration it was taken under.
-#[derive(Clone, Debug)]
+/// registration it was taken under. The node keeps the document's lease
+/// while any `Lease` of it lives here; the last one dropped lets it go.
+#[derive(Debug)]
 pub struct Lease {
     /// The owner epoch (`documents.epoch`).
     pub epoch: Epoch,
     /// The registration; the lease ends when it lapses.
     pub holder: Incarnation,
+    _hold: Hold,
+}
+
+impl Lease {
+    /// The fence a session write of this document carries (SPEC C1).
+    pub fn fence(&self) -> LeaseFence {
+        LeaseFence {
+            document: self._hold.document.clone(),
+            node: self.holder.node.clone(),
+        }
+    }
+}
+
+/// One user's share of a held document.
+struct Hold {
+    cluster: Cluster,
+    node: String,
+    document: String,
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Hold({} on {})", self.document, self.node)
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.cluster.let_go(&self.node, &self.document);
+    }
+}
+
+/// How a document is held here.
+struct Held {
+    users: usize,
+    epoch: Epoch,
 }
 
 /// Why this node could not take a document.
@@ -163,6 +205,7 @@ impl Cluster {
                     valid_until: started + settings.lease_ttl,
                 }),
                 settings,
+                holds: Mutex::new(HashMap::new()),
                 draining: AtomicBool::new(false),
             }),
         };
@@ -177,6 +220,11 @@ impl Cluster {
     /// Where the other nodes reach this one.
     pub fn advertise(&self) -> &str {
         &self.inner.advertise
+    }
+
+    /// How often the node renews its lease.
+    pub fn renew_every(&self) -> Duration {
+        self.inner.settings.renew_every
     }
 
     /// How long a node owns its documents after its last renewal.
@@ -208,31 +256,100 @@ impl Cluster {
             && Instant::now() < current.valid_until
     }
 
-    /// Takes document `id` for this node (SPEC C1): a new owner epoch,
-    /// unless a live node owns it.
+    /// Takes document `id` for this node under a new owner epoch (SPEC
+    /// C1), unless a live node owns it: what a document task does each
+    /// time it loads.
     pub async fn take(&self, id: &str) -> Result<Lease, TakeRefused> {
         let holder = self.incarnation();
         if self.inner.draining.load(Ordering::Relaxed) || holder.lapsed.is_cancelled() {
             return Err(TakeRefused::NotTaking);
         }
         match self.inner.store.take_document(id, &holder.node).await? {
-            Take::Taken(epoch) => Ok(Lease { epoch, holder }),
+            Take::Taken(epoch) => Ok(self.held(holder, id, Some(epoch))),
             Take::Held(node) => Err(TakeRefused::Elsewhere(node)),
             Take::Lapsed => Err(TakeRefused::NotTaking),
         }
     }
 
-    /// Lets document `id` go: it unloaded from this node.
-    pub async fn release(&self, id: &str, lease: &Lease) {
-        if let Err(error) = self
-            .inner
-            .store
-            .release_document(id, &lease.holder.node, lease.epoch)
-            .await
-        {
-            // The lease ends with the node's registration anyway.
-            warn!(%error, document = id, "document lease not released");
+    /// Holds document `id` for this node: shares the lease when the node
+    /// holds it already, else takes it. What a Planner session does for
+    /// its life (its writes are fenced on the lease, not on an epoch).
+    pub async fn hold(&self, id: &str) -> Result<Lease, TakeRefused> {
+        let holder = self.incarnation();
+        if !holder.lapsed.is_cancelled() {
+            let key = (holder.node.clone(), id.to_owned());
+            if self.lock_holds().contains_key(&key) {
+                return Ok(self.held(holder, id, None));
+            }
         }
+        self.take(id).await
+    }
+
+    fn lock_holds(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Held>> {
+        self.inner
+            .holds
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// One more user of `id` under `holder`, at `epoch` when it was just
+    /// taken.
+    fn held(&self, holder: Incarnation, id: &str, epoch: Option<Epoch>) -> Lease {
+        let key = (holder.node.clone(), id.to_owned());
+        let mut holds = self.lock_holds();
+        let held = holds.entry(key).or_insert(Held {
+            users: 0,
+            epoch: epoch.unwrap_or(Epoch(0)),
+        });
+        held.users += 1;
+        if let Some(epoch) = epoch {
+            held.epoch = Epoch(held.epoch.0.max(epoch.0));
+        }
+        let epoch = held.epoch;
+        Lease {
+            epoch,
+            _hold: Hold {
+                cluster: self.clone(),
+                node: holder.node.clone(),
+                document: id.to_owned(),
+            },
+            holder,
+        }
+    }
+
+    /// A user of `document` under `node` is done; the last one lets the
+    /// lease go (unless a newer take moved its epoch meanwhile).
+    fn let_go(&self, node: &str, document: &str) {
+        let key = (node.to_owned(), document.to_owned());
+        let epoch = {
+            let mut holds = self.lock_holds();
+            let Some(held) = holds.get_mut(&key) else {
+                return;
+            };
+            held.users = held.users.saturating_sub(1);
+            if held.users > 0 {
+                return;
+            }
+            let epoch = held.epoch;
+            holds.remove(&key);
+            epoch
+        };
+        let store = self.inner.store.clone();
+        let (node, document) = key;
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(error) = store.release_document(&document, &node, epoch).await {
+                    // The lease ends with the node's registration anyway.
+                    warn!(%error, document, "document lease not released");
+                }
+            });
+        }
+    }
+
+    /// Whether this node holds no document now (a graceful stop waits for
+    /// that before it leaves).
+    pub fn holds_nothing(&self) -> bool {
+        self.lock_holds().is_empty()
     }
 
     /// The live node that owns document `id`, unless it is this one or

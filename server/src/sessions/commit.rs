@@ -97,6 +97,7 @@ pub fn write_of(
         domain,
         prune_journal,
         prune_events,
+        lease: None,
     };
     Ok(Written { write, feed: after })
 }
@@ -208,6 +209,9 @@ fn clone_error(error: &StorageError) -> StorageError {
         StorageError::JournalMoved { expected, found } => StorageError::JournalMoved {
             expected: *expected,
             found: *found,
+        },
+        StorageError::LeaseLost { document } => StorageError::LeaseLost {
+            document: document.clone(),
         },
         other => StorageError::Durability(other.to_string()),
     }

@@ -32,6 +32,7 @@ use super::commit::{write_of, Written};
 use super::input::{Input, Resumed};
 use super::record::Recording;
 use super::Shared;
+use crate::cluster::Lease;
 use crate::link::{Link, LinkEnd};
 use crate::storage::{Account, StorageError};
 use crate::tools::{Ran, Recorder, ToolError, Tools};
@@ -58,6 +59,12 @@ pub(super) struct Driver {
     shown: watch::Sender<Arc<PlannerSession>>,
     /// No timeout before this (a commit failed).
     pause: Option<Instant>,
+    /// In a cluster: its share of the document's lease, which every
+    /// write is fenced on (SPEC C1).
+    lease: Option<Lease>,
+    /// Another node took the document: this copy writes and says nothing
+    /// more, and leaves.
+    moved: bool,
 }
 
 impl Driver {
@@ -68,6 +75,7 @@ impl Driver {
         account: Account,
         shared: Arc<Shared>,
         shown: watch::Sender<Arc<PlannerSession>>,
+        lease: Option<Lease>,
     ) -> Self {
         Driver {
             session,
@@ -78,6 +86,8 @@ impl Driver {
             shared,
             shown,
             pause: None,
+            lease,
+            moved: false,
         }
     }
 
@@ -107,8 +117,14 @@ impl Driver {
                 }
             }
             let shutdown = self.shared.shutdown.clone();
+            // Without a lease (a server alone) this never fires.
+            let lapsed = self
+                .lease
+                .as_ref()
+                .map(|lease| lease.holder.lapsed.clone())
+                .unwrap_or_default();
             let mut aside = None;
-            while self.session.released().is_none() {
+            while self.session.released().is_none() && !self.moved {
                 if let Some(input) = aside.take() {
                     aside = self.serve(input, &mut mailbox).await;
                     continue;
@@ -116,6 +132,12 @@ impl Driver {
                 let due = self.due();
                 tokio::select! {
                     () = shutdown.cancelled() => break,
+                    () = lapsed.cancelled() => {
+                        // Another node may own the document now (SPEC C3)
+                        // and takes the session back from its journal.
+                        info!("this node lapsed; the session leaves it");
+                        self.moved = true;
+                    }
                     input = mailbox.recv() => match input {
                         Some(input) => aside = self.serve(input, &mut mailbox).await,
                         None => break,
@@ -125,7 +147,7 @@ impl Driver {
                     }
                 }
             }
-            if self.session.released().is_some() {
+            if self.session.released().is_some() || self.moved {
                 self.shared.forget(&self.session);
             }
         }
@@ -417,9 +439,13 @@ impl Driver {
             self.keep(next, None);
             return Ok(step);
         }
-        let written = write_of(&next, &step, &self.feed, self.shared.keeping)?;
+        let mut written = write_of(&next, &step, &self.feed, self.shared.keeping)?;
+        written.write.lease = self.lease.as_ref().map(Lease::fence);
         if let Err(error) = self.shared.journal.commit(written.write.clone()).await {
             warn!(%error, "session step not committed; nothing of it was revealed");
+            if let StorageError::LeaseLost { .. } = error {
+                self.moved = true;
+            }
             return Err(error);
         }
         self.keep(next, Some(written));

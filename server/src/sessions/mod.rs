@@ -57,6 +57,7 @@ use commit::Journal;
 use driver::Driver;
 use input::{Input, Resumed};
 
+use crate::cluster::{Cluster, Lease};
 use crate::link::{refusal, Link, LinkEnd, Links};
 use crate::storage::{Account, StorageError};
 use crate::sync::Hub;
@@ -116,6 +117,9 @@ pub(crate) struct Shared {
     tracker: TaskTracker,
     shutdown: CancellationToken,
     registry: Mutex<Registry>,
+    /// In a cluster: each session holds its document's lease for its life
+    /// and its writes are fenced on it (SPEC C1).
+    cluster: Option<Cluster>,
 }
 
 /// Where each live session's driver is. Held only for lookups.
@@ -211,6 +215,7 @@ impl Shared {
     /// Starts a driver for `session`, whose first step is `first`, on
     /// `link` (none: the machine is away) with its feed at `feed`, and
     /// registers it.
+    #[allow(clippy::too_many_arguments)]
     fn spawn(
         self: &Arc<Self>,
         registry: &mut Registry,
@@ -219,6 +224,7 @@ impl Shared {
         account: Account,
         link: Option<Link>,
         feed: SessionSnapshot,
+        lease: Option<Lease>,
     ) -> (mpsc::Sender<Input>, oneshot::Receiver<()>) {
         let (mailbox, inputs) = mpsc::channel(MAILBOX);
         let (ready_tx, ready) = oneshot::channel();
@@ -241,7 +247,7 @@ impl Shared {
             .entry(session.machine().to_owned())
             .or_default()
             .insert(id);
-        let driver = Driver::new(session, feed, link, account, self.clone(), shown_tx);
+        let driver = Driver::new(session, feed, link, account, self.clone(), shown_tx, lease);
         self.tracker.spawn(driver.run(first, inputs, ready_tx));
         (mailbox, ready)
     }
@@ -268,6 +274,7 @@ impl Sessions {
         shutdown: CancellationToken,
     ) -> Self {
         let store = hub.store().clone();
+        let cluster = hub.cluster().cloned();
         let ring = usize::try_from(retained).unwrap_or(usize::MAX);
         let shortest = timing.idle.0.min(timing.attach_grace.0);
         Sessions {
@@ -285,6 +292,7 @@ impl Sessions {
                 tracker: tracker.clone(),
                 shutdown,
                 registry: Mutex::default(),
+                cluster,
             }),
         }
     }
@@ -305,6 +313,14 @@ impl Sessions {
         owner: &Account,
         message: ChatMessageView,
     ) -> Result<(), StorageError> {
+        // In a cluster a new session holds its document's lease (the
+        // call was relayed here because this node owns the document).
+        let mut lease = match &self.shared.cluster {
+            Some(cluster) => Some(cluster.hold(document).await.map_err(|refused| {
+                StorageError::Conflict(format!("{refused}; send the message again"))
+            })?),
+            None => None,
+        };
         // A session ending as the message arrives does not take it (its
         // driver drops the answer, or is gone): the message then binds a
         // new session rather than vanishing with the old one.
@@ -328,7 +344,7 @@ impl Sessions {
                     .map(|live| live.mailbox.clone());
                 match live {
                     Some(mailbox) => Some(mailbox),
-                    None => self.bind(&mut registry, document, owner),
+                    None => self.bind(&mut registry, document, owner, &mut lease),
                 }
             };
             let Some(mailbox) = mailbox else {
@@ -370,6 +386,7 @@ impl Sessions {
         registry: &mut Registry,
         document: &str,
         owner: &Account,
+        lease: &mut Option<Lease>,
     ) -> Option<mpsc::Sender<Input>> {
         let link = self.shared.links.of_account(&owner.id)?;
         info!(document, machine = %link.machine.id, "Planner bound");
@@ -385,9 +402,15 @@ impl Sessions {
         let (session, first) = PlannerSession::start(start, self.shared.timing, now());
         let account = link.machine.account.clone();
         let feed = SessionSnapshot::empty(session.id());
-        let (mailbox, _ready) =
-            self.shared
-                .spawn(registry, session, first, account, Some(link), feed);
+        let (mailbox, _ready) = self.shared.spawn(
+            registry,
+            session,
+            first,
+            account,
+            Some(link),
+            feed,
+            lease.take(),
+        );
         Some(mailbox)
     }
 
@@ -783,9 +806,17 @@ impl Sessions {
     }
 
     /// Takes back the sessions a previous run left open; call once at
-    /// start, before serving.
+    /// start, before serving. A server alone only: in a cluster,
+    /// [`Sessions::sweep`] takes them back one document at a time.
     pub async fn restore(&self) {
         restore::restore(&self.shared).await;
+    }
+
+    /// In a cluster, every `every` until shutdown: takes back the open
+    /// sessions whose document no live node holds — their node stopped —
+    /// taking each document's lease first (SPEC C3).
+    pub async fn sweep(self, every: Duration) {
+        restore::sweep(&self.shared, every).await;
     }
 }
 

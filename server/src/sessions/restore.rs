@@ -11,6 +11,7 @@
 //! saying why in its feed.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use margin_decisions::{wire, CardState};
 use margin_planner::{CardId, PlannerSession, Record, ReleaseTrigger, Snapshot, Step};
@@ -19,10 +20,14 @@ use tracing::{info, warn};
 
 use super::commit::state_of;
 use super::{now, Shared};
-use crate::storage::{SessionWrite, StorageError, StoredEvent, StoredSession};
+use crate::cluster::Lease;
+use crate::storage::{LeaseFence, SessionWrite, StorageError, StoredEvent, StoredSession};
 
 /// Why a stored session was not taken back.
 const UNREADABLE: &str = "the server restarted and could not read the session back";
+/// Most orphaned sessions one sweep takes back.
+const SWEEP_BATCH: i64 = 64;
+
 /// A session stored before sessions were journaled.
 const BEFORE_JOURNAL: &str =
     "the server was upgraded; a session from before the upgrade cannot be taken back";
@@ -38,16 +43,66 @@ pub(super) async fn restore(shared: &Arc<Shared>) {
         }
     };
     for (id, stored) in open {
-        let document = stored.document.clone();
-        match take_back(shared, &id, &stored).await {
-            Ok(()) => {
-                info!(document, session = %id, "Planner session taken back; waiting for its machine")
+        take_back_or_end(shared, &id, &stored, None).await;
+    }
+}
+
+/// In a cluster: every `every`, takes back the open sessions no live node
+/// holds, each once its document's lease is held here.
+pub(super) async fn sweep(shared: &Arc<Shared>, every: Duration) {
+    let Some(cluster) = shared.cluster.clone() else {
+        return;
+    };
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let orphaned = match shared.hub.store().orphaned_sessions(SWEEP_BATCH).await {
+            Ok(orphaned) => orphaned,
+            Err(error) => {
+                warn!(%error, "orphaned Planner sessions not read");
+                continue;
             }
-            Err(reason) => {
-                info!(document, session = %id, reason, "Planner session not taken back; it ends");
-                if let Err(error) = end(shared, &id, &stored, reason).await {
-                    warn!(%error, session = %id, "a session that was not taken back could not be ended");
-                }
+        };
+        for (id, document) in orphaned {
+            if shared.lock().sessions.contains_key(&id) {
+                continue;
+            }
+            // Another node may take it first; it then holds the lease and
+            // this one lets it be.
+            let Ok(lease) = cluster.hold(&document).await else {
+                continue;
+            };
+            match shared.hub.store().session(&id).await {
+                Ok(Some(stored)) => take_back_or_end(shared, &id, &stored, Some(lease)).await,
+                Ok(None) => {}
+                Err(error) => warn!(%error, session = %id, "orphaned session not read"),
+            }
+        }
+    }
+}
+
+/// Takes session `id` back here, holding `lease` in a cluster, or ends it
+/// saying why it could not be.
+async fn take_back_or_end(
+    shared: &Arc<Shared>,
+    id: &str,
+    stored: &StoredSession,
+    lease: Option<Lease>,
+) {
+    let document = stored.document.clone();
+    let fence = lease.as_ref().map(Lease::fence);
+    match take_back(shared, id, stored, lease).await {
+        Ok(()) => {
+            info!(document, session = %id, "Planner session taken back; waiting for its machine")
+        }
+        Err(reason) => {
+            info!(document, session = %id, reason, "Planner session not taken back; it ends");
+            if let Err(error) = end(shared, id, stored, reason, fence).await {
+                warn!(%error, session = %id, "a session that was not taken back could not be ended");
             }
         }
     }
@@ -57,6 +112,7 @@ async fn take_back(
     shared: &Arc<Shared>,
     id: &str,
     stored: &StoredSession,
+    lease: Option<Lease>,
 ) -> Result<(), &'static str> {
     if stored.journal_seq == 0 {
         return Err(BEFORE_JOURNAL);
@@ -112,7 +168,7 @@ async fn take_back(
             return Err(UNREADABLE);
         }
         let account = machine.account.clone();
-        let (_, ready) = shared.spawn(&mut registry, next, step, account, None, feed);
+        let (_, ready) = shared.spawn(&mut registry, next, step, account, None, feed, lease);
         ready
     };
     // Serving starts once what the restart did is committed.
@@ -161,6 +217,7 @@ async fn end(
     id: &str,
     stored: &StoredSession,
     reason: &str,
+    lease: Option<LeaseFence>,
 ) -> Result<(), StorageError> {
     let mut feed: SessionSnapshot =
         serde_json::from_str(&stored.snapshot).unwrap_or_else(|_| SessionSnapshot::empty(id));
@@ -183,6 +240,7 @@ async fn end(
         snapshot: serde_json::to_string(&feed)
             .map_err(|e| StorageError::Corrupt(format!("session snapshot: {e}")))?,
         state: state_of(SessionState::Ended),
+        lease,
         ..SessionWrite::default()
     };
     shared.journal.commit(write).await

@@ -266,4 +266,26 @@ impl Store {
         .await?;
         Ok(())
     }
+
+    /// Up to `limit` open Planner sessions whose document no live node
+    /// holds, oldest first, as (session, document): a node that owned them
+    /// stopped, and one that takes the document takes them back (SPEC C3).
+    pub async fn orphaned_sessions(
+        &self,
+        limit: i64,
+    ) -> Result<Vec<(String, String)>, StorageError> {
+        let rows = sqlx::query(&format!(
+            "SELECT s.id, s.document_id FROM planner_sessions s \
+             WHERE s.state <> 'ended' AND NOT EXISTS ( \
+               SELECT 1 FROM document_leases l JOIN cluster_nodes n ON n.id = l.node \
+               WHERE l.document_id = s.document_id AND n.expires_at >= {DB_NOW}) \
+             ORDER BY s.created_at, s.id LIMIT $1"
+        ))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| Ok((row.try_get("id")?, row.try_get("document_id")?)))
+            .collect()
+    }
 }

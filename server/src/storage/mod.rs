@@ -38,7 +38,9 @@ pub use claim::{Claim, ClaimMode};
 pub use cluster::{LeaseHolder, Node, Take};
 pub use documents::DocumentRow;
 pub use machines::{Machine, StoredCredential, EXPIRED_CREDENTIALS_KEPT_MS};
-pub use sessions::{write_session, SessionOwner, SessionWrite, StoredEvent, StoredSession};
+pub use sessions::{
+    write_session, LeaseFence, SessionOwner, SessionWrite, StoredEvent, StoredSession,
+};
 pub use updates::{Epoch, Riding, StoredState};
 
 /// Errors from storage, typed by what a caller can do about them.
@@ -78,6 +80,13 @@ pub enum StorageError {
         expected: u64,
         /// The record found in storage.
         found: u64,
+    },
+    /// In a cluster, another node took the session's document: this
+    /// writer's copy is stale and must not write (SPEC C1, C3).
+    #[error("the lease on document {document} moved to another node")]
+    LeaseLost {
+        /// The document.
+        document: String,
     },
     /// Another server holds the database (see [`Store::claim`]).
     #[error("another margin server is using the {what}: {holder}. {remedy}")]

@@ -86,6 +86,19 @@ pub struct SessionWrite {
     pub prune_journal: Option<u64>,
     /// Feed events at or before this go (SPEC E2 retention).
     pub prune_events: Option<u64>,
+    /// In a cluster: the lease the writer must still hold on the
+    /// session's document (SPEC C1), else nothing is written.
+    pub lease: Option<LeaseFence>,
+}
+
+/// The lease a cluster node's session write is fenced on: its document's
+/// lease must still name the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseFence {
+    /// The session's document.
+    pub document: String,
+    /// The node that must hold its lease.
+    pub node: String,
 }
 
 impl SessionWrite {
@@ -217,6 +230,22 @@ pub async fn write_session(
     write: &SessionWrite,
 ) -> Result<(), StorageError> {
     let id = write.session.as_str();
+    if let Some(fence) = &write.lease {
+        // Shared: a take of the document waits for this transaction, and
+        // this one sees whichever take committed before it.
+        let held = sqlx::query(
+            "SELECT 1 AS held FROM document_leases WHERE document_id = $1 AND node = $2 FOR SHARE",
+        )
+        .bind(&fence.document)
+        .bind(&fence.node)
+        .fetch_optional(&mut **tx)
+        .await?;
+        if held.is_none() {
+            return Err(StorageError::LeaseLost {
+                document: fence.document.clone(),
+            });
+        }
+    }
     let (journal_seq, cursor) = (write.journal_seq(), write.feed_cursor());
     match &write.owner {
         Some(owner) if write.base == 0 => {

@@ -144,11 +144,8 @@ pub async fn run(
         drop(mailbox);
         refuse_all(&mut rx, JoinRefused::Unloading).await;
         task.finish().await;
-        if let (Some(lease), Ownership::Cluster(cluster), false) =
-            (&task.lease, hub.ownership(), task.fenced)
-        {
-            cluster.release(&id, lease).await;
-        }
+        // Its share of the lease goes with it.
+        task.lease = None;
         info!(revision = task.revision, "document unloaded");
     }
     .instrument(span)

@@ -5,8 +5,9 @@
 
 use std::time::{Duration, Instant};
 
+use margin_protocol::sessions::SessionState;
 use margin_protocol::sync::close;
-use margin_server::storage::Store;
+use margin_server::storage::{LeaseFence, SessionOwner, SessionWrite, StorageError, Store, Take};
 use tokio::process::Command;
 
 use crate::harness::{LinkClient, Server, SyncClient, TestDb};
@@ -36,6 +37,21 @@ async fn holder(store: &Store, nodes: &[Server], doc: &str) -> Option<usize> {
     nodes
         .iter()
         .position(|node| lease.node.advertise == format!("http://{}", node.addr))
+}
+
+/// Waits until a node other than `not` holds `doc`; returns its index.
+async fn until_held(store: &Store, nodes: &[Server], doc: &str, not: Option<usize>) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(at) = holder(store, nodes, doc)
+            .await
+            .filter(|at| Some(*at) != not)
+        {
+            return at;
+        }
+        assert!(Instant::now() < deadline, "no node took {doc} within 10 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 async fn signal(node: &Server, signal: &str) {
@@ -246,6 +262,74 @@ on_postgres! {
         assert!(matches!(holder(&store, &nodes, &doc).await, Some(1 | 2)));
         assert!(writer.stays_open(Duration::from_millis(300)).await);
         assert!(reader.stays_open(Duration::from_millis(300)).await);
+    }
+
+    async fn a_session_write_is_refused_once_another_node_took_its_document(db) {
+        let store = db.open().await;
+        let ada = store.create_account("ada").await.unwrap();
+        let doc = store.create_document(&ada, "Plan").await.unwrap();
+        let machine = store.pair_machine(&ada, "laptop", "hash", i64::MAX).await.unwrap();
+        // Node A holds the document, then stops renewing (a 1 ms lease).
+        let a = store.register_node("http://127.0.0.1:1", 1).await.unwrap();
+        assert!(matches!(store.take_document(&doc.id, &a.id).await.unwrap(), Take::Taken(_)));
+        let fence = |node: &str| Some(LeaseFence { document: doc.id.clone(), node: node.to_owned() });
+        let first = SessionWrite {
+            session: "s1".into(),
+            owner: Some(SessionOwner { document: doc.id.clone(), account: ada.id.clone(), machine: machine.id.clone() }),
+            records: vec![(1, "{}".into())],
+            snapshot: "{}".into(),
+            state: "active",
+            lease: fence(&a.id),
+            ..SessionWrite::default()
+        };
+        store.commit_sessions(&[first]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let b = store.register_node("http://127.0.0.1:2", 60_000).await.unwrap();
+        assert!(matches!(store.take_document(&doc.id, &b.id).await.unwrap(), Take::Taken(_)));
+        let next = |node: &str| SessionWrite {
+            session: "s1".into(),
+            base: 1,
+            records: vec![(2, "{}".into())],
+            snapshot: "{}".into(),
+            state: "active",
+            lease: fence(node),
+            ..SessionWrite::default()
+        };
+        let refused = store.commit_sessions(&[next(&a.id)]).await;
+        assert!(matches!(&refused, Err(StorageError::LeaseLost { document }) if *document == doc.id), "{refused:?}");
+        assert_eq!(store.session("s1").await.unwrap().unwrap().journal_seq, 1);
+        store.commit_sessions(&[next(&b.id)]).await.unwrap();
+        assert_eq!(store.session("s1").await.unwrap().unwrap().journal_seq, 2);
+    }
+
+    async fn a_planner_session_left_open_is_taken_back_by_a_node_and_moves_when_it_dies(db) {
+        // A session a server alone left open when it was killed.
+        let mut alone = Server::start(&db).await;
+        let token = Server::account(&db, "ada").await;
+        let doc = alone.create_document(&token, "Plan").await;
+        let mut link = crate::crash::linked_planner(&alone, &token).await;
+        alone.say(&token, &doc, "@planner look").await;
+        let (session, _, _, _) = crate::turns::invoked(&mut link).await;
+        alone.kill().await;
+        let store = db.open().await;
+        assert_eq!(store.lease_holder(&doc).await.unwrap(), None);
+
+        // A node of a cluster takes it back, holding its document with
+        // nobody viewing it.
+        let mut nodes = vec![
+            Server::start_limited(&db, None, &CLUSTER_ARGS).await,
+            Server::start_limited(&db, None, &CLUSTER_ARGS).await,
+        ];
+        let first = until_held(&store, &nodes, &doc, None).await;
+        let snapshot = crate::crash::snapshot(&nodes[1 - first], &token, &session).await;
+        assert_eq!(snapshot.state, SessionState::Disconnected);
+        // Its node dies; the other takes the session over.
+        nodes[first].kill().await;
+        let second = until_held(&store, &nodes, &doc, Some(first)).await;
+        assert_eq!(second, 1 - first);
+        let snapshot = crate::crash::snapshot(&nodes[second], &token, &session).await;
+        assert_eq!(snapshot.state, SessionState::Disconnected);
+        assert_eq!(store.open_sessions().await.unwrap().len(), 1);
     }
 
     async fn a_server_alone_and_a_cluster_refuse_each_others_database(db) {

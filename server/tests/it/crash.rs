@@ -50,7 +50,7 @@ pub(crate) async fn snapshot(server: &Server, token: &str, session: &str) -> Ses
     serde_json::from_value(body).unwrap()
 }
 
-async fn linked_planner(server: &Server, token: &str) -> LinkClient {
+pub(crate) async fn linked_planner(server: &Server, token: &str) -> LinkClient {
     let (status, paired) = server
         .post(Some(token), "/machines", json!({"name": "laptop"}))
         .await;
