@@ -352,6 +352,11 @@ impl Cluster {
         self.lock_holds().is_empty()
     }
 
+    /// The nodes live now.
+    pub async fn live_nodes(&self) -> Result<Vec<Node>, StorageError> {
+        self.inner.store.live_nodes().await
+    }
+
     /// The live node that owns document `id`, unless it is this one or
     /// nobody does.
     pub async fn elsewhere(&self, id: &str) -> Result<Option<Node>, StorageError> {

@@ -14,6 +14,7 @@ use super::extract::SignedIn;
 use super::{AppError, AppState};
 use crate::cluster::forward::{parse_role, ACCOUNT_HEADER, ROLE_HEADER};
 use crate::cluster::relay;
+use crate::link::{self, Terms};
 use crate::sync::command::JoinRefused;
 use crate::sync::socket;
 
@@ -111,4 +112,51 @@ fn document_of(path: &str) -> Option<String> {
         Some("sync") => None,
         _ => Some(id.to_owned()),
     }
+}
+
+/// A machine's link relayed from the node it linked to (SPEC C2): the
+/// machine is known, and its terms come from its `hello` there.
+pub async fn machine_link(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Result<Response, AppError> {
+    let cluster = state.hub.cluster().ok_or_else(no_route)?;
+    if !relay::from_a_node(cluster, &headers) {
+        return Err(AppError::Unauthenticated(
+            "the internal channel needs the cluster's secret",
+        ));
+    }
+    let number = |name: &str| header(&headers, name).and_then(|v| v.parse::<usize>().ok());
+    let flag = |name: &str| header(&headers, name).and_then(|v| v.parse::<bool>().ok());
+    let terms = match (
+        number(link::relay::RUN_CAPACITY_HEADER),
+        flag(link::relay::RESUMABLE_HEADER),
+        flag(link::relay::PLANNING_HEADER),
+    ) {
+        (Some(run_capacity), Some(resumable), Some(planning)) => Terms {
+            run_capacity,
+            resumable,
+            planning,
+        },
+        _ => {
+            return Err(AppError::bad_request(
+                "invalid_forward",
+                "a relayed link names its run capacity, resumability and planning",
+            ))
+        }
+    };
+    let machine = state.hub.store().machine(&id).await?;
+    if machine.revoked {
+        return Err(AppError::CredentialRefused {
+            code: margin_protocol::link::refused::MACHINE_REVOKED,
+            message: "the machine was revoked".into(),
+        });
+    }
+    let (links, sessions) = (state.links.clone(), state.sessions.clone());
+    Ok(upgrade
+        .max_message_size(margin_protocol::link::MAX_FRAME_BYTES)
+        .max_frame_size(margin_protocol::link::MAX_FRAME_BYTES)
+        .on_upgrade(move |ws| link::relayed::serve(ws, links, sessions, machine, terms)))
 }

@@ -124,21 +124,14 @@ pub async fn link(
     headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, AppError> {
-    if state.hub.cluster().is_some() {
-        // Until a session's driver follows its document's owner (issue
-        // #13, in progress), a session on every node would be a session
-        // twice.
-        return Err(AppError::Unavailable(
-            "this server runs in cluster mode, which does not serve Planner links yet; link the Planner to a server alone (docs/operations.md, \"Running several servers\")".into(),
-        ));
-    }
     let machine = authenticated(&state, peer, &headers).await?;
     let (links, sessions) = (state.links.clone(), state.sessions.clone());
     let store = state.hub.store().clone();
+    let cluster = state.hub.cluster().cloned();
     Ok(upgrade
         .max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
-        .on_upgrade(move |ws| socket::serve(ws, links, sessions, store, machine)))
+        .on_upgrade(move |ws| socket::serve(ws, links, sessions, store, machine, cluster)))
 }
 
 /// The machine a request's credential names, or the 401 naming why not.

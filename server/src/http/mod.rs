@@ -59,6 +59,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/internal/documents/{id}/sync", get(internal::sync))
+        .route("/internal/machines/{id}/link", get(internal::machine_link))
         .route("/me", get(accounts::me))
         .route("/me/sign-out", post(accounts::sign_out))
         .route("/machines", post(machines::pair).get(machines::list))

@@ -2,6 +2,8 @@
 //! links, so revoking a machine closes them, and the socket loop
 //! ([`socket`]), which also renews the machine's credential.
 
+pub mod relay;
+pub mod relayed;
 pub mod socket;
 
 pub(crate) use socket::refusal;

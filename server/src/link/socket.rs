@@ -19,8 +19,10 @@ use margin_protocol::RefusalCode;
 use tokio::time::{interval_at, Instant, MissedTickBehavior};
 use tracing::{debug, info, warn, Instrument};
 
-use super::{LinkEnd, Links, Terms};
+use super::relay::{self, Relays};
+use super::{Link, LinkEnd, Links, Terms};
 use crate::auth;
+use crate::cluster::Cluster;
 use crate::sessions::Sessions;
 use crate::storage::{Machine, Store};
 use crate::sync::conn::Closer;
@@ -39,11 +41,16 @@ pub async fn serve(
     sessions: Sessions,
     store: Store,
     machine: Machine,
+    cluster: Option<Cluster>,
 ) {
     let span = tracing::info_span!("link", machine = %machine.id, account = %machine.account.name);
     async move {
         let closer = Closer::default();
         let mut opened = None;
+        // In a cluster: this link's relays to the other nodes.
+        let mut relays: Option<Relays> = None;
+        let mut relay_events = None;
+        let mut local_resume = None;
         let (mut sink, mut stream) = socket.split();
         let settings = links.settings();
         let shutdown = links.shutdown();
@@ -70,8 +77,15 @@ pub async fn serve(
                     };
                     // Registered before `welcome` goes out: a machine told it is
                     // linked can be found by the next `@planner` at once (its
-                    // outbox is sent only after `welcome`).
+                    // outbox is sent only after `welcome`) — in a cluster on
+                    // every node, through the relays.
                     opened = Some(links.open(&machine, terms, closer.clone()));
+                    if let Some(cluster) = &cluster {
+                        let (started, events) =
+                            Relays::start(cluster.clone(), sessions.clone(), &machine, terms).await;
+                        relays = Some(started);
+                        relay_events = Some(events);
+                    }
                     if send(&mut sink, &welcome).await.is_err() {
                         return;
                     }
@@ -94,6 +108,8 @@ pub async fn serve(
             let mut ticks = interval_at(Instant::now() + period, period);
             ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
             let (mut seq, mut unanswered) = (0u64, 0u32);
+            let mut refresh = interval_at(Instant::now() + relay::REFRESH, relay::REFRESH);
+            refresh.set_missed_tick_behavior(MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
                     _ = closer.closed() => return,
@@ -107,6 +123,24 @@ pub async fn serve(
                         }
                         None => return,
                     },
+                    event = relay::next_event(&mut relay_events) => {
+                        let Some(relays) = relays.as_mut() else { continue };
+                        if let Some((code, reason)) = relays.on_event(event, link) {
+                            closer.close(code, reason);
+                            return;
+                        }
+                    }
+                    answered = relay::local_answers(&mut local_resume) => {
+                        local_resume = None;
+                        if let (Some(relays), Some(answered)) = (relays.as_mut(), answered) {
+                            relays.local_answered(answered, link);
+                        }
+                    }
+                    _ = refresh.tick(), if relays.is_some() => {
+                        if let Some(relays) = relays.as_mut() {
+                            relays.refresh().await;
+                        }
+                    }
                     _ = renewals.tick() => {
                         if renew(&mut sink, &store, &machine, settings.credential_ttl).await.is_err() {
                             return;
@@ -148,6 +182,9 @@ pub async fn serve(
                                 if send(&mut sink, &refusal).await.is_err() { return; }
                             }
                             Ok(ClientMessage::Detach {}) => {
+                                if let Some(relays) = relays.as_mut() {
+                                    relays.detach(&text);
+                                }
                                 closer.close(close::DETACHED, "detached");
                                 return;
                             }
@@ -155,39 +192,20 @@ pub async fn serve(
                                 let refusal = refusal(RefusalCode::UnexpectedMessage, "the link is already open; hello comes once");
                                 if send(&mut sink, &refusal).await.is_err() { return; }
                             }
-                            Ok(ClientMessage::ToolCall { session, turn, call_id, name, arguments }) => {
-                                if let Some(refusal) = sessions.tool_call(link, session, turn, call_id, name, arguments).await {
-                                    if send(&mut sink, &refusal).await.is_err() { return; }
-                                }
-                            }
-                            Ok(ClientMessage::Run { session, run, name, status, attempt }) => {
-                                if let Some(refusal) = sessions.run(link, &session, run, name, status, attempt).await {
-                                    if send(&mut sink, &refusal).await.is_err() { return; }
-                                }
-                            }
-                            Ok(ClientMessage::Resume { sessions: held }) => {
-                                // The drivers have the resume queued before the next frame is
-                                // read; `resumed` and what follows it go out through the
-                                // outbox, in order, once they answer.
-                                match sessions.begin_resume(link, held).await {
-                                    Ok(underway) => { tokio::spawn(underway.finish()); }
+                            Ok(ClientMessage::Resume { sessions: held }) if relays.is_some() => {
+                                let Some(relays) = relays.as_mut() else { continue };
+                                match relays.resume(link, held).await {
+                                    Ok(answering) => local_resume = Some(answering),
                                     Err(refused) => {
                                         if send(&mut sink, &refused).await.is_err() { return; }
                                     }
                                 }
                             }
-                            Ok(ClientMessage::InputReceived { session, request }) => {
-                                if let Some(refusal) = sessions.input_received(link, &session, request).await {
-                                    if send(&mut sink, &refusal).await.is_err() { return; }
+                            Ok(message) => {
+                                if relays.as_mut().is_some_and(|relays| relays.forward(&text, &message)) {
+                                    continue;
                                 }
-                            }
-                            Ok(ClientMessage::Stopped { session }) => {
-                                if let Some(refusal) = sessions.stopped(link, &session).await {
-                                    if send(&mut sink, &refusal).await.is_err() { return; }
-                                }
-                            }
-                            Ok(ClientMessage::Reply { session, turn, text }) => {
-                                if let Some(refusal) = sessions.reply(link, &session, turn, text).await {
+                                if let Some(refusal) = dispatch(&sessions, link, message).await {
                                     if send(&mut sink, &refusal).await.is_err() { return; }
                                 }
                             }
@@ -200,6 +218,9 @@ pub async fn serve(
             }
         };
         outcome.await;
+        if let Some(relays) = relays.take() {
+            relays.end(LinkEnd::of(closer.reason()));
+        }
         if let Some((link, _)) = opened.take() {
             links.close(&link);
             sessions.link_closed(&link, LinkEnd::of(closer.reason())).await;
@@ -212,6 +233,64 @@ pub async fn serve(
     }
     .instrument(span)
     .await
+}
+
+/// Hands a machine's message for a session to the session's driver here;
+/// the refusal to send back, if any. Link-level messages (`hello`,
+/// `heartbeat-ack`, `detach`) are the caller's.
+pub(super) async fn dispatch(
+    sessions: &Sessions,
+    link: &Link,
+    message: ClientMessage,
+) -> Option<ServerMessage> {
+    match message {
+        ClientMessage::ToolCall {
+            session,
+            turn,
+            call_id,
+            name,
+            arguments,
+        } => {
+            sessions
+                .tool_call(link, session, turn, call_id, name, arguments)
+                .await
+        }
+        ClientMessage::Run {
+            session,
+            run,
+            name,
+            status,
+            attempt,
+        } => {
+            sessions
+                .run(link, &session, run, name, status, attempt)
+                .await
+        }
+        ClientMessage::Resume { sessions: held } => {
+            // The drivers have the resume queued before the next frame is
+            // read; `resumed` and what follows it go out through the
+            // outbox, in order, once they answer.
+            match sessions.begin_resume(link, held).await {
+                Ok(underway) => {
+                    tokio::spawn(underway.finish());
+                    None
+                }
+                Err(refused) => Some(refused),
+            }
+        }
+        ClientMessage::InputReceived { session, request } => {
+            sessions.input_received(link, &session, request).await
+        }
+        ClientMessage::Stopped { session } => sessions.stopped(link, &session).await,
+        ClientMessage::Reply {
+            session,
+            turn,
+            text,
+        } => sessions.reply(link, &session, turn, text).await,
+        ClientMessage::Hello { .. }
+        | ClientMessage::HeartbeatAck { .. }
+        | ClientMessage::Detach {} => None,
+    }
 }
 
 /// The next text frame; `None` when the link ends first.

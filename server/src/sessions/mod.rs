@@ -57,7 +57,7 @@ use commit::Journal;
 use driver::Driver;
 use input::{Input, Resumed};
 
-use crate::cluster::{Cluster, Lease};
+use crate::cluster::{Cluster, Lease, TakeRefused};
 use crate::link::{refusal, Link, LinkEnd, Links};
 use crate::storage::{Account, StorageError};
 use crate::sync::Hub;
@@ -135,6 +135,8 @@ struct Registry {
     /// Sessions the server released and told to `stop`, with the link they
     /// ran on: the machine's `stopped` for one is accepted quietly.
     released: HashMap<String, Option<u64>>,
+    /// Sessions being taken back from their journals (at most once each).
+    restoring: HashSet<String>,
 }
 
 /// A live session, as the registry finds it.
@@ -615,21 +617,8 @@ impl Sessions {
         link: &Link,
         held: Vec<HeldSession>,
     ) -> Result<ResumeUnderway, ServerMessage> {
-        let bad_id = |id: &String| id.is_empty() || id.len() > MAX_ID_BYTES;
-        if held.len() > MAX_RESUME_SESSIONS
-            || held.iter().any(|h| {
-                bad_id(&h.session)
-                    || h.questions.len() > MAX_HELD_QUESTIONS
-                    || h.questions.iter().any(bad_id)
-                    || h.calls.len() > MAX_HELD_CALLS
-                    || h.calls.iter().any(bad_id)
-                    || h.turn.as_ref().is_some_and(bad_id)
-            })
-        {
-            return Err(refusal(
-                RefusalCode::MalformedMessage,
-                format!("resume names at most {MAX_RESUME_SESSIONS} sessions, each with at most {MAX_HELD_QUESTIONS} questions and {MAX_HELD_CALLS} calls, ids of 1 to {MAX_ID_BYTES} bytes"),
-            ));
+        if let Some(refused) = resume_refusal(&held) {
+            return Err(refused);
         }
         let named: HashSet<String> = held.iter().map(|h| h.session.clone()).collect();
         let mut underway = ResumeUnderway {
@@ -812,12 +801,45 @@ impl Sessions {
         restore::restore(&self.shared).await;
     }
 
+    /// Whether session `id` runs here.
+    pub fn runs_here(&self, id: &str) -> bool {
+        self.shared.lock().sessions.contains_key(id)
+    }
+
+    /// In a cluster: takes open session `id` back here from its journal,
+    /// holding its document's lease, unless it runs here already; refused
+    /// when another live node holds the document (it runs there).
+    pub async fn take_back_here(&self, id: &str) -> Result<(), TakeRefused> {
+        restore::take_back_one(&self.shared, id).await
+    }
+
     /// In a cluster, every `every` until shutdown: takes back the open
     /// sessions whose document no live node holds — their node stopped —
     /// taking each document's lease first (SPEC C3).
     pub async fn sweep(self, every: Duration) {
         restore::sweep(&self.shared, every).await;
     }
+}
+
+/// The refusal of a `resume` over its bounds (SPEC A2), if it is.
+pub fn resume_refusal(held: &[HeldSession]) -> Option<ServerMessage> {
+    let bad_id = |id: &String| id.is_empty() || id.len() > MAX_ID_BYTES;
+    if held.len() > MAX_RESUME_SESSIONS
+        || held.iter().any(|h| {
+            bad_id(&h.session)
+                || h.questions.len() > MAX_HELD_QUESTIONS
+                || h.questions.iter().any(bad_id)
+                || h.calls.len() > MAX_HELD_CALLS
+                || h.calls.iter().any(bad_id)
+                || h.turn.as_ref().is_some_and(bad_id)
+        })
+    {
+        return Some(refusal(
+            RefusalCode::MalformedMessage,
+            format!("resume names at most {MAX_RESUME_SESSIONS} sessions, each with at most {MAX_HELD_QUESTIONS} questions and {MAX_HELD_CALLS} calls, ids of 1 to {MAX_ID_BYTES} bytes"),
+        ));
+    }
+    None
 }
 
 /// Whose machines' sessions [`Sessions::machines_ended`] ends.
@@ -883,6 +905,15 @@ impl ResumeUnderway {
     /// Waits for every session's driver, sends `resumed`, then lets each
     /// send what follows it; ends the machine's sessions it left out.
     pub async fn finish(self) {
+        let mut answered = self.answers().await;
+        let resumed = answered.take_resumed();
+        answered.link.send(&resumed);
+        answered.follow().await;
+    }
+
+    /// Waits for every session's driver: what `resumed` is to say, and
+    /// what follows it.
+    pub async fn answers(self) -> ResumeAnswered {
         let ResumeUnderway {
             sessions,
             link,
@@ -908,10 +939,47 @@ impl ResumeUnderway {
                 _ => ended.push(session),
             }
         }
-        link.send(&ServerMessage::Resumed {
-            sessions: carried,
+        ResumeAnswered {
+            sessions,
+            link,
+            named,
+            carried,
             ended,
-        });
+            attach,
+        }
+    }
+}
+
+/// A `resume` every session's driver answered, waiting for `resumed` to go
+/// out.
+pub struct ResumeAnswered {
+    sessions: Sessions,
+    link: Link,
+    named: HashSet<String>,
+    carried: Vec<margin_protocol::link::ResumedSession>,
+    ended: Vec<String>,
+    attach: Vec<mpsc::Sender<Input>>,
+}
+
+impl ResumeAnswered {
+    /// The `resumed` to send (taken once).
+    pub fn take_resumed(&mut self) -> ServerMessage {
+        ServerMessage::Resumed {
+            sessions: std::mem::take(&mut self.carried),
+            ended: std::mem::take(&mut self.ended),
+        }
+    }
+
+    /// Once `resumed` went out: lets each session carried on send what
+    /// follows it, and ends this machine's sessions the resume left out.
+    pub async fn follow(self) {
+        let ResumeAnswered {
+            sessions,
+            link,
+            named,
+            attach,
+            ..
+        } = self;
         for mailbox in attach {
             let _ = mailbox.send(Input::Attach { link: link.id }).await;
         }

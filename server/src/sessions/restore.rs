@@ -16,11 +16,11 @@ use std::time::Duration;
 use margin_decisions::{wire, CardState};
 use margin_planner::{CardId, PlannerSession, Record, ReleaseTrigger, Snapshot, Step};
 use margin_protocol::sessions::{SessionEvent, SessionSnapshot, SessionState};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::commit::state_of;
 use super::{now, Shared};
-use crate::cluster::Lease;
+use crate::cluster::{Lease, TakeRefused};
 use crate::storage::{LeaseFence, SessionWrite, StorageError, StoredEvent, StoredSession};
 
 /// Why a stored session was not taken back.
@@ -50,9 +50,9 @@ pub(super) async fn restore(shared: &Arc<Shared>) {
 /// In a cluster: every `every`, takes back the open sessions no live node
 /// holds, each once its document's lease is held here.
 pub(super) async fn sweep(shared: &Arc<Shared>, every: Duration) {
-    let Some(cluster) = shared.cluster.clone() else {
+    if shared.cluster.is_none() {
         return;
-    };
+    }
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -67,22 +67,31 @@ pub(super) async fn sweep(shared: &Arc<Shared>, every: Duration) {
                 continue;
             }
         };
-        for (id, document) in orphaned {
-            if shared.lock().sessions.contains_key(&id) {
-                continue;
-            }
+        for (id, _) in orphaned {
             // Another node may take it first; it then holds the lease and
             // this one lets it be.
-            let Ok(lease) = cluster.hold(&document).await else {
-                continue;
-            };
-            match shared.hub.store().session(&id).await {
-                Ok(Some(stored)) => take_back_or_end(shared, &id, &stored, Some(lease)).await,
-                Ok(None) => {}
-                Err(error) => warn!(%error, session = %id, "orphaned session not read"),
+            if let Err(error) = take_back_one(shared, &id).await {
+                debug!(%error, session = %id, "orphaned session left to another node");
             }
         }
     }
+}
+
+/// In a cluster: takes open session `id` back here, holding its
+/// document's lease, unless it runs here already.
+pub(super) async fn take_back_one(shared: &Arc<Shared>, id: &str) -> Result<(), TakeRefused> {
+    let Some(cluster) = shared.cluster.clone() else {
+        return Ok(());
+    };
+    if shared.lock().sessions.contains_key(id) {
+        return Ok(());
+    }
+    let Some(stored) = shared.hub.store().open_session(id).await? else {
+        return Ok(());
+    };
+    let lease = cluster.hold(&stored.document).await?;
+    take_back_or_end(shared, id, &stored, Some(lease)).await;
+    Ok(())
 }
 
 /// Takes session `id` back here, holding `lease` in a cluster, or ends it
@@ -93,9 +102,17 @@ async fn take_back_or_end(
     stored: &StoredSession,
     lease: Option<Lease>,
 ) {
+    {
+        let mut registry = shared.lock();
+        if registry.sessions.contains_key(id) || !registry.restoring.insert(id.to_owned()) {
+            return;
+        }
+    }
     let document = stored.document.clone();
     let fence = lease.as_ref().map(Lease::fence);
-    match take_back(shared, id, stored, lease).await {
+    let taken = take_back(shared, id, stored, lease).await;
+    shared.lock().restoring.remove(id);
+    match taken {
         Ok(()) => {
             info!(document, session = %id, "Planner session taken back; waiting for its machine")
         }

@@ -209,6 +209,16 @@ impl Store {
         Ok(row.map(|row| row.try_get("entry")).transpose()?)
     }
 
+    /// Session `id`, if it exists and has not ended.
+    pub async fn open_session(&self, id: &str) -> Result<Option<StoredSession>, StorageError> {
+        let sql = format!("{SELECT} WHERE id = $1 AND state <> 'ended'");
+        let row = sqlx::query(&sql)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(decode).transpose()
+    }
+
     /// The sessions whose stored state is not `ended`, with their ids,
     /// oldest first: what a restarted server takes back.
     pub async fn open_sessions(&self) -> Result<Vec<(String, StoredSession)>, StorageError> {

@@ -5,7 +5,9 @@
 
 use std::time::{Duration, Instant};
 
+use margin_protocol::link::{ClientMessage, HeldSession, ServerMessage};
 use margin_protocol::sessions::SessionState;
+use margin_protocol::RefusalCode;
 use margin_protocol::sync::close;
 use margin_server::storage::{LeaseFence, SessionOwner, SessionWrite, StorageError, Store, Take};
 use tokio::process::Command;
@@ -348,20 +350,82 @@ on_postgres! {
         server.kill().await;
     }
 
-    async fn a_planner_link_to_a_cluster_node_is_refused_saying_why(db) {
-        // Interim, until a session's driver follows its document's owner:
-        // a session on every node would be a session twice.
-        let (nodes, token) = nodes(&db, 1).await;
-        let (status, paired) = nodes[0]
-            .post(Some(&token), "/machines", serde_json::json!({"name": "laptop"}))
-            .await;
+    async fn a_planner_linked_to_a_node_that_owns_nothing_works_the_document_and_resumes_elsewhere_when_the_owner_dies(db) {
+        let (mut nodes, token) = nodes(&db, 3).await;
+        let doc = nodes[0].create_document(&token, "Plan").await;
+        let store = db.open().await;
+        let mut editor = SyncClient::connect(&nodes[0].sync_url(&doc, &token)).await;
+        editor.append_paragraph("Ship on March 3").await;
+        let mut viewer = SyncClient::connect(&nodes[2].sync_url(&doc, &token)).await;
+        assert!(viewer.until(|c| c.texts().len() == 1).await);
+        assert_eq!(holder(&store, &nodes, &doc).await, Some(0));
+        // The machine links to node 1, which owns nothing.
+        let (status, paired) = nodes[1].post(Some(&token), "/machines", serde_json::json!({"name": "laptop"})).await;
         assert_eq!(status, 201);
-        let refused = LinkClient::open(nodes[0].addr, paired["credential"].as_str().unwrap())
-            .await
-            .err()
-            .expect("the link was accepted");
-        assert_eq!(refused.status, 503);
-        assert!(refused.message.contains("cluster mode"), "{}", refused.message);
+        let credential = paired["credential"].as_str().unwrap().to_owned();
+        let mut link = LinkClient::connect(nodes[1].addr, &credential).await.unwrap();
+        assert!(matches!(link.hello_planning().await, ServerMessage::Welcome { .. }));
+
+        // `@planner` through node 2: the session runs on node 0, the owner,
+        // and its question's card reaches every editor.
+        nodes[2].say(&token, &doc, "@planner ask about the date").await;
+        let (session, turn, _, _) = crate::turns::invoked(&mut link).await;
+        let card = crate::turns::ask_first_paragraph(&mut link, &session, &turn).await;
+        for client in [&mut editor, &mut viewer] {
+            assert!(client.until(|c| c.projected_cards().iter().any(|(id, _)| *id == card)).await);
+        }
+        assert_eq!(holder(&store, &nodes, &doc).await, Some(0));
+
+        // A call in flight as the owner dies.
+        let in_flight = crate::turns::fresh_call_id();
+        link.send_message(&ClientMessage::ToolCall {
+            session: session.clone(), turn: turn.clone(), call_id: in_flight.clone(),
+            name: "read_document".into(), arguments: serde_json::json!({}),
+        }).await;
+        nodes[0].kill().await;
+        drop(editor);
+        // The machine's link is closed so it resumes where its session goes.
+        let (code, _) = link.wait_closed().await;
+        assert_eq!(code, margin_protocol::link::close::UNRESPONSIVE);
+
+        let mut back = LinkClient::connect(nodes[2].addr, &credential).await.unwrap();
+        assert!(matches!(back.hello_planning().await, ServerMessage::Welcome { .. }));
+        back.send_message(&ClientMessage::Resume { sessions: vec![HeldSession {
+            session: session.clone(), questions: vec![card.clone()], turn: Some(turn.clone()), calls: vec![in_flight.clone()],
+        }] }).await;
+        match back.next_work().await {
+            Some(ServerMessage::Resumed { sessions, ended }) => {
+                assert_eq!((sessions.len(), ended.len()), (1, 0), "{sessions:?} {ended:?}");
+                assert_eq!(sessions[0].session, session);
+                assert!(sessions[0].withdrawn.is_empty(), "the question still waits: {sessions:?}");
+            }
+            other => panic!("expected resumed, got {other:?}"),
+        }
+        // The call in flight gets one answer: its stored result,
+        // `interrupted`, or — when it never reached the owner — that it
+        // never ran (W1).
+        match back.next_work().await {
+            Some(ServerMessage::ToolResult { call_id, output, error, .. }) => {
+                assert_eq!(call_id, in_flight);
+                assert!(output.is_some() || error.is_some_and(|e| e.message.contains("interrupted")));
+            }
+            Some(ServerMessage::Refusal { code: RefusalCode::UnknownCall, call_id, .. }) => {
+                assert_eq!(call_id, Some(in_flight.clone()));
+            }
+            other => panic!("expected the call's result, got {other:?}"),
+        }
+        assert!(matches!(holder(&store, &nodes, &doc).await, Some(1 | 2)));
+        let snapshot = crate::crash::snapshot(&nodes[1], &token, &session).await;
+        assert_eq!(snapshot.host_requests, std::slice::from_ref(&card));
+        // A person answers through node 1; the answer reaches the machine.
+        let (status, _) = nodes[1]
+            .post(Some(&token), &format!("/documents/{doc}/decisions/{card}/answer"), serde_json::json!({"yes": true}))
+            .await;
+        assert_eq!(status, 200);
+        match back.next_work().await {
+            Some(ServerMessage::InputResult { request, .. }) => assert_eq!(request, card),
+            other => panic!("expected the answer, got {other:?}"),
+        }
     }
 
     async fn readyz_names_the_node_and_healthz_still_answers(db) {
