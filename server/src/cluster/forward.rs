@@ -20,7 +20,6 @@ use margin_protocol::sync::close;
 use margin_protocol::Role;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
@@ -125,19 +124,11 @@ async fn connect(
     account: &str,
     role: Role,
 ) -> Result<Upstream, ConnectError> {
-    let base = node
-        .advertise
-        .strip_prefix("http://")
-        .map(|rest| format!("ws://{rest}"))
-        .ok_or_else(|| ConnectError::Address(node.advertise.clone()))?;
-    let url = format!("{base}/internal/documents/{id}/sync");
     let address = || ConnectError::Address(node.advertise.clone());
-    let mut request = url.into_client_request().map_err(|_| address())?;
+    let mut request = cluster
+        .internal_request(node, &format!("/internal/documents/{id}/sync"))
+        .ok_or_else(address)?;
     let headers = request.headers_mut();
-    headers.insert(
-        super::SECRET_HEADER,
-        HeaderValue::from_str(cluster.secret()).map_err(|_| address())?,
-    );
     headers.insert(
         ACCOUNT_HEADER,
         HeaderValue::from_str(account).map_err(|_| address())?,

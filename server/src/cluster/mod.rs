@@ -352,6 +352,24 @@ impl Cluster {
         self.lock_holds().is_empty()
     }
 
+    /// The WebSocket request that opens `path` on `node`'s internal
+    /// channel, showing the cluster's secret; `None` for an address that
+    /// is not `http://HOST:PORT`.
+    pub fn internal_request(
+        &self,
+        node: &Node,
+        path: &str,
+    ) -> Option<tokio_tungstenite::tungstenite::handshake::client::Request> {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let authority = node.advertise.strip_prefix("http://")?;
+        let mut request = format!("ws://{authority}{path}")
+            .into_client_request()
+            .ok()?;
+        let secret = self.secret().parse().ok()?;
+        request.headers_mut().insert(SECRET_HEADER, secret);
+        Some(request)
+    }
+
     /// The nodes live now.
     pub async fn live_nodes(&self) -> Result<Vec<Node>, StorageError> {
         self.inner.store.live_nodes().await

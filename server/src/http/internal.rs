@@ -27,12 +27,7 @@ pub async fn sync(
     headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, AppError> {
-    let cluster = state.hub.cluster().ok_or_else(no_route)?;
-    if !relay::from_a_node(cluster, &headers) {
-        return Err(AppError::Unauthenticated(
-            "the internal channel needs the cluster's secret",
-        ));
-    }
+    from_a_node(&state, &headers)?;
     let account = header(&headers, ACCOUNT_HEADER)
         .ok_or_else(|| {
             AppError::bad_request("invalid_forward", format!("{ACCOUNT_HEADER} is missing"))
@@ -63,6 +58,18 @@ pub async fn sync(
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|value| value.to_str().ok())
+}
+
+/// Refuses a call that does not come from a node of this cluster (a
+/// server alone has no internal channel: 404).
+fn from_a_node(state: &AppState, headers: &HeaderMap) -> Result<(), AppError> {
+    let cluster = state.hub.cluster().ok_or_else(no_route)?;
+    if !relay::from_a_node(cluster, headers) {
+        return Err(AppError::Unauthenticated(
+            "the internal channel needs the cluster's secret",
+        ));
+    }
+    Ok(())
 }
 
 fn no_route() -> AppError {
@@ -122,12 +129,7 @@ pub async fn machine_link(
     headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, AppError> {
-    let cluster = state.hub.cluster().ok_or_else(no_route)?;
-    if !relay::from_a_node(cluster, &headers) {
-        return Err(AppError::Unauthenticated(
-            "the internal channel needs the cluster's secret",
-        ));
-    }
+    from_a_node(&state, &headers)?;
     let number = |name: &str| header(&headers, name).and_then(|v| v.parse::<usize>().ok());
     let flag = |name: &str| header(&headers, name).and_then(|v| v.parse::<bool>().ok());
     let terms = match (

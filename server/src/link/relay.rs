@@ -26,7 +26,6 @@ use futures_util::{SinkExt, StreamExt};
 use margin_protocol::link::{close, ClientMessage, HeldSession, ServerMessage};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
@@ -34,7 +33,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tracing::{debug, info, warn};
 
 use super::{Link, LinkEnd, Terms};
-use crate::cluster::{Cluster, TakeRefused, SECRET_HEADER};
+use crate::cluster::{Cluster, TakeRefused};
 use crate::sessions::{resume_refusal, ResumeAnswered, Sessions};
 use crate::storage::{Machine, Node};
 
@@ -431,15 +430,11 @@ async fn open(
     machine: &Machine,
     terms: Terms,
 ) -> Result<Ws, String> {
-    let base = node
-        .advertise
-        .strip_prefix("http://")
+    let mut request = cluster
+        .internal_request(node, &format!("/internal/machines/{}/link", machine.id))
         .ok_or_else(|| format!("bad node address {}", node.advertise))?;
-    let url = format!("ws://{base}/internal/machines/{}/link", machine.id);
-    let mut request = url.into_client_request().map_err(|e| e.to_string())?;
     let headers = request.headers_mut();
     let value = |text: &str| HeaderValue::from_str(text).map_err(|e| e.to_string());
-    headers.insert(SECRET_HEADER, value(cluster.secret())?);
     headers.insert(RUN_CAPACITY_HEADER, value(&terms.run_capacity.to_string())?);
     headers.insert(RESUMABLE_HEADER, value(&terms.resumable.to_string())?);
     headers.insert(PLANNING_HEADER, value(&terms.planning.to_string())?);

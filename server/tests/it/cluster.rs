@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use margin_protocol::link::{ClientMessage, HeldSession, ServerMessage};
 use margin_protocol::sessions::SessionState;
-use margin_protocol::RefusalCode;
 use margin_protocol::sync::close;
+use margin_protocol::RefusalCode;
 use margin_server::storage::{LeaseFence, SessionOwner, SessionWrite, StorageError, Store, Take};
 use tokio::process::Command;
 
