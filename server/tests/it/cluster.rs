@@ -271,8 +271,8 @@ on_postgres! {
         let ada = store.create_account("ada").await.unwrap();
         let doc = store.create_document(&ada, "Plan").await.unwrap();
         let machine = store.pair_machine(&ada, "laptop", "hash", i64::MAX).await.unwrap();
-        // Node A holds the document, then stops renewing (a 1 ms lease).
-        let a = store.register_node("http://127.0.0.1:1", 1).await.unwrap();
+        // Node A holds the document, then stops renewing (a 500 ms lease).
+        let a = store.register_node("http://127.0.0.1:1", 500).await.unwrap();
         assert!(matches!(store.take_document(&doc.id, &a.id).await.unwrap(), Take::Taken(_)));
         let fence = |node: &str| Some(LeaseFence { document: doc.id.clone(), node: node.to_owned() });
         let first = SessionWrite {
@@ -285,7 +285,7 @@ on_postgres! {
             ..SessionWrite::default()
         };
         store.commit_sessions(&[first]).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(600)).await;
         let b = store.register_node("http://127.0.0.1:2", 60_000).await.unwrap();
         assert!(matches!(store.take_document(&doc.id, &b.id).await.unwrap(), Take::Taken(_)));
         let next = |node: &str| SessionWrite {
