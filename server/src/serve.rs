@@ -174,6 +174,11 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
         // with its document's lease; the first sweep runs at once.
         Some(cluster) => {
             tracker.spawn(sessions.clone().sweep(cluster.renew_every()));
+            tracker.spawn(cluster.clone().listen(
+                sessions.clone(),
+                links.clone(),
+                shutdown.clone(),
+            ));
         }
     }
     let app = router(AppState {

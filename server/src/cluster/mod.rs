@@ -12,6 +12,7 @@
 //! its document to the node that does, and [`relay`] an HTTP call.
 
 pub mod forward;
+pub mod notice;
 pub mod relay;
 
 use std::collections::HashMap;
@@ -83,6 +84,8 @@ struct Inner {
     store: Store,
     advertise: String,
     secret: String,
+    /// The NOTIFY channel the nodes tell each other things on.
+    channel: String,
     settings: ClusterSettings,
     /// The node as it is registered now.
     current: Mutex<Incarnation>,
@@ -191,6 +194,7 @@ impl Cluster {
             StorageError::Claim(format!("no randomness for the cluster secret: {e}"))
         })?;
         let secret = store.cluster_secret(&fresh).await?;
+        let channel = store.cluster_channel().await?;
         let started = Instant::now();
         let node = store.register_node(&advertise, ttl_ms(&settings)).await?;
         info!(node = %node.id, %advertise, "joined the cluster");
@@ -199,6 +203,7 @@ impl Cluster {
                 store,
                 advertise,
                 secret,
+                channel,
                 current: Mutex::new(Incarnation {
                     node: node.id,
                     lapsed: CancellationToken::new(),

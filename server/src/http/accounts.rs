@@ -29,6 +29,11 @@ pub async fn sign_out(
         .sessions
         .machines_ended(Whose::Account(&account.id), ReleaseTrigger::SignOut)
         .await;
+    if let Some(cluster) = state.hub.cluster() {
+        cluster
+            .machines_ended(Whose::Account(&account.id), ReleaseTrigger::SignOut)
+            .await;
+    }
     crate::auth::sign_out(state.hub.store(), &signed.token).await?;
     tracing::info!(account = %account.name, "signed out");
     Ok(StatusCode::NO_CONTENT)

@@ -113,6 +113,11 @@ async fn end_machine(state: &AppState, machine: &str, trigger: ReleaseTrigger) {
         .machines_ended(Whose::Machine(machine), trigger)
         .await;
     state.links.revoke(machine);
+    if let Some(cluster) = state.hub.cluster() {
+        cluster
+            .machines_ended(Whose::Machine(machine), trigger)
+            .await;
+    }
 }
 
 /// `GET /machine`: a machine's link, authenticated by its credential. A

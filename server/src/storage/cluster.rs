@@ -288,4 +288,35 @@ impl Store {
             .map(|row| Ok((row.try_get("id")?, row.try_get("document_id")?)))
             .collect()
     }
+
+    /// The channel this database's nodes tell each other things on: one
+    /// per database and schema, as the servers' claim is.
+    pub async fn cluster_channel(&self) -> Result<String, StorageError> {
+        self.cluster_only()?;
+        let scope: String = sqlx::query("SELECT current_database() || '.' || current_schema()")
+            .fetch_one(&self.pool)
+            .await?
+            .try_get(0)?;
+        let hash = blake3::hash(format!("margin cluster {scope}").as_bytes());
+        Ok(format!("margin_{}", &hash.to_hex()[..16]))
+    }
+
+    /// Tells every node listening on `channel` `payload` (PostgreSQL's
+    /// NOTIFY: delivered once this commits, to those listening then).
+    pub async fn notify(&self, channel: &str, payload: &str) -> Result<(), StorageError> {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(channel)
+            .bind(payload)
+            .execute(self.writes())
+            .await?;
+        Ok(())
+    }
+
+    /// A connection listening on `channel`.
+    pub async fn listen(&self, channel: &str) -> Result<sqlx::postgres::PgListener, StorageError> {
+        self.cluster_only()?;
+        let mut listener = sqlx::postgres::PgListener::connect(&self.url).await?;
+        listener.listen(channel).await?;
+        Ok(listener)
+    }
 }

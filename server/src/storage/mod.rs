@@ -146,6 +146,9 @@ pub struct Store {
     backend: Backend,
     /// SQLite on a file: the file a server's [`Claim`] locks.
     lock_path: Option<std::path::PathBuf>,
+    /// The URL it was opened with: a cluster node's listener connects
+    /// with it.
+    url: String,
 }
 
 impl Store {
@@ -186,6 +189,7 @@ impl Store {
                 Backend::Sqlite => claim::sqlite_lock_path(url),
                 Backend::Postgres => None,
             },
+            url: url.to_owned(),
         })
     }
 

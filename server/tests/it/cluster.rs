@@ -56,6 +56,19 @@ async fn until_held(store: &Store, nodes: &[Server], doc: &str, not: Option<usiz
     }
 }
 
+/// Waits until session `id`'s state, read through `node`, is `wanted`.
+async fn until_state(node: &Server, token: &str, id: &str, wanted: impl Fn(SessionState) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = crate::crash::snapshot(node, token, id).await.state;
+        if wanted(state) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "session {id} stayed {state:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn signal(node: &Server, signal: &str) {
     let status = Command::new("kill")
         .args([signal, &node.pid().to_string()])
@@ -426,6 +439,28 @@ on_postgres! {
             Some(ServerMessage::InputResult { request, .. }) => assert_eq!(request, card),
             other => panic!("expected the answer, got {other:?}"),
         }
+    }
+
+    async fn revoking_a_machine_through_any_node_ends_its_sessions_on_every_node(db) {
+        let (nodes, token) = nodes(&db, 3).await;
+        let doc = nodes[0].create_document(&token, "Plan").await;
+        let _editor = SyncClient::connect(&nodes[0].sync_url(&doc, &token)).await;
+        let (status, paired) = nodes[1].post(Some(&token), "/machines", serde_json::json!({"name": "laptop"})).await;
+        assert_eq!(status, 201);
+        let machine = paired["machine"]["id"].as_str().unwrap().to_owned();
+        let mut link = LinkClient::connect(nodes[1].addr, paired["credential"].as_str().unwrap()).await.unwrap();
+        assert!(matches!(link.hello_planning().await, ServerMessage::Welcome { .. }));
+        nodes[2].say(&token, &doc, "@planner look").await;
+        let (session, _, _, _) = crate::turns::invoked(&mut link).await;
+        // The machine drops away; its session on node 0 waits for it.
+        drop(link);
+        let away = |state: SessionState| state == SessionState::Disconnected;
+        until_state(&nodes[0], &token, &session, away).await;
+        // Revoked through node 2, which neither holds its link nor runs
+        // its session: the session ends where it runs.
+        let (status, _) = nodes[2].delete(Some(&token), &format!("/machines/{machine}")).await;
+        assert_eq!(status, 204);
+        until_state(&nodes[0], &token, &session, |state| state == SessionState::Ended).await;
     }
 
     async fn readyz_names_the_node_and_healthz_still_answers(db) {

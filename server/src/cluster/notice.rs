@@ -1,0 +1,127 @@
+//! What one node tells every other (SPEC C2, P3), through PostgreSQL's
+//! LISTEN/NOTIFY on a channel of the cluster's own: acts that end Planner
+//! sessions wherever they run — a sign-out, a revoked or unpaired machine —
+//! which the node that took the request cannot carry out alone. Each node
+//! listens on one connection of its own; a notice is sent once the act it
+//! reports is committed, and applying it twice changes nothing.
+
+use margin_planner::ReleaseTrigger;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::Cluster;
+use crate::link::Links;
+use crate::sessions::{Sessions, Whose};
+
+/// A notice from one node to the others. The payload of a NOTIFY between
+/// nodes of one build, never seen by a client.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "notice", rename_all = "snake_case")]
+pub enum Notice {
+    /// The sessions of an account's machines, or of one machine, end for
+    /// `trigger`; a revoked or unpaired machine's links close.
+    MachinesEnded {
+        /// The node that took the request (it has done its part).
+        from: String,
+        /// The account whose machines' sessions end.
+        account: Option<String>,
+        /// The machine whose sessions end.
+        machine: Option<String>,
+        /// Why.
+        trigger: ReleaseTrigger,
+    },
+}
+
+impl Cluster {
+    /// Tells the other nodes that `whose` sessions ended for `trigger`
+    /// (this node has ended its own).
+    pub async fn machines_ended(&self, whose: Whose<'_>, trigger: ReleaseTrigger) {
+        let (account, machine) = match whose {
+            Whose::Account(account) => (Some(account.to_owned()), None),
+            Whose::Machine(machine) => (None, Some(machine.to_owned())),
+        };
+        let notice = Notice::MachinesEnded {
+            from: self.incarnation().node,
+            account,
+            machine,
+            trigger,
+        };
+        let sent = match serde_json::to_string(&notice) {
+            Ok(payload) => self.inner.store.notify(&self.inner.channel, &payload).await,
+            Err(error) => Err(crate::storage::StorageError::Corrupt(error.to_string())),
+        };
+        if let Err(error) = sent {
+            // Sessions elsewhere end when their node next takes them back
+            // (a revoked machine's are ended then); links close with it.
+            warn!(%error, "the other nodes were not told that sessions ended");
+        }
+    }
+
+    /// Listens for the other nodes' notices until `shutdown`, carrying
+    /// each out on this node's sessions and links.
+    pub async fn listen(self, sessions: Sessions, links: Links, shutdown: CancellationToken) {
+        let mut listener = loop {
+            match self.inner.store.listen(&self.inner.channel).await {
+                Ok(listener) => break listener,
+                Err(error) => {
+                    warn!(%error, "cannot listen for the other nodes; trying again");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(self.inner.settings.renew_every) => {}
+                    }
+                }
+            }
+        };
+        loop {
+            let received = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                received = listener.recv() => received,
+            };
+            // The listener reconnects by itself after an error.
+            let notification = match received {
+                Ok(notification) => notification,
+                Err(error) => {
+                    debug!(%error, "listener interrupted");
+                    continue;
+                }
+            };
+            match serde_json::from_str::<Notice>(notification.payload()) {
+                Ok(notice) => self.apply(notice, &sessions, &links).await,
+                Err(error) => warn!(%error, "a notice from another node did not parse"),
+            }
+        }
+    }
+
+    async fn apply(&self, notice: Notice, sessions: &Sessions, links: &Links) {
+        match notice {
+            Notice::MachinesEnded {
+                from,
+                account,
+                machine,
+                trigger,
+            } => {
+                if from == self.incarnation().node {
+                    return;
+                }
+                info!(
+                    ?account,
+                    ?machine,
+                    ?trigger,
+                    "sessions ended on another node's word"
+                );
+                if let Some(account) = &account {
+                    sessions
+                        .machines_ended(Whose::Account(account), trigger)
+                        .await;
+                }
+                if let Some(machine) = &machine {
+                    sessions
+                        .machines_ended(Whose::Machine(machine), trigger)
+                        .await;
+                    links.revoke(machine);
+                }
+            }
+        }
+    }
+}
