@@ -6,9 +6,11 @@
 //!
 //! The relaying node has already authenticated the caller (failed sign-ins
 //! are throttled there, by the caller's own address). The request goes on
-//! as it came, with the cluster's secret added, and the owner serves it
-//! as its own: it never relays a call that shows the secret again, so a
-//! call crosses at most one hop.
+//! as it came, but for its token: the relaying node names the account
+//! instead, and adds the cluster's secret, which is what the owner trusts
+//! (`http::extract::Caller`). The owner serves it as its own and never
+//! relays a call that shows the secret again, so a call crosses at most one
+//! hop.
 
 use std::time::Duration;
 

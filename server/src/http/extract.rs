@@ -18,8 +18,38 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = AppError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, AppError> {
+        if let Some(account) = relayed_caller(parts, state).await? {
+            return Ok(Caller(account));
+        }
         let SignedIn { account, .. } = SignedIn::from_request_parts(parts, state).await?;
         Ok(Caller(account))
+    }
+}
+
+/// In a cluster, the caller of a call another node relayed here (SPEC
+/// C2): that node authenticated the token and names the account on the
+/// internal channel, which only a node can use (it shows the cluster's
+/// secret). `None` for any other call.
+async fn relayed_caller(parts: &Parts, state: &AppState) -> Result<Option<Account>, AppError> {
+    let Some(cluster) = state.hub.cluster() else {
+        return Ok(None);
+    };
+    let Some(name) = parts
+        .headers
+        .get(crate::cluster::forward::ACCOUNT_HEADER)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return Ok(None);
+    };
+    if !crate::cluster::relay::from_a_node(cluster, &parts.headers) {
+        return Ok(None);
+    }
+    match state.hub.store().account_by_name(name).await {
+        Ok(account) => Ok(Some(account)),
+        Err(StorageError::NotFound(_)) => Err(AppError::Unauthenticated(
+            "the relayed caller's account no longer exists",
+        )),
+        Err(other) => Err(other.into()),
     }
 }
 

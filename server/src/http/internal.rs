@@ -5,12 +5,13 @@
 
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{FromRequestParts, Path, Request, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::header::AUTHORIZATION;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use margin_protocol::sync::MAX_MESSAGE_BYTES;
 
-use super::extract::SignedIn;
+use super::extract::Caller;
 use super::{AppError, AppState};
 use crate::cluster::forward::{parse_role, ACCOUNT_HEADER, ROLE_HEADER};
 use crate::cluster::relay;
@@ -98,10 +99,18 @@ pub async fn to_owner(State(state): State<AppState>, request: Request, next: Nex
         Ok(None) => return next.run(request).await,
         Err(error) => return AppError::from(error).into_response(),
     };
+    // Authenticated here; the owner is told who, not shown the token.
     let (mut parts, body) = request.into_parts();
-    if let Err(refused) = SignedIn::from_request_parts(&mut parts, &state).await {
-        return refused.into_response();
-    }
+    let account = match Caller::from_request_parts(&mut parts, &state).await {
+        Ok(Caller(account)) => account,
+        Err(refused) => return refused.into_response(),
+    };
+    parts.headers.remove(AUTHORIZATION);
+    let Ok(name) = HeaderValue::from_str(&account.name) else {
+        return AppError::Internal("an account name that is no header value".into())
+            .into_response();
+    };
+    parts.headers.insert(ACCOUNT_HEADER, name);
     match relay::relay(cluster, &owner, Request::from_parts(parts, body)).await {
         Ok(answer) => answer,
         Err(error) => AppError::Unavailable(format!("{error}; try again")).into_response(),

@@ -388,6 +388,11 @@ on_postgres! {
             assert!(client.until(|c| c.projected_cards().iter().any(|(id, _)| *id == card)).await);
         }
         assert_eq!(holder(&store, &nodes, &doc).await, Some(0));
+        let plan = serde_json::json!({"expected_revision": 0, "steps": [{"id": "a", "description": "Ask about the date", "status": "in_progress"}]});
+        assert!(matches!(
+            crate::turns::call(&mut link, &session, &turn, "update_plan", plan).await,
+            ServerMessage::ToolResult { error: None, .. }
+        ));
 
         // A call in flight as the owner dies.
         let in_flight = crate::turns::fresh_call_id();
@@ -430,6 +435,7 @@ on_postgres! {
         assert!(matches!(holder(&store, &nodes, &doc).await, Some(1 | 2)));
         let snapshot = crate::crash::snapshot(&nodes[1], &token, &session).await;
         assert_eq!(snapshot.host_requests, std::slice::from_ref(&card));
+        assert_eq!(snapshot.plan.flatten().map(|plan| plan.revision), Some(1));
         // A person answers through node 1; the answer reaches the machine.
         let (status, _) = nodes[1]
             .post(Some(&token), &format!("/documents/{doc}/decisions/{card}/answer"), serde_json::json!({"yes": true}))
