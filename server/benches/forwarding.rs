@@ -24,11 +24,15 @@
 //! over `QUIET_SECONDS` with none and with all of them owned; a node
 //! renews one row, so the difference per document is the upkeep.
 //!
+//! Memory: `IDLE_CONNECTIONS` idle clients join on A, then as many on B;
+//! the nodes' `VmRSS` before and after each gives what a direct and a
+//! forwarded connection cost where.
+//!
 //! Knobs (env vars): `MARGIN_BIN` (default `target/release/margin`),
 //! `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`; a
 //! schema of the bench's own, dropped at the end), `RECEIVERS` (20 a
-//! side), `RATE` (50 edits/s), `SECONDS` (20), `OWNED` (200),
-//! `QUIET_SECONDS` (5).
+//! side), `RATE` (50 edits/s), `SECONDS` (20), `IDLE_CONNECTIONS` (300 a
+//! side), `OWNED` (200), `QUIET_SECONDS` (5).
 
 // Each bench uses part of the shared helpers.
 #[allow(dead_code)]
@@ -46,7 +50,7 @@ use yrs::{ClientID, ReadTxn, Transact};
 use support::margin::Margin;
 use support::postgres::Scratch;
 use support::sync::SyncSocket;
-use support::{describe, env_or, margin_bin, percentile, CpuSnap, ServerCpu};
+use support::{describe, env_or, margin_bin, percentile, rss_kib, CpuSnap, ServerCpu};
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -169,6 +173,42 @@ async fn bench() {
     drop(forwarded);
     writer.close().await;
 
+    // Memory: idle connections on A (direct) and on B (forwarded to A).
+    let idle_connections: usize = env_or("IDLE_CONNECTIONS", 300);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (a0, b0) = (rss(&a), rss(&b));
+    let mut idle = Vec::new();
+    for _ in 0..idle_connections {
+        idle.push(
+            SyncSocket::connect(&sync(&a, &doc), PATIENCE)
+                .await
+                .expect("an idle client"),
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (a1, b1) = (rss(&a), rss(&b));
+    for _ in 0..idle_connections {
+        idle.push(
+            SyncSocket::connect(&sync(&b, &doc), PATIENCE)
+                .await
+                .expect("an idle client"),
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (a2, b2) = (rss(&a), rss(&b));
+    let per = |kib: i64| kib as f64 * 1024.0 / idle_connections as f64 / 1024.0;
+    println!();
+    println!(
+        "memory of {idle_connections} idle connections (VmRSS): direct on A {:+.1} KiB each on A; \
+         forwarded through B {:+.1} KiB each on B and {:+.1} KiB each on A (A {a0} → {a1} → {a2} KiB, B {b0} → {b1} → {b2} KiB)",
+        per(a1 as i64 - a0 as i64),
+        per(b2 as i64 - b1 as i64),
+        per(a2 as i64 - a1 as i64),
+    );
+    for socket in idle {
+        socket.close().await;
+    }
+
     // Lease upkeep: commits with no document owned, then with `owned`.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = commits(&mut scratch.admin, quiet).await;
@@ -221,6 +261,11 @@ async fn bench() {
     }
     drop(store);
     scratch.drop_schema().await;
+}
+
+/// `node`'s resident memory in KiB (0 when it cannot be read).
+fn rss(node: &Margin) -> u64 {
+    rss_kib(node.pid).unwrap_or(0)
 }
 
 /// For each edit, the latest arrival among `receivers`, in ms, sorted.

@@ -254,3 +254,10 @@ pub(crate) fn describe(bin: &Path) -> [String; 2] {
         ),
     ]
 }
+
+/// Resident memory of process `pid` (`VmRSS`), in KiB.
+pub(crate) fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}

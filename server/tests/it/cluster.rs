@@ -447,6 +447,48 @@ on_postgres! {
         }
     }
 
+    async fn a_planner_whose_owner_stops_gracefully_resumes_on_another_node_and_chat_says_nothing_false(db) {
+        let (mut nodes, token) = nodes(&db, 3).await;
+        let doc = nodes[0].create_document(&token, "Plan").await;
+        let mut editor = SyncClient::connect(&nodes[0].sync_url(&doc, &token)).await;
+        editor.append_paragraph("Ship on March 3").await;
+        let (status, paired) = nodes[1].post(Some(&token), "/machines", serde_json::json!({"name": "laptop"})).await;
+        assert_eq!(status, 201);
+        let credential = paired["credential"].as_str().unwrap().to_owned();
+        let mut link = LinkClient::connect(nodes[1].addr, &credential).await.unwrap();
+        assert!(matches!(link.hello_planning().await, ServerMessage::Welcome { .. }));
+        nodes[1].say(&token, &doc, "@planner ask about the date").await;
+        let (session, turn, _, _) = crate::turns::invoked(&mut link).await;
+        let card = crate::turns::ask_first_paragraph(&mut link, &session, &turn).await;
+        let before = nodes[1].get(Some(&token), &format!("/documents/{doc}/chat")).await.1["messages"].as_array().unwrap().len();
+
+        drop(editor);
+        nodes[0].terminate().await;
+        // One reconnect, to any node, and the session carries on there.
+        assert_eq!(link.wait_closed().await.0, margin_protocol::link::close::UNRESPONSIVE);
+        let mut back = LinkClient::connect(nodes[2].addr, &credential).await.unwrap();
+        assert!(matches!(back.hello_planning().await, ServerMessage::Welcome { .. }));
+        back.send_message(&ClientMessage::Resume { sessions: vec![HeldSession {
+            session: session.clone(), questions: vec![card.clone()], turn: Some(turn), calls: vec![],
+        }] }).await;
+        match back.next_work().await {
+            Some(ServerMessage::Resumed { sessions, ended }) => {
+                assert_eq!((sessions.len(), ended.len()), (1, 0), "{sessions:?} {ended:?}");
+                assert!(sessions[0].withdrawn.is_empty(), "the question still waits: {sessions:?}");
+            }
+            other => panic!("expected resumed, got {other:?}"),
+        }
+        // Nothing was stopped or ended, and Chat says no such thing (L9).
+        let chat = nodes[2].get(Some(&token), &format!("/documents/{doc}/chat")).await.1;
+        let after: Vec<&str> = chat["messages"].as_array().unwrap()[before..]
+            .iter()
+            .map(|m| m["text"].as_str().unwrap())
+            .collect();
+        assert!(after.iter().all(|line| !line.contains("stopped") && !line.contains("ended")), "{after:?}");
+        let snapshot = crate::crash::snapshot(&nodes[2], &token, &session).await;
+        assert_eq!(snapshot.host_requests, std::slice::from_ref(&card));
+    }
+
     async fn revoking_a_machine_through_any_node_ends_its_sessions_on_every_node(db) {
         let (nodes, token) = nodes(&db, 3).await;
         let doc = nodes[0].create_document(&token, "Plan").await;
