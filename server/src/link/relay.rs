@@ -194,6 +194,8 @@ impl Relays {
         for session in held {
             match self.locate(&session.session).await {
                 Target::Node(node) if there.contains_key(&node) => {
+                    // What the machine says of it next goes there too.
+                    self.routes.insert(session.session.clone(), node.clone());
                     there.entry(node).or_default().push(session);
                 }
                 Target::Node(_) | Target::Here => here.push(session),

@@ -56,6 +56,19 @@ async fn until_held(store: &Store, nodes: &[Server], doc: &str, not: Option<usiz
     }
 }
 
+/// Waits until document `doc`, read through `node`, holds `blocks` blocks
+/// (an editor's update is committed).
+async fn committed(node: &Server, token: &str, doc: &str, blocks: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while node.block_texts(token, doc).await.1.len() < blocks {
+        assert!(
+            Instant::now() < deadline,
+            "{doc} never held {blocks} blocks"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits until session `id`'s state, read through `node`, is `wanted`.
 async fn until_state(node: &Server, token: &str, id: &str, wanted: impl Fn(SessionState) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -452,6 +465,7 @@ on_postgres! {
         let doc = nodes[0].create_document(&token, "Plan").await;
         let mut editor = SyncClient::connect(&nodes[0].sync_url(&doc, &token)).await;
         editor.append_paragraph("Ship on March 3").await;
+        committed(&nodes[1], &token, &doc, 1).await;
         let (status, paired) = nodes[1].post(Some(&token), "/machines", serde_json::json!({"name": "laptop"})).await;
         assert_eq!(status, 201);
         let credential = paired["credential"].as_str().unwrap().to_owned();
@@ -487,6 +501,53 @@ on_postgres! {
         assert!(after.iter().all(|line| !line.contains("stopped") && !line.contains("ended")), "{after:?}");
         let snapshot = crate::crash::snapshot(&nodes[2], &token, &session).await;
         assert_eq!(snapshot.host_requests, std::slice::from_ref(&card));
+    }
+
+    async fn a_planner_that_relinks_to_another_node_resumes_its_session_where_it_runs_and_carries_on(db) {
+        let (nodes, token) = nodes(&db, 3).await;
+        let doc = nodes[0].create_document(&token, "Plan").await;
+        let mut editor = SyncClient::connect(&nodes[0].sync_url(&doc, &token)).await;
+        editor.append_paragraph("Ship on March 3").await;
+        committed(&nodes[1], &token, &doc, 1).await;
+        let (status, paired) = nodes[1].post(Some(&token), "/machines", serde_json::json!({"name": "laptop"})).await;
+        assert_eq!(status, 201);
+        let credential = paired["credential"].as_str().unwrap().to_owned();
+        let mut link = LinkClient::connect(nodes[1].addr, &credential).await.unwrap();
+        assert!(matches!(link.hello_planning().await, ServerMessage::Welcome { .. }));
+        nodes[1].say(&token, &doc, "@planner ask about the date").await;
+        let (session, turn, _, _) = crate::turns::invoked(&mut link).await;
+        let card = crate::turns::ask_first_paragraph(&mut link, &session, &turn).await;
+        // The machine's link drops; it relinks to node 2. The session stays
+        // on node 0, which owns the document.
+        drop(link);
+        let mut back = LinkClient::connect(nodes[2].addr, &credential).await.unwrap();
+        assert!(matches!(back.hello_planning().await, ServerMessage::Welcome { .. }));
+        back.send_message(&ClientMessage::Resume { sessions: vec![HeldSession {
+            session: session.clone(), questions: vec![card.clone()], turn: Some(turn.clone()), calls: vec![],
+        }] }).await;
+        match back.next_work().await {
+            Some(ServerMessage::Resumed { sessions, ended }) => {
+                assert_eq!((sessions.len(), ended.len()), (1, 0), "{sessions:?} {ended:?}");
+            }
+            other => panic!("expected resumed, got {other:?}"),
+        }
+        // Its next call reaches node 0 through node 2, and so does a
+        // person's answer to its question, through node 1.
+        let ServerMessage::ToolResult { error: None, output: Some(_), .. } =
+            crate::turns::call(&mut back, &session, &turn, "read_document", serde_json::json!({})).await
+        else {
+            panic!("the call after resume did not reach the session")
+        };
+        let (status, _) = nodes[1]
+            .post(Some(&token), &format!("/documents/{doc}/decisions/{card}/answer"), serde_json::json!({"yes": true}))
+            .await;
+        assert_eq!(status, 200);
+        match back.next_work().await {
+            Some(ServerMessage::InputResult { request, .. }) => assert_eq!(request, card),
+            other => panic!("expected the answer, got {other:?}"),
+        }
+        let store = db.open().await;
+        assert_eq!(holder(&store, &nodes, &doc).await, Some(0));
     }
 
     async fn revoking_a_machine_through_any_node_ends_its_sessions_on_every_node(db) {
