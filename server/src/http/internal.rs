@@ -81,19 +81,28 @@ fn no_route() -> AppError {
 }
 
 /// In a cluster, relays a call on a document (`/documents/{id}` and what
-/// is below it, but its sync socket, which is forwarded on its own) to the
-/// node that owns the document, once the caller authenticated here; a call
-/// from another node, or on a document no other node owns, is served here.
+/// is below it, but its sync socket, which is forwarded on its own) and
+/// on a Planner session (`/sessions/{sid}` and its event stream, which only
+/// the node running the session feeds live) to the node that owns the
+/// document, once the caller authenticated here; a call from another node,
+/// or on a document no other node owns, is served here.
 pub async fn to_owner(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let Some(cluster) = state.hub.cluster() else {
-        return next.run(request).await;
-    };
-    let Some(id) = document_of(request.uri().path()) else {
         return next.run(request).await;
     };
     if relay::from_a_node(cluster, request.headers()) {
         return next.run(request).await;
     }
+    let id = match target_of(request.uri().path()) {
+        Some(Target::Document(id)) => id,
+        Some(Target::Session(sid)) => match state.hub.store().session(&sid).await {
+            Ok(Some(stored)) => stored.document,
+            // The route answers for a session that does not exist.
+            Ok(None) => return next.run(request).await,
+            Err(error) => return AppError::from(error).into_response(),
+        },
+        None => return next.run(request).await,
+    };
     let owner = match cluster.elsewhere(&id).await {
         Ok(Some(owner)) => owner,
         Ok(None) => return next.run(request).await,
@@ -106,6 +115,9 @@ pub async fn to_owner(State(state): State<AppState>, request: Request, next: Nex
         Err(refused) => return refused.into_response(),
     };
     parts.headers.remove(AUTHORIZATION);
+    if let Some(uri) = without_token(&parts.uri) {
+        parts.uri = uri;
+    }
     let Ok(name) = HeaderValue::from_str(&account.name) else {
         return AppError::Internal("an account name that is no header value".into())
             .into_response();
@@ -117,17 +129,41 @@ pub async fn to_owner(State(state): State<AppState>, request: Request, next: Nex
     }
 }
 
-/// The document a call acts on, for the routes a document's owner serves.
-fn document_of(path: &str) -> Option<String> {
+/// What a call acts on, for the routes its owner serves.
+enum Target {
+    Document(String),
+    Session(String),
+}
+
+fn target_of(path: &str) -> Option<Target> {
     let mut segments = path.split('/').skip(1);
-    if segments.next() != Some("documents") {
+    let kind = segments.next()?;
+    let id = segments.next().filter(|id| !id.is_empty())?.to_owned();
+    match (kind, segments.next()) {
+        ("documents", Some("sync")) => None,
+        ("documents", _) => Some(Target::Document(id)),
+        ("sessions", _) => Some(Target::Session(id)),
+        _ => None,
+    }
+}
+
+/// `uri` without a `token=` query pair (a browser's event stream signs in
+/// with one): the owner is told the account, never shown the token. `None`
+/// when it has none.
+fn without_token(uri: &axum::http::Uri) -> Option<axum::http::Uri> {
+    let query = uri.query()?;
+    if !query.split('&').any(|pair| pair.starts_with("token=")) {
         return None;
     }
-    let id = segments.next().filter(|id| !id.is_empty())?;
-    match segments.next() {
-        Some("sync") => None,
-        _ => Some(id.to_owned()),
-    }
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|pair| !pair.starts_with("token="))
+        .collect();
+    let path = match kept.is_empty() {
+        true => uri.path().to_owned(),
+        false => format!("{}?{}", uri.path(), kept.join("&")),
+    };
+    path.parse().ok()
 }
 
 /// A machine's link relayed from the node it linked to (SPEC C2): the

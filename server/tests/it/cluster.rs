@@ -12,7 +12,7 @@ use margin_protocol::RefusalCode;
 use margin_server::storage::{LeaseFence, SessionOwner, SessionWrite, StorageError, Store, Take};
 use tokio::process::Command;
 
-use crate::harness::{LinkClient, Server, SyncClient, TestDb};
+use crate::harness::{LinkClient, Server, Sse, SyncClient, TestDb};
 
 /// The lease settings the tests run with: the defaults, spelled out.
 const CLUSTER_ARGS: [&str; 5] = [
@@ -548,6 +548,36 @@ on_postgres! {
         }
         let store = db.open().await;
         assert_eq!(holder(&store, &nodes, &doc).await, Some(0));
+    }
+
+    async fn a_sessions_event_stream_read_through_any_node_is_live(db) {
+        let (nodes, token) = nodes(&db, 3).await;
+        let doc = nodes[0].create_document(&token, "Plan").await;
+        let _editor = SyncClient::connect(&nodes[0].sync_url(&doc, &token)).await;
+        let (status, paired) = nodes[1].post(Some(&token), "/machines", serde_json::json!({"name": "laptop"})).await;
+        assert_eq!(status, 201);
+        let mut link = LinkClient::connect(nodes[1].addr, paired["credential"].as_str().unwrap()).await.unwrap();
+        assert!(matches!(link.hello_planning().await, ServerMessage::Welcome { .. }));
+        nodes[1].say(&token, &doc, "@planner plan").await;
+        let (session, turn, _, _) = crate::turns::invoked(&mut link).await;
+        // The session runs on node 0; its feed is followed through node 2.
+        let cursor = crate::crash::snapshot(&nodes[2], &token, &session).await.cursor;
+        let mut events = Sse::open(nodes[2].addr, &token, &format!("/sessions/{session}/events"), Some(&cursor.to_string()))
+            .await
+            .unwrap_or_else(|(status, body)| panic!("{status}: {body}"));
+        let plan = serde_json::json!({"expected_revision": 0, "steps": [{"id": "a", "description": "Draft", "status": "in_progress"}]});
+        assert!(matches!(
+            crate::turns::call(&mut link, &session, &turn, "update_plan", plan).await,
+            ServerMessage::ToolResult { error: None, .. }
+        ));
+        let mut seen = Vec::new();
+        while let Some(event) = events.next().await {
+            seen.push(event.event.clone());
+            if event.event == "plan_updated" {
+                return;
+            }
+        }
+        panic!("no live plan_updated through node 2; saw {seen:?}");
     }
 
     async fn revoking_a_machine_through_any_node_ends_its_sessions_on_every_node(db) {
