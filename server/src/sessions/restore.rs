@@ -25,6 +25,9 @@ use crate::storage::{LeaseFence, SessionWrite, StorageError, StoredEvent, Stored
 
 /// Why a stored session was not taken back.
 const UNREADABLE: &str = "the server restarted and could not read the session back";
+/// Longest wait for another task taking the same session back.
+const RESTORE_WAIT: Duration = Duration::from_secs(10);
+
 /// Most orphaned sessions one sweep takes back.
 const SWEEP_BATCH: i64 = 64;
 
@@ -102,11 +105,24 @@ async fn take_back_or_end(
     stored: &StoredSession,
     lease: Option<Lease>,
 ) {
-    {
-        let mut registry = shared.lock();
-        if registry.sessions.contains_key(id) || !registry.restoring.insert(id.to_owned()) {
+    // Another task taking the same session back (the sweep, a resume)
+    // finishes first: the caller then finds it running, as it expects.
+    let waited_since = tokio::time::Instant::now();
+    loop {
+        {
+            let mut registry = shared.lock();
+            if registry.sessions.contains_key(id) {
+                return;
+            }
+            if registry.restoring.insert(id.to_owned()) {
+                break;
+            }
+        }
+        if waited_since.elapsed() > RESTORE_WAIT {
+            warn!(session = %id, "another take-back of this session did not finish in time");
             return;
         }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let document = stored.document.clone();
     let fence = lease.as_ref().map(Lease::fence);
