@@ -101,7 +101,10 @@ pub async fn route_sync(
         if Instant::now() >= deadline {
             return Err(RouteError::Unavailable(last));
         }
-        tokio::time::sleep(RETRY_EVERY).await;
+        tokio::select! {
+            _ = tokio::time::sleep(RETRY_EVERY) => {}
+            _ = cluster.woken() => {}
+        }
     }
 }
 

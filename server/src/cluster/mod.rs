@@ -95,6 +95,8 @@ struct Inner {
     holds: Mutex<HashMap<(String, String), Held>>,
     /// Draining: it takes no new documents (a graceful stop).
     draining: AtomicBool,
+    /// Woken when another node let documents go ([`notice`]).
+    wakeup: tokio::sync::Notify,
 }
 
 /// One registration of this node: its id, and a token cancelled when it
@@ -212,6 +214,7 @@ impl Cluster {
                 settings,
                 holds: Mutex::new(HashMap::new()),
                 draining: AtomicBool::new(false),
+                wakeup: tokio::sync::Notify::new(),
             }),
         };
         Ok(cluster)
@@ -339,13 +342,19 @@ impl Cluster {
             holds.remove(&key);
             epoch
         };
-        let store = self.inner.store.clone();
+        let cluster = self.clone();
         let (node, document) = key;
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                if let Err(error) = store.release_document(&document, &node, epoch).await {
+                match cluster
+                    .inner
+                    .store
+                    .release_document(&document, &node, epoch)
+                    .await
+                {
+                    Ok(()) => cluster.released().await,
                     // The lease ends with the node's registration anyway.
-                    warn!(%error, document, "document lease not released");
+                    Err(error) => warn!(%error, document, "document lease not released"),
                 }
             });
         }
@@ -479,8 +488,9 @@ impl Cluster {
     /// unloaded: its leases go with it.
     pub async fn leave(&self) {
         let node = self.incarnation().node;
-        if let Err(error) = self.inner.store.remove_node(&node).await {
-            warn!(%error, "node not removed; its leases lapse with it");
+        match self.inner.store.remove_node(&node).await {
+            Ok(()) => self.released().await,
+            Err(error) => warn!(%error, "node not removed; its leases lapse with it"),
         }
     }
 

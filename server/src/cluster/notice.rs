@@ -1,9 +1,13 @@
-//! What one node tells every other (SPEC C2, P3), through PostgreSQL's
+//! What one node tells every other (SPEC C2, C3, P3), through PostgreSQL's
 //! LISTEN/NOTIFY on a channel of the cluster's own: acts that end Planner
 //! sessions wherever they run — a sign-out, a revoked or unpaired machine —
-//! which the node that took the request cannot carry out alone. Each node
-//! listens on one connection of its own; a notice is sent once the act it
-//! reports is committed, and applying it twice changes nothing.
+//! which the node that took the request cannot carry out alone, and
+//! wake-ups: a node let documents go (it unloaded them, or it is leaving),
+//! so a connection waiting for their owner looks again at once and the
+//! sessions left without a node are taken back at once rather than at the
+//! next sweep. Each node listens on one connection of its own; a notice is
+//! sent once what it reports is committed, and applying it twice changes
+//! nothing. Nothing waits on a notice alone: what it wakes also polls.
 
 use margin_planner::ReleaseTrigger;
 use serde::{Deserialize, Serialize};
@@ -31,6 +35,11 @@ pub enum Notice {
         /// Why.
         trigger: ReleaseTrigger,
     },
+    /// A node let documents go: their owner may be another node now.
+    Released {
+        /// The node that let them go.
+        from: String,
+    },
 }
 
 impl Cluster {
@@ -47,15 +56,34 @@ impl Cluster {
             machine,
             trigger,
         };
-        let sent = match serde_json::to_string(&notice) {
+        // Unsent, sessions elsewhere end when their node next takes them
+        // back (a revoked machine's are ended then).
+        self.tell(&notice).await;
+    }
+
+    /// Tells the other nodes this one let documents go (it unloaded one,
+    /// or is leaving).
+    pub(super) async fn released(&self) {
+        let notice = Notice::Released {
+            from: self.incarnation().node,
+        };
+        self.tell(&notice).await;
+    }
+
+    async fn tell(&self, notice: &Notice) {
+        let sent = match serde_json::to_string(notice) {
             Ok(payload) => self.inner.store.notify(&self.inner.channel, &payload).await,
             Err(error) => Err(crate::storage::StorageError::Corrupt(error.to_string())),
         };
         if let Err(error) = sent {
-            // Sessions elsewhere end when their node next takes them back
-            // (a revoked machine's are ended then); links close with it.
-            warn!(%error, "the other nodes were not told that sessions ended");
+            // What it would wake polls anyway.
+            debug!(%error, "a notice to the other nodes was not sent");
         }
+    }
+
+    /// Resolves at the next wake-up: another node let documents go.
+    pub async fn woken(&self) {
+        self.inner.wakeup.notified().await;
     }
 
     /// Listens for the other nodes' notices until `shutdown`, carrying
@@ -95,6 +123,11 @@ impl Cluster {
 
     async fn apply(&self, notice: Notice, sessions: &Sessions, links: &Links) {
         match notice {
+            Notice::Released { from } => {
+                if from != self.incarnation().node {
+                    self.inner.wakeup.notify_waiters();
+                }
+            }
             Notice::MachinesEnded {
                 from,
                 account,

@@ -53,15 +53,17 @@ pub(super) async fn restore(shared: &Arc<Shared>) {
 /// In a cluster: every `every`, takes back the open sessions no live node
 /// holds, each once its document's lease is held here.
 pub(super) async fn sweep(shared: &Arc<Shared>, every: Duration) {
-    if shared.cluster.is_none() {
-        return;
-    }
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let Some(cluster) = shared.cluster.clone() else {
+        return;
+    };
     loop {
         tokio::select! {
             _ = shared.shutdown.cancelled() => return,
             _ = tick.tick() => {}
+            // Another node let documents go: its sessions need a node now.
+            _ = cluster.woken() => {}
         }
         let orphaned = match shared.hub.store().orphaned_sessions(SWEEP_BATCH).await {
             Ok(orphaned) => orphaned,
