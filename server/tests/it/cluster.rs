@@ -56,6 +56,80 @@ async fn until_held(store: &Store, nodes: &[Server], doc: &str, not: Option<usiz
     }
 }
 
+/// Three nodes; a document node 0 owns, holding one committed paragraph
+/// ("Ship on March 3") and an editor on node 0; and a planning machine
+/// linked to node 1, which owns nothing.
+struct PlannerScene {
+    nodes: Vec<Server>,
+    token: String,
+    doc: String,
+    editor: SyncClient,
+    machine: String,
+    credential: String,
+    link: LinkClient,
+}
+
+async fn planner_scene(db: &TestDb) -> PlannerScene {
+    let (nodes, token) = nodes(db, 3).await;
+    let doc = nodes[0].create_document(&token, "Plan").await;
+    let mut editor = SyncClient::connect(&nodes[0].sync_url(&doc, &token)).await;
+    editor.append_paragraph("Ship on March 3").await;
+    committed(&nodes[1], &token, &doc, 1).await;
+    let (status, paired) = nodes[1]
+        .post(
+            Some(&token),
+            "/machines",
+            serde_json::json!({"name": "laptop"}),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let machine = paired["machine"]["id"].as_str().unwrap().to_owned();
+    let credential = paired["credential"].as_str().unwrap().to_owned();
+    let link = linked(&nodes[1], &credential).await;
+    PlannerScene {
+        nodes,
+        token,
+        doc,
+        editor,
+        machine,
+        credential,
+        link,
+    }
+}
+
+/// A person answers `card` "yes" through `node`; the machine on `link`
+/// gets the answer.
+async fn answered_through(
+    node: &Server,
+    token: &str,
+    doc: &str,
+    card: &str,
+    link: &mut LinkClient,
+) {
+    let (status, _) = node
+        .post(
+            Some(token),
+            &format!("/documents/{doc}/decisions/{card}/answer"),
+            serde_json::json!({"yes": true}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    match link.next_work().await {
+        Some(ServerMessage::InputResult { request, .. }) => assert_eq!(request, card),
+        other => panic!("expected the answer, got {other:?}"),
+    }
+}
+
+/// A planning link with `credential` to `node`, past its `hello`.
+async fn linked(node: &Server, credential: &str) -> LinkClient {
+    let mut link = LinkClient::connect(node.addr, credential).await.unwrap();
+    assert!(matches!(
+        link.hello_planning().await,
+        ServerMessage::Welcome { .. }
+    ));
+    link
+}
+
 /// Waits until document `doc`, read through `node`, holds `blocks` blocks
 /// (an editor's update is committed).
 async fn committed(node: &Server, token: &str, doc: &str, blocks: usize) {
@@ -377,20 +451,12 @@ on_postgres! {
     }
 
     async fn a_planner_linked_to_a_node_that_owns_nothing_works_the_document_and_resumes_elsewhere_when_the_owner_dies(db) {
-        let (mut nodes, token) = nodes(&db, 3).await;
-        let doc = nodes[0].create_document(&token, "Plan").await;
-        let store = db.open().await;
-        let mut editor = SyncClient::connect(&nodes[0].sync_url(&doc, &token)).await;
-        editor.append_paragraph("Ship on March 3").await;
-        let mut viewer = SyncClient::connect(&nodes[2].sync_url(&doc, &token)).await;
-        assert!(viewer.until(|c| c.texts().len() == 1).await);
-        assert_eq!(holder(&store, &nodes, &doc).await, Some(0));
         // The machine links to node 1, which owns nothing.
-        let (status, paired) = nodes[1].post(Some(&token), "/machines", serde_json::json!({"name": "laptop"})).await;
-        assert_eq!(status, 201);
-        let credential = paired["credential"].as_str().unwrap().to_owned();
-        let mut link = LinkClient::connect(nodes[1].addr, &credential).await.unwrap();
-        assert!(matches!(link.hello_planning().await, ServerMessage::Welcome { .. }));
+        let PlannerScene { mut nodes, token, doc, mut editor, credential, mut link, .. } = planner_scene(&db).await;
+        let store = db.open().await;
+        let mut viewer = SyncClient::connect(&nodes[2].sync_url(&doc, &token)).await;
+        assert_eq!(viewer.texts().len(), 1);
+        assert_eq!(holder(&store, &nodes, &doc).await, Some(0));
 
         // `@planner` through node 2: the session runs on node 0, the owner,
         // and its question's card reaches every editor.
@@ -419,8 +485,7 @@ on_postgres! {
         let (code, _) = link.wait_closed().await;
         assert_eq!(code, margin_protocol::link::close::UNRESPONSIVE);
 
-        let mut back = LinkClient::connect(nodes[2].addr, &credential).await.unwrap();
-        assert!(matches!(back.hello_planning().await, ServerMessage::Welcome { .. }));
+        let mut back = linked(&nodes[2], &credential).await;
         back.send_message(&ClientMessage::Resume { sessions: vec![HeldSession {
             session: session.clone(), questions: vec![card.clone()], turn: Some(turn.clone()), calls: vec![in_flight.clone()],
         }] }).await;
@@ -450,27 +515,11 @@ on_postgres! {
         assert_eq!(snapshot.host_requests, std::slice::from_ref(&card));
         assert_eq!(snapshot.plan.flatten().map(|plan| plan.revision), Some(1));
         // A person answers through node 1; the answer reaches the machine.
-        let (status, _) = nodes[1]
-            .post(Some(&token), &format!("/documents/{doc}/decisions/{card}/answer"), serde_json::json!({"yes": true}))
-            .await;
-        assert_eq!(status, 200);
-        match back.next_work().await {
-            Some(ServerMessage::InputResult { request, .. }) => assert_eq!(request, card),
-            other => panic!("expected the answer, got {other:?}"),
-        }
+        answered_through(&nodes[1], &token, &doc, &card, &mut back).await;
     }
 
     async fn a_planner_whose_owner_stops_gracefully_resumes_on_another_node_and_chat_says_nothing_false(db) {
-        let (mut nodes, token) = nodes(&db, 3).await;
-        let doc = nodes[0].create_document(&token, "Plan").await;
-        let mut editor = SyncClient::connect(&nodes[0].sync_url(&doc, &token)).await;
-        editor.append_paragraph("Ship on March 3").await;
-        committed(&nodes[1], &token, &doc, 1).await;
-        let (status, paired) = nodes[1].post(Some(&token), "/machines", serde_json::json!({"name": "laptop"})).await;
-        assert_eq!(status, 201);
-        let credential = paired["credential"].as_str().unwrap().to_owned();
-        let mut link = LinkClient::connect(nodes[1].addr, &credential).await.unwrap();
-        assert!(matches!(link.hello_planning().await, ServerMessage::Welcome { .. }));
+        let PlannerScene { mut nodes, token, doc, editor, credential, mut link, .. } = planner_scene(&db).await;
         nodes[1].say(&token, &doc, "@planner ask about the date").await;
         let (session, turn, _, _) = crate::turns::invoked(&mut link).await;
         let card = crate::turns::ask_first_paragraph(&mut link, &session, &turn).await;
@@ -480,8 +529,7 @@ on_postgres! {
         nodes[0].terminate().await;
         // One reconnect, to any node, and the session carries on there.
         assert_eq!(link.wait_closed().await.0, margin_protocol::link::close::UNRESPONSIVE);
-        let mut back = LinkClient::connect(nodes[2].addr, &credential).await.unwrap();
-        assert!(matches!(back.hello_planning().await, ServerMessage::Welcome { .. }));
+        let mut back = linked(&nodes[2], &credential).await;
         back.send_message(&ClientMessage::Resume { sessions: vec![HeldSession {
             session: session.clone(), questions: vec![card.clone()], turn: Some(turn), calls: vec![],
         }] }).await;
@@ -504,24 +552,14 @@ on_postgres! {
     }
 
     async fn a_planner_that_relinks_to_another_node_resumes_its_session_where_it_runs_and_carries_on(db) {
-        let (nodes, token) = nodes(&db, 3).await;
-        let doc = nodes[0].create_document(&token, "Plan").await;
-        let mut editor = SyncClient::connect(&nodes[0].sync_url(&doc, &token)).await;
-        editor.append_paragraph("Ship on March 3").await;
-        committed(&nodes[1], &token, &doc, 1).await;
-        let (status, paired) = nodes[1].post(Some(&token), "/machines", serde_json::json!({"name": "laptop"})).await;
-        assert_eq!(status, 201);
-        let credential = paired["credential"].as_str().unwrap().to_owned();
-        let mut link = LinkClient::connect(nodes[1].addr, &credential).await.unwrap();
-        assert!(matches!(link.hello_planning().await, ServerMessage::Welcome { .. }));
+        let PlannerScene { nodes, token, doc, credential, mut link, .. } = planner_scene(&db).await;
         nodes[1].say(&token, &doc, "@planner ask about the date").await;
         let (session, turn, _, _) = crate::turns::invoked(&mut link).await;
         let card = crate::turns::ask_first_paragraph(&mut link, &session, &turn).await;
         // The machine's link drops; it relinks to node 2. The session stays
         // on node 0, which owns the document.
         drop(link);
-        let mut back = LinkClient::connect(nodes[2].addr, &credential).await.unwrap();
-        assert!(matches!(back.hello_planning().await, ServerMessage::Welcome { .. }));
+        let mut back = linked(&nodes[2], &credential).await;
         back.send_message(&ClientMessage::Resume { sessions: vec![HeldSession {
             session: session.clone(), questions: vec![card.clone()], turn: Some(turn.clone()), calls: vec![],
         }] }).await;
@@ -538,26 +576,13 @@ on_postgres! {
         else {
             panic!("the call after resume did not reach the session")
         };
-        let (status, _) = nodes[1]
-            .post(Some(&token), &format!("/documents/{doc}/decisions/{card}/answer"), serde_json::json!({"yes": true}))
-            .await;
-        assert_eq!(status, 200);
-        match back.next_work().await {
-            Some(ServerMessage::InputResult { request, .. }) => assert_eq!(request, card),
-            other => panic!("expected the answer, got {other:?}"),
-        }
+        answered_through(&nodes[1], &token, &doc, &card, &mut back).await;
         let store = db.open().await;
         assert_eq!(holder(&store, &nodes, &doc).await, Some(0));
     }
 
     async fn a_sessions_event_stream_read_through_any_node_is_live(db) {
-        let (nodes, token) = nodes(&db, 3).await;
-        let doc = nodes[0].create_document(&token, "Plan").await;
-        let _editor = SyncClient::connect(&nodes[0].sync_url(&doc, &token)).await;
-        let (status, paired) = nodes[1].post(Some(&token), "/machines", serde_json::json!({"name": "laptop"})).await;
-        assert_eq!(status, 201);
-        let mut link = LinkClient::connect(nodes[1].addr, paired["credential"].as_str().unwrap()).await.unwrap();
-        assert!(matches!(link.hello_planning().await, ServerMessage::Welcome { .. }));
+        let PlannerScene { nodes, token, doc, mut link, .. } = planner_scene(&db).await;
         nodes[1].say(&token, &doc, "@planner plan").await;
         let (session, turn, _, _) = crate::turns::invoked(&mut link).await;
         // The session runs on node 0; its feed is followed through node 2.
@@ -581,14 +606,7 @@ on_postgres! {
     }
 
     async fn revoking_a_machine_through_any_node_ends_its_sessions_on_every_node(db) {
-        let (nodes, token) = nodes(&db, 3).await;
-        let doc = nodes[0].create_document(&token, "Plan").await;
-        let _editor = SyncClient::connect(&nodes[0].sync_url(&doc, &token)).await;
-        let (status, paired) = nodes[1].post(Some(&token), "/machines", serde_json::json!({"name": "laptop"})).await;
-        assert_eq!(status, 201);
-        let machine = paired["machine"]["id"].as_str().unwrap().to_owned();
-        let mut link = LinkClient::connect(nodes[1].addr, paired["credential"].as_str().unwrap()).await.unwrap();
-        assert!(matches!(link.hello_planning().await, ServerMessage::Welcome { .. }));
+        let PlannerScene { nodes, token, doc, machine, mut link, .. } = planner_scene(&db).await;
         nodes[2].say(&token, &doc, "@planner look").await;
         let (session, _, _, _) = crate::turns::invoked(&mut link).await;
         // The machine drops away; its session on node 0 waits for it.
