@@ -9,11 +9,11 @@
 //! it holds at once (their tasks close their clients, who reconnect to
 //! whichever node owns the document now) and joins again under a new id.
 //! [`forward`] carries a sync socket that reached a node which does not own
-//! its document to the node that does, and [`relay`] an HTTP call.
+//! its document to the node that does, and [`calls`] an HTTP call.
 
+pub mod calls;
 pub mod forward;
 pub mod notice;
-pub mod relay;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

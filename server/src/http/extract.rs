@@ -41,7 +41,7 @@ async fn relayed_caller(parts: &Parts, state: &AppState) -> Result<Option<Accoun
     else {
         return Ok(None);
     };
-    if !crate::cluster::relay::from_a_node(cluster, &parts.headers) {
+    if !crate::cluster::calls::from_a_node(cluster, &parts.headers) {
         return Ok(None);
     }
     match state.hub.store().account_by_name(name).await {

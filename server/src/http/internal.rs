@@ -13,8 +13,8 @@ use margin_protocol::sync::MAX_MESSAGE_BYTES;
 
 use super::extract::Caller;
 use super::{AppError, AppState};
+use crate::cluster::calls;
 use crate::cluster::forward::{parse_role, ACCOUNT_HEADER, ROLE_HEADER};
-use crate::cluster::relay;
 use crate::link::{self, Terms};
 use crate::sync::command::JoinRefused;
 use crate::sync::socket;
@@ -65,7 +65,7 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 /// server alone has no internal channel: 404).
 fn from_a_node(state: &AppState, headers: &HeaderMap) -> Result<(), AppError> {
     let cluster = state.hub.cluster().ok_or_else(no_route)?;
-    if !relay::from_a_node(cluster, headers) {
+    if !calls::from_a_node(cluster, headers) {
         return Err(AppError::Unauthenticated(
             "the internal channel needs the cluster's secret",
         ));
@@ -90,7 +90,7 @@ pub async fn to_owner(State(state): State<AppState>, request: Request, next: Nex
     let Some(cluster) = state.hub.cluster() else {
         return next.run(request).await;
     };
-    if relay::from_a_node(cluster, request.headers()) {
+    if calls::from_a_node(cluster, request.headers()) {
         return next.run(request).await;
     }
     let id = match target_of(request.uri().path()) {
@@ -123,7 +123,7 @@ pub async fn to_owner(State(state): State<AppState>, request: Request, next: Nex
             .into_response();
     };
     parts.headers.insert(ACCOUNT_HEADER, name);
-    match relay::relay(cluster, &owner, Request::from_parts(parts, body)).await {
+    match calls::relay(cluster, &owner, Request::from_parts(parts, body)).await {
         Ok(answer) => answer,
         Err(error) => AppError::Unavailable(format!("{error}; try again")).into_response(),
     }

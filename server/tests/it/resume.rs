@@ -418,6 +418,12 @@ on_both_backends! {
         let ServerMessage::Resumed { sessions, ended } = resumed else { unreachable!() };
         assert_eq!((sessions.len(), ended), (0, vec!["made-up".to_owned()]));
         a.until_line("The Planner came back without this session's work; the session ended.").await;
+        // The line is posted once the end is committed; the question's card
+        // is cancelled right after, as the driver carries the end out.
+        for _ in 0..200 {
+            if a.card_state(&card).await == "cancelled" { break; }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         assert_eq!(a.card_state(&card).await, "cancelled");
         assert_eq!(a.view().await["connected"], json!(false));
         let _ = session;
