@@ -5,10 +5,10 @@
 // nodes they were on and converge with nothing acknowledged lost.
 //
 // Cluster mode needs PostgreSQL: each test makes a schema of its own in
-// TEST_DATABASE_URL (with `psql`) and skips when that is unset.
+// TEST_DATABASE_URL (with `psql`) and skips when either is missing.
 
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -17,6 +17,9 @@ import { MarginServer, freePort, waitFor } from '../lib/server.mjs';
 import { connectClient, appendBlock } from '../lib/yclient.mjs';
 
 const BASE = process.env.TEST_DATABASE_URL;
+// The schemas are made with PostgreSQL's own client.
+const PSQL = spawnSync('psql', ['--version']).status === 0;
+const SKIP = !BASE ? 'TEST_DATABASE_URL is not set' : !PSQL ? 'psql (PostgreSQL client) is not installed' : false;
 
 function psql(url, sql) {
   return new Promise((resolve, reject) => {
@@ -28,7 +31,7 @@ function psql(url, sql) {
 
 /** `n` cluster nodes on a fresh schema, with account alice; torn down after `fn`. */
 function clusterTest(name, n, fn) {
-  test(name, { timeout: 90000, skip: BASE ? false : 'TEST_DATABASE_URL is not set' }, async () => {
+  test(name, { timeout: 90000, skip: SKIP }, async () => {
     const schema = `web_${Math.random().toString(36).slice(2, 10)}`;
     await psql(BASE, `CREATE SCHEMA ${schema}`);
     const url = `${BASE}${BASE.includes('?') ? '&' : '?'}options=-c%20search_path%3D${schema}`;
