@@ -93,6 +93,20 @@ struct Merge {
 enum Target {
     Here,
     Node(String),
+    /// Not known in time: its node neither answers nor lapsed, or this
+    /// one cannot take documents now. Answering it ended would make the
+    /// machine give it up; the machine is told to resume again instead.
+    Unknown(String),
+}
+
+/// Why a `resume` got no `resumed`.
+pub(super) enum ResumeFailed {
+    /// It breaks a bound: refused, the link carries on.
+    Refused(Box<ServerMessage>),
+    /// Where a session runs could not be found in time: the link closes as
+    /// unresponsive, so the machine reconnects and resumes again, losing
+    /// nothing.
+    Undecided(String),
 }
 
 impl Relays {
@@ -181,9 +195,9 @@ impl Relays {
         &mut self,
         link: &Link,
         held: Vec<HeldSession>,
-    ) -> Result<oneshot::Receiver<ResumeAnswered>, ServerMessage> {
+    ) -> Result<oneshot::Receiver<ResumeAnswered>, ResumeFailed> {
         if let Some(refused) = resume_refusal(&held) {
-            return Err(refused);
+            return Err(ResumeFailed::Refused(Box::new(refused)));
         }
         let mut here = Vec::new();
         let mut there: HashMap<String, Vec<HeldSession>> = self
@@ -199,9 +213,14 @@ impl Relays {
                     there.entry(node).or_default().push(session);
                 }
                 Target::Node(_) | Target::Here => here.push(session),
+                Target::Unknown(why) => return Err(ResumeFailed::Undecided(why)),
             }
         }
-        let underway = self.sessions.begin_resume(link, here).await?;
+        let underway = self
+            .sessions
+            .begin_resume(link, here)
+            .await
+            .map_err(|refused| ResumeFailed::Refused(Box::new(refused)))?;
         let (answer, answered) = oneshot::channel();
         tokio::spawn(async move {
             let _ = answer.send(underway.answers().await);
@@ -240,7 +259,7 @@ impl Relays {
         }
         let deadline = Instant::now() + self.cluster.failover_patience();
         loop {
-            match self.sessions.take_back_here(id).await {
+            let why = match self.sessions.take_back_here(id).await {
                 Ok(()) => return Target::Here,
                 Err(TakeRefused::Elsewhere(node)) => {
                     if !self.open.contains_key(&node.id) {
@@ -249,15 +268,15 @@ impl Relays {
                     if self.open.contains_key(&node.id) {
                         return Target::Node(node.id);
                     }
+                    // Its node does not answer: wait for its lease to lapse.
+                    format!("node {} holding it does not answer", node.id)
                 }
-                Err(error) => {
-                    warn!(%error, session = id, "session not located; answered here");
-                    return Target::Here;
-                }
-            }
-            // Its node does not answer: wait for its lease to lapse.
+                // This node lapsed, or the database failed: wait.
+                Err(error) => error.to_string(),
+            };
             if Instant::now() >= deadline {
-                return Target::Here;
+                warn!(session = id, why, "session not located in time");
+                return Target::Unknown(why);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }

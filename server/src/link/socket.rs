@@ -19,7 +19,7 @@ use margin_protocol::RefusalCode;
 use tokio::time::{interval_at, Instant, MissedTickBehavior};
 use tracing::{debug, info, warn, Instrument};
 
-use super::relay::{self, Relays};
+use super::relay::{self, Relays, ResumeFailed};
 use super::{Link, LinkEnd, Links, Terms};
 use crate::auth;
 use crate::cluster::Cluster;
@@ -196,8 +196,12 @@ pub async fn serve(
                                 let Some(relays) = relays.as_mut() else { continue };
                                 match relays.resume(link, held).await {
                                     Ok(answering) => local_resume = Some(answering),
-                                    Err(refused) => {
+                                    Err(ResumeFailed::Refused(refused)) => {
                                         if send(&mut sink, &refused).await.is_err() { return; }
+                                    }
+                                    Err(ResumeFailed::Undecided(why)) => {
+                                        closer.close(close::UNRESPONSIVE, format!("cannot reach every session's server yet ({why}); reconnect and resume"));
+                                        return;
                                     }
                                 }
                             }
