@@ -150,6 +150,17 @@ impl Driver {
             if self.session.released().is_some() || self.moved {
                 self.shared.forget(&self.session);
             }
+            if self.session.released().is_some() {
+                // A call queued as the session ended still gets its one
+                // answer (W1): the turn it names is not running.
+                mailbox.close();
+                while let Ok(input) = mailbox.try_recv() {
+                    if let Input::ToolCall { turn, call, .. } = input {
+                        let refused = super::unknown_turn(self.session.id(), &turn, Some(&call.0));
+                        self.send(&refused);
+                    }
+                }
+            }
         }
         .instrument(span)
         .await
