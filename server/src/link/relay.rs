@@ -287,6 +287,10 @@ impl Relays {
         let Some(merge) = self.merge.as_mut() else {
             return;
         };
+        if answered.abandoned {
+            // This node is stopping; the link closes with it.
+            return;
+        }
         if let ServerMessage::Resumed { sessions, ended } = answered.take_resumed() {
             merge.carried.extend(sessions);
             merge.ended.extend(ended);

@@ -43,6 +43,9 @@ pub async fn serve(
         debug!(link = link.id, "machine link relayed here");
         loop {
             tokio::select! {
+                // A stopping node serves nothing more: what the machine
+                // sends now goes to whichever node takes its sessions.
+                biased;
                 _ = closer.closed() => break,
                 _ = shutdown.cancelled() => {
                     closer.close(close::GOING_AWAY, "server shutting down");

@@ -626,6 +626,7 @@ impl Sessions {
             named,
             waiting: Vec::new(),
             ended: Vec::new(),
+            abandoned: false,
         };
         for HeldSession {
             session,
@@ -634,6 +635,14 @@ impl Sessions {
             calls,
         } in held
         {
+            if self.shared.cluster.is_some() && !self.runs_here(&session) {
+                // In a cluster a resume reaches the node a session belongs
+                // on; one being taken back here (the sweep got there first)
+                // or still to take back is running before it is answered.
+                if let Err(error) = restore::take_back_one(&self.shared, &session).await {
+                    info!(%error, session, "session named by a resume not taken back here");
+                }
+            }
             let Some(mailbox) = self.shared.move_to(&session, link) else {
                 underway.ended.push(session);
                 continue;
@@ -650,7 +659,12 @@ impl Sessions {
                 done,
             };
             if mailbox.send(input).await.is_err() {
-                underway.ended.push(session);
+                // Gone because the server stops: not ended (see
+                // `ResumeUnderway::abandoned`).
+                match self.shared.shutdown.is_cancelled() {
+                    true => underway.abandoned = true,
+                    false => underway.ended.push(session),
+                }
                 continue;
             }
             underway.waiting.push((session, mailbox, answer));

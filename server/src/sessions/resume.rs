@@ -48,6 +48,9 @@ pub struct ResumeUnderway {
         oneshot::Receiver<Option<Resumed>>,
     )>,
     pub(super) ended: Vec<String>,
+    /// A driver left without answering because the server is stopping:
+    /// no `resumed` goes out, for it would call that session ended.
+    pub(super) abandoned: bool,
 }
 
 impl ResumeUnderway {
@@ -55,6 +58,10 @@ impl ResumeUnderway {
     /// send what follows it; ends the machine's sessions it left out.
     pub async fn finish(self) {
         let mut answered = self.answers().await;
+        if answered.abandoned {
+            // The link closes with the server; the machine resumes after.
+            return;
+        }
         let resumed = answered.take_resumed();
         answered.link.send(&resumed);
         answered.follow().await;
@@ -69,6 +76,7 @@ impl ResumeUnderway {
             named,
             waiting,
             mut ended,
+            mut abandoned,
         } = self;
         let mut carried = Vec::new();
         let mut attach = Vec::new();
@@ -85,6 +93,7 @@ impl ResumeUnderway {
                     carried.push(resumed);
                     attach.push(mailbox);
                 }
+                Err(_) if sessions.shared.shutdown.is_cancelled() => abandoned = true,
                 _ => ended.push(session),
             }
         }
@@ -95,6 +104,7 @@ impl ResumeUnderway {
             carried,
             ended,
             attach,
+            abandoned,
         }
     }
 }
@@ -108,6 +118,9 @@ pub struct ResumeAnswered {
     carried: Vec<margin_protocol::link::ResumedSession>,
     ended: Vec<String>,
     attach: Vec<mpsc::Sender<Input>>,
+    /// Some driver left without answering as the server stops: send no
+    /// `resumed` (see [`ResumeUnderway::finish`]).
+    pub abandoned: bool,
 }
 
 impl ResumeAnswered {
