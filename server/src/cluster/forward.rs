@@ -136,7 +136,7 @@ async fn connect(
         ACCOUNT_HEADER,
         HeaderValue::from_str(account).map_err(|_| address())?,
     );
-    headers.insert(ROLE_HEADER, HeaderValue::from_static(role_name(role)));
+    headers.insert(ROLE_HEADER, HeaderValue::from_static(role.as_str()));
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_OWNER_FRAME))
         .max_frame_size(Some(MAX_OWNER_FRAME));
@@ -157,25 +157,6 @@ async fn connect(
             node.advertise.clone(),
             error.to_string(),
         )),
-    }
-}
-
-/// How a role is named on the internal channel.
-pub fn role_name(role: Role) -> &'static str {
-    match role {
-        Role::Owner => "owner",
-        Role::Editor => "editor",
-        Role::Viewer => "viewer",
-    }
-}
-
-/// The role named on the internal channel.
-pub fn parse_role(name: &str) -> Option<Role> {
-    match name {
-        "owner" => Some(Role::Owner),
-        "editor" => Some(Role::Editor),
-        "viewer" => Some(Role::Viewer),
-        _ => None,
     }
 }
 

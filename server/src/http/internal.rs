@@ -14,7 +14,7 @@ use margin_protocol::sync::MAX_MESSAGE_BYTES;
 use super::extract::Caller;
 use super::{AppError, AppState};
 use crate::cluster::calls;
-use crate::cluster::forward::{parse_role, ACCOUNT_HEADER, ROLE_HEADER};
+use crate::cluster::forward::{ACCOUNT_HEADER, ROLE_HEADER};
 use crate::link::{self, Terms};
 use crate::sync::command::JoinRefused;
 use crate::sync::socket;
@@ -35,7 +35,7 @@ pub async fn sync(
         })?
         .to_owned();
     let role = header(&headers, ROLE_HEADER)
-        .and_then(parse_role)
+        .and_then(margin_protocol::Role::parse)
         .ok_or_else(|| {
             AppError::bad_request(
                 "invalid_forward",
