@@ -360,12 +360,6 @@ impl Cluster {
         }
     }
 
-    /// Whether this node holds no document now (a graceful stop waits for
-    /// that before it leaves).
-    pub fn holds_nothing(&self) -> bool {
-        self.lock_holds().is_empty()
-    }
-
     /// The WebSocket request that opens `path` on `node`'s internal
     /// channel, showing the cluster's secret; `None` for an address that
     /// is not `http://HOST:PORT`.
