@@ -379,3 +379,52 @@ fn run_cards_are_listed_in_the_order_first_reported_also_after_a_new_attempt() {
     let order: Vec<String> = run_cards(&sim).into_iter().map(|(run, ..)| run).collect();
     assert_eq!(order, ["sync", "build", "lint"]);
 }
+
+fn state(sim: &Sim) -> margin_protocol::link::PlannerState {
+    sim.session.view(sim.now).state
+}
+
+#[test]
+fn the_view_names_what_the_planner_is_doing_one_state_at_a_time() {
+    use margin_protocol::link::PlannerState::{
+        Available, Disconnected, Stopping, Waiting, Working,
+    };
+    let mut sim = Sim::new();
+    assert_eq!(state(&sim), Available, "bound and idle");
+    sim.say("@planner build it");
+    assert_eq!(state(&sim), Working, "a turn runs");
+    sim.run("build", RunStatus::Running);
+    sim.reply("Building.");
+    assert_eq!(state(&sim), Working, "the turn ended, its run still runs");
+    sim.run("build", RunStatus::Paused);
+    assert_eq!(state(&sim), Waiting, "a paused run waits");
+    sim.run("build", RunStatus::Completed);
+    assert_eq!(state(&sim), Available, "nothing is left to do");
+    waiting_on(&mut sim, "q1");
+    assert_eq!(state(&sim), Waiting, "a question waits on people");
+    let stop = sim.session.handle_stop_requested(sim.now);
+    sim.take(stop);
+    assert_eq!(state(&sim), Stopping, "a Stop not yet confirmed");
+    sim.link_lost(margin_planner::LinkLoss::Dropped);
+    assert_eq!(state(&sim), Disconnected, "away outranks everything");
+}
+
+#[test]
+fn run_cards_carry_when_they_started_and_ended() {
+    let mut sim = Sim::new();
+    let started = sim.now.0;
+    sim.run("build", RunStatus::Running);
+    sim.wait(2);
+    let live = sim.session.view(sim.now).runs;
+    assert_eq!((live[0].started_at, live[0].ended_at), (started, None));
+    sim.run("build", RunStatus::Completed);
+    let ended = sim.now.0;
+    sim.wait(5);
+    let done = &sim.session.view(sim.now).runs[0];
+    assert_eq!((done.started_at, done.ended_at), (started, Some(ended)));
+    assert_eq!(
+        Millis(done.age_ms).whole_minutes(),
+        2,
+        "its age stops at its end (P4)"
+    );
+}

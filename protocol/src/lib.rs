@@ -9,6 +9,7 @@
 
 pub mod chat;
 pub mod decisions;
+pub mod document_feed;
 pub mod documents;
 pub mod error;
 pub mod link;

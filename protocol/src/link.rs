@@ -343,17 +343,67 @@ impl RunStatus {
     }
 }
 
-/// A document's Planner as people see it: `GET /documents/{id}/planner`.
-/// The default is a document with no Planner session.
+/// What a document's Planner is doing, in one word: the state its status
+/// shows (SPEC B1a, L2, L4). One state at a time; the first that holds wins,
+/// in this order: disconnected, stopping, working, waiting, available (a
+/// session bound and idle); with no session, stopped, then available or
+/// unlinked by whether a machine is linked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PlannerState {
+    /// No machine of the document owner's is linked and no session is
+    /// kept: `@planner` is answered that the Planner is not connected.
+    #[default]
+    Unlinked,
+    /// A machine is linked and nothing runs: `@planner` starts a turn.
+    Available,
+    /// A turn is running, or a run is.
+    Working,
+    /// Nothing runs, but the Planner holds work that waits: questions it
+    /// asked that wait on people, or a paused run.
+    Waiting,
+    /// The session's machine dropped its link; its work is kept with no
+    /// deadline until it comes back (SPEC L2).
+    Disconnected,
+    /// A Stop was sent and the machine has not confirmed it (SPEC L4).
+    Stopping,
+    /// The document's last session ended with a confirmed Stop, and none
+    /// has started since: `@planner` starts a new one (on the machine in
+    /// `machine`, when one is linked).
+    Stopped,
+}
+
+impl PlannerState {
+    /// Its wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlannerState::Unlinked => "unlinked",
+            PlannerState::Available => "available",
+            PlannerState::Working => "working",
+            PlannerState::Waiting => "waiting",
+            PlannerState::Disconnected => "disconnected",
+            PlannerState::Stopping => "stopping",
+            PlannerState::Stopped => "stopped",
+        }
+    }
+}
+
+/// A document's Planner as people see it: `GET /documents/{id}/planner`,
+/// and the `planner` events of `GET /documents/{id}/events`. The default is
+/// a document with no Planner session and no machine linked.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct PlannerView {
+    /// What it is doing (SPEC B1a).
+    #[serde(default)]
+    pub state: PlannerState,
     /// Whether a Planner session is bound to a linked machine.
     pub connected: bool,
     /// Whether the session's machine dropped its link and its work is kept
     /// until it reconnects (SPEC L2).
     #[serde(default)]
     pub disconnected: bool,
-    /// The machine's name, when connected.
+    /// The machine's name: the session's machine while a session is
+    /// bound, else the linked machine a `@planner` would start one on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine: Option<String>,
     /// The Planner session's id, while one is bound (connected or
@@ -383,6 +433,13 @@ pub struct RunView {
     pub status: RunStatus,
     /// Its true age: since first reported, to now or to when it ended.
     pub age_ms: u64,
+    /// When it was first reported, in milliseconds since the Unix epoch.
+    #[serde(default)]
+    pub started_at: u64,
+    /// When it ended (completed, failed or stopped), in milliseconds since
+    /// the Unix epoch; absent while it is live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<u64>,
     /// The Planner is disconnected: `status` is the last one reported.
     #[serde(default)]
     pub disconnected: bool,
@@ -669,6 +726,7 @@ mod tests {
     fn planner_views_round_trip() {
         round_trip(
             PlannerView {
+                state: PlannerState::Unlinked,
                 connected: false,
                 disconnected: false,
                 machine: None,
@@ -678,10 +736,11 @@ mod tests {
                 questions: 0,
                 runs: Vec::new(),
             },
-            r#"{"connected":false,"disconnected":false,"replying":false,"stop_pending":false,"questions":0,"runs":[]}"#,
+            r#"{"state":"unlinked","connected":false,"disconnected":false,"replying":false,"stop_pending":false,"questions":0,"runs":[]}"#,
         );
         round_trip(
             PlannerView {
+                state: PlannerState::Disconnected,
                 connected: false,
                 disconnected: true,
                 machine: Some("laptop".into()),
@@ -694,10 +753,12 @@ mod tests {
                     name: "Build".into(),
                     status: RunStatus::Running,
                     age_ms: 60_000,
+                    started_at: 1_000,
+                    ended_at: None,
                     disconnected: true,
                 }],
             },
-            r#"{"connected":false,"disconnected":true,"machine":"laptop","session":"s1","replying":true,"stop_pending":true,"questions":1,"runs":[{"run":"r1","name":"Build","status":"running","age_ms":60000,"disconnected":true}]}"#,
+            r#"{"state":"disconnected","connected":false,"disconnected":true,"machine":"laptop","session":"s1","replying":true,"stop_pending":true,"questions":1,"runs":[{"run":"r1","name":"Build","status":"running","age_ms":60000,"started_at":1000,"disconnected":true}]}"#,
         );
     }
 

@@ -48,6 +48,10 @@ fn schemas() -> Vec<(&'static str, Schema)> {
         ),
         ("PostChat", schema_for!(margin_protocol::chat::PostChat)),
         ("ChatList", schema_for!(margin_protocol::chat::ChatList)),
+        (
+            "DocumentEvent",
+            schema_for!(margin_protocol::document_feed::DocumentEvent),
+        ),
         ("ServerMessage", schema_for!(ServerMessage)),
         ("PairMachine", schema_for!(PairMachine)),
         ("PairedMachine", schema_for!(PairedMachine)),

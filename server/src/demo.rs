@@ -52,10 +52,10 @@ impl Handler for DemoPlanner {
         if cards.is_empty() {
             turn.run(&run, name, RunStatus::Completed).await?;
             plan.mark(&turn, Progress::Done { asked: 0 }).await?;
-            return Ok(format!(
-                "I read the plan ({} blocks) and found no open questions: nothing ends in a question mark or is marked TBD.",
-                read.outline.len()
-            ));
+            return Ok(
+                "I read the plan and found no open questions: nothing ends in a question mark or is marked TBD."
+                    .to_owned(),
+            );
         }
         plan.mark(&turn, Progress::Capturing).await?;
         let found = cards.len();
@@ -73,8 +73,7 @@ impl Handler for DemoPlanner {
         let opened = opened?;
         plan.mark(&turn, Progress::Done { asked: found }).await?;
         Ok(format!(
-            "I read the plan ({} blocks) and found {found} open question{}: {}.",
-            read.outline.len(),
+            "I read the plan and found {found} open question{}: {}.",
             if found == 1 { "" } else { "s" },
             opened.summary
         ))
@@ -120,19 +119,19 @@ impl Checklist {
             Progress::Done { asked: 0 } => (Completed, Completed, Completed),
             Progress::Done { .. } => (Completed, Completed, Pending),
         };
-        let answers_text = match progress {
-            Progress::Done { asked } if asked > 0 => {
-                format!("People answer the {asked} decision(s) beside their paragraphs")
-            }
-            _ => "People answer the decisions beside their paragraphs".to_owned(),
-        };
         let update = UpdatePlanInput {
             expected_revision: self.revision,
             explanation: Some("Reviewing the plan for open questions".into()),
             steps: vec![
                 step("read", "Read the plan", read),
                 step("capture", "Open a decision for each open question", capture),
-                step("answers", &answers_text, answers),
+                // No count here: people answer after the turn, so a count
+                // would go stale; the editor shows the cards' own states.
+                step(
+                    "answers",
+                    "People answer the decisions beside their paragraphs",
+                    answers,
+                ),
             ],
         };
         match turn.update_plan(&update).await {

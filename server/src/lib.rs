@@ -17,3 +17,4 @@ pub mod storage;
 pub mod sync;
 pub mod telemetry;
 pub mod tools;
+pub mod watchers;

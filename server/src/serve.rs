@@ -155,7 +155,7 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
         },
     );
     let credential_ttl = options.links.credential_ttl;
-    let links = Links::new(options.links, shutdown.clone());
+    let links = Links::new(options.links, shutdown.clone(), hub.watchers().clone());
     let timing = margin_planner::Timing {
         idle: Millis(options.planner_idle.as_millis() as u64),
         attach_grace: Millis(options.attach_grace.as_millis() as u64),

@@ -51,7 +51,7 @@ pub use links::Held;
 pub use margin_protocol::link::RunStatus;
 pub use published::Published;
 
-use margin_protocol::link::{PlannerView, RunView};
+use margin_protocol::link::{PlannerState, PlannerView, RunView};
 use margin_protocol::sessions::SessionEvent;
 use serde::{Deserialize, Serialize};
 
@@ -347,10 +347,36 @@ impl PlannerSession {
         self.state.requests.iter().chain(self.state.answers.keys())
     }
 
+    /// What the Planner is doing, as its status names it (SPEC B1a): the
+    /// first of these that holds.
+    fn planner_state(&self) -> PlannerState {
+        let state = &self.state;
+        let running = state
+            .runs
+            .values()
+            .any(|run| run.status == RunStatus::Running);
+        let paused = state
+            .runs
+            .values()
+            .any(|run| run.status == RunStatus::Paused);
+        if self.is_away() {
+            PlannerState::Disconnected
+        } else if state.stop_pending {
+            PlannerState::Stopping
+        } else if state.turn.is_some() || running {
+            PlannerState::Working
+        } else if !state.requests.is_empty() || paused {
+            PlannerState::Waiting
+        } else {
+            PlannerState::Available
+        }
+    }
+
     /// The document's Planner as people see it at `now`.
     pub fn view(&self, now: Millis) -> PlannerView {
         let away = self.is_away();
         PlannerView {
+            state: self.planner_state(),
             connected: !away,
             disconnected: away,
             machine: Some(self.state.machine_name.clone()),
@@ -366,6 +392,8 @@ impl PlannerSession {
                     name: run.name.clone(),
                     status: run.status,
                     age_ms: run.ended.unwrap_or(now).since(run.started).0,
+                    started_at: run.started.0,
+                    ended_at: run.ended.map(|at| at.0),
                     disconnected: away,
                 })
                 .collect(),

@@ -47,12 +47,12 @@ pub(super) async fn post_message(
     }
     check_text("message", text, MAX_CHAT_BYTES, true)
         .map_err(|m| AppError::bad_request("invalid_message", m))?;
-    let store = state.hub.store();
-    let message = store
+    let message = state
+        .hub
         .append_chat(id, &account.name, ChatKind::Member, text)
         .await?;
     if invoke {
-        let owner = store.document_owner(id).await?;
+        let owner = state.hub.store().document_owner(id).await?;
         state.sessions.called(id, &owner, message.clone()).await?;
     }
     Ok((StatusCode::CREATED, Json(message)))

@@ -89,13 +89,13 @@ fn bearer(parts: &Parts) -> Option<String> {
     Some(token.trim().to_owned())
 }
 
-/// `?token=` — accepted only on the sync route and a session's event
-/// stream, since browsers cannot set headers on a WebSocket or an
-/// `EventSource`.
+/// `?token=` — accepted only on the sync route and the event streams (a
+/// document's and a session's), since browsers cannot set headers on a
+/// WebSocket or an `EventSource`.
 fn query_token(parts: &Parts) -> Option<String> {
     let segments: Vec<&str> = parts.uri.path().split('/').collect();
     let browser_route = match segments.as_slice() {
-        ["", "documents", id, "sync"] | ["", "sessions", id, "events"] => !id.is_empty(),
+        ["", "documents", id, "sync" | "events"] | ["", "sessions", id, "events"] => !id.is_empty(),
         _ => false,
     };
     if !browser_route {

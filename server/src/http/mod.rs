@@ -8,6 +8,7 @@ mod chat;
 mod decisions;
 mod documents;
 mod error;
+mod events;
 mod extract;
 mod internal;
 mod machines;
@@ -76,6 +77,7 @@ pub fn router(state: AppState) -> Router {
         .route("/documents/{id}/outline", get(documents::outline))
         .route("/documents/{id}/sync", get(documents::sync))
         .route("/documents/{id}/chat", post(chat::post).get(chat::list))
+        .route("/documents/{id}/events", get(events::feed))
         .route("/documents/{id}/planner", get(planner::planner))
         .route("/documents/{id}/planner/stop", post(planner::stop))
         .route("/documents/{id}/planner/resume", post(planner::resume))

@@ -14,15 +14,17 @@ use super::extract::{Caller, JsonBody};
 use super::{AppError, AppState};
 use crate::sessions::ResumeError;
 
-/// `GET /documents/{id}/planner`: whether the Planner is connected, its
-/// turn, and its run cards with their true age (SPEC R1).
+/// `GET /documents/{id}/planner`: what the Planner is doing (SPEC B1a) —
+/// with no session, whether a machine is linked to start one — its turn,
+/// and its run cards with their true age (SPEC R1).
 pub async fn planner(
     State(state): State<AppState>,
     Caller(account): Caller,
     Path(id): Path<String>,
 ) -> Result<Json<margin_protocol::link::PlannerView>, AppError> {
     visible(&state, &account, &id).await?;
-    Ok(Json(state.sessions.view(&id)))
+    let owner = state.hub.store().document_owner(&id).await?;
+    Ok(Json(state.sessions.view(&id, &owner)))
 }
 
 /// `POST /documents/{id}/planner/resume`: withdraws a Stop the machine has

@@ -49,6 +49,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::MACHINE_CREDENTIAL_TTL;
 use crate::storage::Machine;
 use crate::sync::conn::Closer;
+use crate::watchers::Watchers;
 
 /// Link timing.
 #[derive(Clone, Copy, Debug)]
@@ -159,17 +160,22 @@ struct Inner {
     /// Machine id → its open links.
     open: Mutex<HashMap<String, Vec<Link>>>,
     next: AtomicU64,
+    /// Told when an account's machines link or leave: whether a
+    /// document's Planner is available depends on it (SPEC B1a).
+    watchers: Watchers,
 }
 
 impl Links {
-    /// Links that close when `shutdown` fires.
-    pub fn new(settings: LinkSettings, shutdown: CancellationToken) -> Self {
+    /// Links that close when `shutdown` fires, telling `watchers` as
+    /// machines link and leave.
+    pub fn new(settings: LinkSettings, shutdown: CancellationToken, watchers: Watchers) -> Self {
         Links {
             inner: Arc::new(Inner {
                 settings,
                 shutdown,
                 open: Mutex::new(HashMap::new()),
                 next: AtomicU64::new(1),
+                watchers,
             }),
         }
     }
@@ -199,6 +205,7 @@ impl Links {
                 .or_default()
                 .push(link.clone());
         }
+        self.inner.watchers.wake_owner(&machine.account.id);
         (link, rx)
     }
 
@@ -230,6 +237,7 @@ impl Links {
                 }
             }
         }
+        self.inner.watchers.wake_owner(&link.machine.account.id);
     }
 
     /// An open link of one of `account`'s machines (the oldest), if any: the
@@ -266,6 +274,7 @@ impl Links {
             Err(_) => Vec::new(),
         };
         for link in closers {
+            self.inner.watchers.wake_owner(&link.machine.account.id);
             link.closer.close(
                 close::REVOKED,
                 "machine revoked; pair it again to reconnect",

@@ -474,6 +474,7 @@ impl Driver {
         }
         self.session = next;
         self.shown.send_replace(Arc::new(self.session.clone()));
+        self.shared.hub.watchers().wake(self.session.document());
     }
 
     /// Appends the step's Chat lines. What they announce is committed; a
@@ -488,7 +489,6 @@ impl Driver {
             if let Err(error) = self
                 .shared
                 .hub
-                .store()
                 .append_chat(self.session.document(), author, line.kind, &line.text)
                 .await
             {

@@ -38,12 +38,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use margin_planner::{
-    CallId, CardId, Held, Millis, PlannerSession, ReleaseTrigger, RequestId, ResumeRefusal, RunId,
-    Start, Timing, TurnId,
+    CallId, CardId, Held, Millis, PlannerSession, ReleaseReason, ReleaseTrigger, RequestId,
+    ResumeRefusal, RunId, Start, Timing, TurnId,
 };
 use margin_protocol::chat::{ChatKind, ChatMessageView};
 use margin_protocol::decisions::{AnswerBody, ToolRefusal};
-use margin_protocol::link::{HeldSession, PlannerView, RunStatus, ServerMessage};
+use margin_protocol::link::{HeldSession, PlannerState, PlannerView, RunStatus, ServerMessage};
 use margin_protocol::sessions::SessionSnapshot;
 use margin_protocol::RefusalCode;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -136,6 +136,10 @@ struct Registry {
     released: HashMap<String, Option<u64>>,
     /// Sessions being taken back from their journals (at most once each).
     restoring: HashSet<String>,
+    /// Documents whose last session ended with a confirmed Stop, none
+    /// having started since: their Planner shows as stopped (SPEC B1a).
+    /// Not kept across a restart, where it shows as available again.
+    stopped: HashSet<String>,
 }
 
 /// A live session, as the registry finds it.
@@ -163,6 +167,10 @@ impl Shared {
     fn forget(&self, session: &PlannerSession) {
         let mut registry = self.lock();
         let id = session.id();
+        if session.released() == Some(ReleaseReason::Trigger(ReleaseTrigger::Stop)) {
+            registry.stopped.insert(session.document().to_owned());
+        }
+        self.hub.watchers().wake(session.document());
         if registry.sessions.remove(id).is_some() {
             if registry
                 .documents
@@ -243,6 +251,8 @@ impl Shared {
         registry
             .documents
             .insert(session.document().to_owned(), id.clone());
+        registry.stopped.remove(session.document());
+        self.hub.watchers().wake(session.document());
         registry
             .machines
             .entry(session.machine().to_owned())
@@ -353,7 +363,6 @@ impl Sessions {
                 let author = margin_planner::wording::SYSTEM_AUTHOR;
                 self.shared
                     .hub
-                    .store()
                     .append_chat(document, author, ChatKind::System, &line)
                     .await?;
                 return Ok(());
@@ -750,6 +759,7 @@ impl Sessions {
     /// [`Sessions::document_reopened`], `@planner` starts nothing there.
     pub async fn document_closed(&self, document: &str, trigger: ReleaseTrigger) {
         self.shared.lock().closed.insert(document.to_owned());
+        self.shared.hub.watchers().wake(document);
         self.reset(document, trigger).await;
     }
 
@@ -789,21 +799,45 @@ impl Sessions {
     /// The document was unarchived: `@planner` starts turns there again.
     pub fn document_reopened(&self, document: &str) {
         self.shared.lock().closed.remove(document);
+        self.shared.hub.watchers().wake(document);
     }
 
-    /// The document's Planner as people see it.
-    pub fn view(&self, document: &str) -> PlannerView {
-        let shown = {
+    /// The document's Planner as people see it (SPEC B1a): its session's
+    /// view, or with none what a `@planner` would find — a machine of
+    /// `owner`'s linked, the last session stopped, or nothing.
+    pub fn view(&self, document: &str, owner: &Account) -> PlannerView {
+        let (shown, stopped, closed) = {
             let registry = self.shared.lock();
-            registry
+            let shown = registry
                 .documents
                 .get(document)
                 .and_then(|id| registry.sessions.get(id))
-                .map(|live| live.shown.borrow().clone())
+                .map(|live| live.shown.borrow().clone());
+            let closed = registry.closed.contains(document);
+            (shown, registry.stopped.contains(document), closed)
         };
         match shown {
             Some(session) if session.released().is_none() => session.view(now()),
-            _ => PlannerView::default(),
+            // Archived: `@planner` binds nothing here (SPEC P3).
+            _ if closed => PlannerView::default(),
+            ended => {
+                // No session: what a `@planner` would find (SPEC T1).
+                let stopped = stopped
+                    || ended.is_some_and(|session| {
+                        session.released() == Some(ReleaseReason::Trigger(ReleaseTrigger::Stop))
+                    });
+                let linked = self.shared.links.of_account(&owner.id);
+                let state = match (stopped, &linked) {
+                    (true, _) => PlannerState::Stopped,
+                    (false, Some(_)) => PlannerState::Available,
+                    (false, None) => PlannerState::Unlinked,
+                };
+                PlannerView {
+                    state,
+                    machine: linked.map(|link| link.machine.name.clone()),
+                    ..PlannerView::default()
+                }
+            }
         }
     }
 

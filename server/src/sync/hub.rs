@@ -10,6 +10,7 @@ use std::num::NonZeroUsize;
 use lru::LruCache;
 
 use margin_decisions::{DecisionCard, Edit, Outline, ReadCache, DEFAULT_READS};
+use margin_protocol::chat::{ChatKind, ChatMessageView};
 use margin_protocol::Role;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -22,6 +23,7 @@ use super::document;
 use super::load::{rebuilt, LoadError};
 use crate::cluster::{Cluster, Ownership};
 use crate::storage::{StorageError, Store};
+use crate::watchers::Watchers;
 
 /// Commands waiting for a document task; a full mailbox slows the
 /// connections that feed it (TCP backpressure), it never drops a frame.
@@ -81,6 +83,8 @@ struct Inner {
     /// Sync connections per document (SPEC P3: idle release only with
     /// nobody viewing).
     viewers: Mutex<HashMap<String, usize>>,
+    /// Who follows each document's feed (its Chat and Planner status).
+    watchers: Watchers,
     read_capacity: NonZeroUsize,
     tracker: TaskTracker,
     shutdown: CancellationToken,
@@ -158,6 +162,7 @@ impl Hub {
                 docs: Mutex::new(HashMap::new()),
                 reads: Mutex::new(LruCache::new(READ_DOCUMENTS)),
                 viewers: Mutex::new(HashMap::new()),
+                watchers: Watchers::default(),
                 read_capacity: settings.read_capacity,
                 tracker,
                 shutdown,
@@ -172,6 +177,25 @@ impl Hub {
     /// The store documents load from.
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// Who follows each document's feed.
+    pub fn watchers(&self) -> &Watchers {
+        &self.inner.watchers
+    }
+
+    /// Appends a line to document `id`'s Chat and wakes those following
+    /// its feed: every Chat line goes through here.
+    pub async fn append_chat(
+        &self,
+        id: &str,
+        author: &str,
+        kind: ChatKind,
+        text: &str,
+    ) -> Result<ChatMessageView, StorageError> {
+        let line = self.inner.store.append_chat(id, author, kind, text).await?;
+        self.inner.watchers.wake(id);
+        Ok(line)
     }
 
     /// Who may own the documents this server loads.

@@ -402,7 +402,7 @@ on_both_backends! {
         // The question is withdrawn and the session is gone.
         assert_eq!(s.card_state(&card).await, "cancelled");
         let (_, view) = s.server.get(Some(&s.ada), &s.path("/planner")).await;
-        assert_eq!(view, json!({"connected": false, "disconnected": false, "replying": false, "stop_pending": false, "questions": 0, "runs": []}));
+        assert_eq!(view, json!({"state": "unlinked", "connected": false, "disconnected": false, "replying": false, "stop_pending": false, "questions": 0, "runs": []}));
         // Chat says only what is true: the session ended, its run was asked
         // to stop (not that it stopped).
         let chat = s.chat().await;

@@ -313,7 +313,7 @@ on_both_backends! {
 
         s.say("@planner please review").await;
         let replies = chat_until(&s.server, &s.token, &s.doc, 1, planner_replies).await;
-        assert_eq!(replies[0], "I read the plan (3 blocks) and found 2 open questions: added 2 decisions.");
+        assert_eq!(replies[0], "I read the plan and found 2 open questions: added 2 decisions.");
         let cards = decisions(&s.server, &s.token, &s.doc).await.decisions;
         let mut questions: Vec<_> = cards.iter().map(|c| (c.question.as_str(), c.state.as_str())).collect();
         questions.sort();
@@ -325,7 +325,7 @@ on_both_backends! {
         // The same text again: its keys replay the cards (SPEC D3), no twins.
         s.say("@planner once more").await;
         let replies = chat_until(&s.server, &s.token, &s.doc, 2, planner_replies).await;
-        assert_eq!(replies[1], "I read the plan (3 blocks) and found 2 open questions: 2 decisions already in the document.");
+        assert_eq!(replies[1], "I read the plan and found 2 open questions: 2 decisions already in the document.");
         assert_eq!(decisions(&s.server, &s.token, &s.doc).await.decisions.len(), 2);
     }
 
@@ -350,7 +350,7 @@ on_both_backends! {
         let marks: Vec<_> = plan.steps.iter().map(|s| (s.id.as_str(), s.status)).collect();
         use margin_protocol::sessions::StepStatus::{Completed, Pending};
         assert_eq!(marks, [("read", Completed), ("capture", Completed), ("answers", Pending)]);
-        assert_eq!(plan.steps[2].description, "People answer the 1 decision(s) beside their paragraphs");
+        assert_eq!(plan.steps[2].description, "People answer the decisions beside their paragraphs");
         detach.cancel();
     }
 
@@ -478,7 +478,7 @@ on_both_backends! {
         let doc = body["documents"][0]["id"].as_str().expect("a sample document").to_owned();
         server.say(&token, &doc, "@planner review the plan").await;
         let replies = chat_until(&server, &token, &doc, 1, planner_replies).await;
-        assert_eq!(replies[0], "I read the plan (6 blocks) and found 3 open questions: added 3 decisions.");
+        assert_eq!(replies[0], "I read the plan and found 3 open questions: added 3 decisions.");
         let cards = decisions(&server, &token, &doc).await.decisions;
         let mut kinds: Vec<_> = cards.iter().map(|c| (c.question.as_str(), c.response.as_str())).collect();
         kinds.sort();

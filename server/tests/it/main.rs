@@ -10,6 +10,7 @@ mod connector;
 mod crash;
 mod credentials;
 mod decisions;
+mod document_feed;
 mod feed;
 mod fencing;
 mod http;

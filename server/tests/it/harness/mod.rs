@@ -17,7 +17,7 @@ pub use inproc::InProcess;
 pub use link::LinkClient;
 pub use proxy::Proxy;
 pub use server::Server;
-pub use sse::Sse;
+pub use sse::{Sse, SseEvent};
 
 /// Declares each test once per backend: `name::sqlite` and `name::postgres`.
 /// The PostgreSQL variant reports itself skipped when `TEST_DATABASE_URL` is

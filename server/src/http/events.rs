@@ -1,0 +1,210 @@
+//! A document's feed, `GET /documents/{id}/events` (SPEC B1, B1a, T1, E3):
+//! Server-Sent Events carrying its Chat lines as they are committed and
+//! its Planner's status as it changes, so an editor shows a reply the
+//! moment it is posted instead of polling. Members only (a viewer too);
+//! others get the document's 404.
+//!
+//! On every (re)connect the stream sends the Planner's view, then every
+//! Chat line after the cursor (`Last-Event-ID`, else `?after=`, else 0), a
+//! page at a time, then waits on the document's [`Watch`]. Woken, it reads
+//! Chat from storage after the last line it sent and the view from the
+//! session registry, and sends what is new: nothing is sent that is not
+//! committed, and a wake-up lost or merged delays nothing beyond the next.
+//! In a cluster the call is relayed to the document's owner (where its
+//! Chat is appended and its Planner session runs); a client whose stream
+//! breaks reconnects with its `Last-Event-ID` wherever the document went.
+
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream;
+use margin_protocol::document_feed::DocumentEvent;
+use margin_protocol::link::PlannerView;
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::documents::visible;
+use super::extract::Caller;
+use super::{AppError, AppState};
+use crate::storage::Account;
+use crate::watchers::Watch;
+
+/// Most Chat lines read from storage at a time.
+const PAGE: i64 = 200;
+
+/// How long a stream stays silent before a keep-alive comment (proxies
+/// close idle streams); each one also checks the caller is still a member.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+#[derive(Deserialize)]
+pub struct FeedQuery {
+    /// The last Chat `seq` the client has, when no `Last-Event-ID` is sent.
+    after: Option<String>,
+}
+
+/// `GET /documents/{id}/events`.
+pub async fn feed(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    query: Result<Query<FeedQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, AppError> {
+    let Query(query) = query.map_err(|e| AppError::bad_request("invalid_query", e.body_text()))?;
+    let last = headers
+        .get("last-event-id")
+        .map(|value| value.to_str().unwrap_or("\u{fffd}").to_owned());
+    let after = match last.or(query.after) {
+        None => 0,
+        Some(cursor) => cursor
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|seq| *seq >= 0)
+            .ok_or_else(|| {
+                AppError::bad_request(
+                    "invalid_cursor",
+                    "a cursor is the seq of a Chat line (a whole number, 0 or more)",
+                )
+            })?,
+    };
+    visible(&state, &account, &id).await?;
+    let owner = state.hub.store().document_owner(&id).await?;
+    // Watched before the first read: a line committed after it wakes us.
+    let watch = state.hub.watchers().watch(&id, &owner.id);
+    let feed = Feed {
+        shutdown: state.links.shutdown(),
+        state,
+        account,
+        owner,
+        document: id,
+        watch,
+        cursor: after,
+        shown: None,
+        caught_up: false,
+    };
+    let body = stream::unfold(Some(feed), |feed| async move {
+        let mut feed = feed?;
+        let frames = feed.next().await?;
+        Some((Ok::<_, std::convert::Infallible>(frames), Some(feed)))
+    });
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+            // Proxies that buffer would hold lines back.
+            (
+                header::HeaderName::from_static("x-accel-buffering"),
+                HeaderValue::from_static("no"),
+            ),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response())
+}
+
+/// One open stream.
+struct Feed {
+    state: AppState,
+    account: Account,
+    owner: Account,
+    document: String,
+    watch: Watch,
+    /// The last Chat line sent.
+    cursor: i64,
+    /// The Planner view last sent, as compared (see [`comparable`]).
+    shown: Option<PlannerView>,
+    /// Whether the last read found no more lines waiting.
+    caught_up: bool,
+    /// Fires when the server stops.
+    shutdown: CancellationToken,
+}
+
+impl Feed {
+    /// The next frames to send, waiting for them; `None` ends the stream
+    /// (the server stops, storage failed, or the caller lost access — a
+    /// client reconnects from its cursor and is answered as it deserves).
+    async fn next(&mut self) -> Option<Bytes> {
+        loop {
+            if self.caught_up {
+                let woken = tokio::select! {
+                    () = self.watch.changed() => true,
+                    () = self.shutdown.cancelled() => return None,
+                    () = tokio::time::sleep(KEEP_ALIVE) => false,
+                };
+                if !woken {
+                    if visible(&self.state, &self.account, &self.document)
+                        .await
+                        .is_err()
+                    {
+                        return None;
+                    }
+                    return Some(Bytes::from_static(b": keep-alive\n\n"));
+                }
+            }
+            // Seen before reading: what is committed after this wakes us.
+            self.watch.seen();
+            let mut frames = String::new();
+            self.planner(&mut frames);
+            match self.chat(&mut frames).await {
+                Ok(()) => {}
+                Err(error) => {
+                    warn!(document = %self.document, %error, "the document feed's Chat was not read");
+                    return None;
+                }
+            }
+            if !frames.is_empty() {
+                return Some(Bytes::from(frames));
+            }
+        }
+    }
+
+    /// The Planner's view, if it changed since the last one sent.
+    fn planner(&mut self, frames: &mut String) {
+        let view = self.state.sessions.view(&self.document, &self.owner);
+        let compared = comparable(&view);
+        if self.shown.as_ref() == Some(&compared) {
+            return;
+        }
+        if let Ok(frame) = DocumentEvent::Planner(view).frame() {
+            frames.push_str(&frame);
+            self.shown = Some(compared);
+        }
+    }
+
+    /// The Chat lines after the cursor, a page at most.
+    async fn chat(&mut self, frames: &mut String) -> Result<(), crate::storage::StorageError> {
+        let lines = self
+            .state
+            .hub
+            .store()
+            .chat(&self.document, self.cursor, PAGE)
+            .await?;
+        self.caught_up = (lines.len() as i64) < PAGE;
+        for line in lines {
+            self.cursor = line.seq;
+            if let Ok(frame) = DocumentEvent::Chat(line).frame() {
+                frames.push_str(&frame);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `view` as compared with the last one sent: a live run's age grows with
+/// the clock, and a client counts it from `started_at` itself, so only a
+/// change of anything else is news.
+fn comparable(view: &PlannerView) -> PlannerView {
+    let mut view = view.clone();
+    for run in &mut view.runs {
+        run.age_ms = 0;
+    }
+    view
+}
