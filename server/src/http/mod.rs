@@ -57,6 +57,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/", get(assets::index))
         .route("/assets/{file}", get(assets::asset))
+        .route("/favicon.ico", get(assets::favicon))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/internal/documents/{id}/sync", get(internal::sync))

@@ -1,6 +1,5 @@
 //! The HTTP API: documents, members, outlines and their errors (SPEC S4, A1, A2).
 
-use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use crate::harness::{Server, SyncClient};
@@ -138,29 +137,6 @@ on_both_backends! {
         let (status, body) = server.get(None, "/nope").await;
         assert_eq!((status, body["error"]["code"].as_str()), (404, Some("route_not_found")));
     }
-}
-
-#[tokio::test]
-async fn editor_page_and_assets_are_served() {
-    let db = crate::harness::TestDb::sqlite();
-    let server = Server::start(&db).await;
-    let page = reqwest::get(server.url("/")).await.unwrap();
-    assert_eq!(page.status(), 200);
-    assert!(page.headers()["content-type"]
-        .to_str()
-        .unwrap()
-        .starts_with("text/html"));
-    assert!(page.text().await.unwrap().contains("/assets/app.js"));
-    let js = reqwest::get(server.url("/assets/app.js")).await.unwrap();
-    assert_eq!(js.status(), 200);
-    assert!(js.headers()["content-type"]
-        .to_str()
-        .unwrap()
-        .starts_with("text/javascript"));
-    let missing = reqwest::get(server.url("/assets/secret.txt"))
-        .await
-        .unwrap();
-    assert_eq!(missing.status(), 404);
 }
 
 on_both_backends! {

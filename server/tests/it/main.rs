@@ -4,6 +4,7 @@
 mod harness;
 
 mod archive;
+mod assets;
 mod bounds;
 mod cluster;
 mod connector;
