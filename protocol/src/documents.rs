@@ -10,10 +10,13 @@
 //!     revision: 0,
 //!     role: Role::Owner,
 //!     archived: false,
+//!     created_at: 1764400000000,
+//!     edited_at: None,
+//!     edited_by: None,
 //! };
 //! assert_eq!(
 //!     serde_json::to_string(&info).unwrap(),
-//!     r#"{"id":"d1","title":"Q3 launch","revision":0,"role":"owner","archived":false}"#
+//!     r#"{"id":"d1","title":"Q3 launch","revision":0,"role":"owner","archived":false,"created_at":1764400000000,"edited_at":null,"edited_by":null}"#
 //! );
 //! ```
 
@@ -93,12 +96,24 @@ pub struct DocumentInfo {
     /// it — sync edits, the Planner's writes, Chat and card actions are
     /// refused — until the owner unarchives it.
     pub archived: bool,
+    /// When it was created, in milliseconds since the Unix epoch.
+    pub created_at: i64,
+    /// When its text last changed, in milliseconds since the Unix epoch:
+    /// a person's sync edit or the Planner's `edit_plan`. `null` until
+    /// the first. The server's own mirror of decision cards is not an
+    /// edit.
+    pub edited_at: Option<i64>,
+    /// Who made that change: the account of a person's edit or of an
+    /// `edit_plan` called over HTTP, or `planner` for an `edit_plan` a
+    /// Planner session called. `null` until the first edit.
+    pub edited_by: Option<String>,
 }
 
 /// `GET /documents` response.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct DocumentList {
-    /// The caller's documents, newest first.
+    /// The caller's documents, the most recently edited first (a document
+    /// never edited counts from its creation).
     pub documents: Vec<DocumentInfo>,
 }
 
@@ -189,9 +204,29 @@ mod tests {
                     revision: 3,
                     role: Role::Owner,
                     archived: true,
+                    created_at: 5,
+                    edited_at: Some(9),
+                    edited_by: Some("bo".into()),
                 }],
             },
-            r#"{"documents":[{"id":"d","title":"t","revision":3,"role":"owner","archived":true}]}"#,
+            r#"{"documents":[{"id":"d","title":"t","revision":3,"role":"owner","archived":true,"created_at":5,"edited_at":9,"edited_by":"bo"}]}"#,
+        );
+    }
+
+    #[test]
+    fn a_document_never_edited_says_so_with_nulls() {
+        round_trip(
+            DocumentInfo {
+                id: "d".into(),
+                title: "t".into(),
+                revision: 0,
+                role: Role::Editor,
+                archived: false,
+                created_at: 5,
+                edited_at: None,
+                edited_by: None,
+            },
+            r#"{"id":"d","title":"t","revision":0,"role":"editor","archived":false,"created_at":5,"edited_at":null,"edited_by":null}"#,
         );
     }
 

@@ -208,7 +208,7 @@ pub async fn sync(
 /// node owns the document — on that node through this one (SPEC C2).
 async fn serve_sync(ws: WebSocket, hub: Hub, id: String, account: String, role: Role) {
     let routed = match hub.cluster() {
-        None => hub.join(&id, role).await.map(SyncRoute::Here),
+        None => hub.join(&id, &account, role).await.map(SyncRoute::Here),
         Some(cluster) => forward::route_sync(&hub, cluster, &id, &account, role)
             .await
             .map_err(|error| match error {
@@ -291,6 +291,9 @@ fn info(row: DocumentRow) -> DocumentInfo {
         revision: row.revision,
         role: row.role,
         archived: row.archived,
+        created_at: row.created_at,
+        edited_at: row.edited_at,
+        edited_by: row.edited_by,
     }
 }
 

@@ -21,6 +21,12 @@ pub struct DocumentRow {
     pub role: Role,
     /// Whether the owner archived it (read-only until unarchived).
     pub archived: bool,
+    /// When it was created (ms since the Unix epoch).
+    pub created_at: i64,
+    /// When its text last changed, if ever (ms since the Unix epoch).
+    pub edited_at: Option<i64>,
+    /// Who made that change: an account's name, or `planner`.
+    pub edited_by: Option<String>,
 }
 
 impl DocumentRow {
@@ -32,11 +38,15 @@ impl DocumentRow {
             revision: int(row, "revision")?,
             role: Role::parse(&role).ok_or(StorageError::NotFound("role"))?,
             archived: row.try_get::<Option<i64>, _>("archived_at")?.is_some(),
+            created_at: int(row, "created_at")?,
+            edited_at: row.try_get("edited_at")?,
+            edited_by: row.try_get("edited_by")?,
         })
     }
 }
 
-const SELECT_FOR_MEMBER: &str = "SELECT d.id, d.title, d.revision, d.archived_at, m.role \
+const SELECT_FOR_MEMBER: &str = "SELECT d.id, d.title, d.revision, d.archived_at, \
+     d.created_at, d.edited_at, d.edited_by, m.role \
      FROM documents d JOIN members m ON m.document_id = d.id";
 
 impl Store {
@@ -47,6 +57,7 @@ impl Store {
         title: &str,
     ) -> Result<DocumentRow, StorageError> {
         let id = Uuid::new_v4().to_string();
+        let created_at = now_ms();
         let mut tx = self.writes().begin().await?;
         sqlx::query(
             "INSERT INTO documents (id, title, owner_id, revision, created_at) VALUES ($1, $2, $3, 0, $4)",
@@ -54,7 +65,7 @@ impl Store {
         .bind(&id)
         .bind(title)
         .bind(&owner.id)
-        .bind(now_ms())
+        .bind(created_at)
         .execute(&mut *tx)
         .await?;
         sqlx::query("INSERT INTO members (document_id, account_id, role) VALUES ($1, $2, $3)")
@@ -70,13 +81,19 @@ impl Store {
             revision: 0,
             role: Role::Owner,
             archived: false,
+            created_at,
+            edited_at: None,
+            edited_by: None,
         })
     }
 
-    /// The documents `account` is a member of, newest first.
+    /// The documents `account` is a member of, the most recently edited
+    /// first; one never edited counts from its creation.
     pub async fn documents_of(&self, account: &Account) -> Result<Vec<DocumentRow>, StorageError> {
-        let sql =
-            format!("{SELECT_FOR_MEMBER} WHERE m.account_id = $1 ORDER BY d.created_at DESC, d.id");
+        let sql = format!(
+            "{SELECT_FOR_MEMBER} WHERE m.account_id = $1 \
+             ORDER BY COALESCE(d.edited_at, d.created_at) DESC, d.id"
+        );
         let rows = sqlx::query(&sql)
             .bind(&account.id)
             .fetch_all(&self.pool)

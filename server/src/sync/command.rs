@@ -42,6 +42,9 @@ pub enum Command {
         revision: i64,
         /// The edits.
         edits: Vec<Edit>,
+        /// Who edits, recorded as the document's `edited_by`: the calling
+        /// account, or `planner` for a Planner session's call.
+        by: Arc<str>,
         /// What commits with the edit: the call's result (SPEC W1).
         rider: Option<Rider>,
         /// The revision the edit made and its outline, once committed.

@@ -116,6 +116,9 @@ impl OutboxReader {
 pub struct Conn {
     /// The connection's id.
     pub id: ConnId,
+    /// The member's account name: whose edits these are (the document's
+    /// `edited_by`), and whose sockets an access change closes.
+    pub account: Arc<str>,
     /// The member's role; viewers may not change the document.
     pub role: Role,
     /// Frames to send. Bounded: a client that cannot keep up is closed so it

@@ -74,6 +74,10 @@ struct Effects {
     card_replies: Vec<(CardsReply, usize, Arc<Outline>)>,
     /// What rides with the batch: how many of its changes precede each.
     riders: Vec<(Rider, usize, Arc<Outline>)>,
+    /// Who made the batch's last edit (a person's change, or an
+    /// `edit_plan`), stored as the document's `edited_by`; the server's
+    /// mirror of cards leaves it be.
+    edited_by: Option<Arc<str>>,
 }
 
 pub struct DocumentTask {
@@ -389,6 +393,7 @@ impl DocumentTask {
             Command::Edit {
                 revision,
                 edits,
+                by,
                 rider,
                 reply,
             } => {
@@ -403,6 +408,7 @@ impl DocumentTask {
                     Ok(change) => {
                         if let Some(change) = change {
                             effects.deltas.push((SERVER, change));
+                            effects.edited_by = Some(by);
                         }
                         self.live.refresh();
                         let outline = self.live.snapshot();
@@ -470,6 +476,7 @@ impl DocumentTask {
             return Ok(());
         };
         let can_edit = member.conn.role.can_edit() && !self.archived;
+        let account = member.conn.account.clone();
         let messages = frame::messages(data).map_err(|e| (close::MALFORMED, e.to_string()))?;
         for message in messages {
             match message {
@@ -507,6 +514,7 @@ impl DocumentTask {
                         // sender is closed for what did not.
                         if let Some(delta) = applied.change {
                             effects.deltas.push((conn, delta));
+                            effects.edited_by = Some(account.clone());
                         }
                         if applied.overflowed {
                             return Err((
@@ -640,6 +648,7 @@ impl DocumentTask {
             let riding = Riding {
                 cards: &effects.cards,
                 sessions: &sessions,
+                edited_by: effects.edited_by.as_deref(),
             };
             self.revision = self
                 .store

@@ -191,8 +191,10 @@ impl Hub {
         self.inner.compaction
     }
 
-    /// Joins a connection with `role` to document `id`, loading it if needed.
-    pub async fn join(&self, id: &str, role: Role) -> Result<Joined, JoinRefused> {
+    /// Joins `account`'s connection with `role` to document `id`, loading
+    /// it if needed.
+    pub async fn join(&self, id: &str, account: &str, role: Role) -> Result<Joined, JoinRefused> {
+        let account: Arc<str> = Arc::from(account);
         for _ in 0..JOIN_ATTEMPTS {
             let mailbox = self.task_for(id)?;
             let (outbox_tx, outbox) =
@@ -201,6 +203,7 @@ impl Hub {
             let conn_id = self.inner.next_conn.fetch_add(1, Ordering::Relaxed);
             let conn = Conn {
                 id: conn_id,
+                account: account.clone(),
                 role,
                 outbox: outbox_tx,
                 closer: closer.clone(),
@@ -277,17 +280,20 @@ impl Hub {
 
     /// Applies the Planner's edits to `id` and returns the revision they made
     /// and its outline, once committed — with `rider`'s rows in the same
-    /// transaction, when given.
+    /// transaction, when given, and `by` as the document's last editor.
     pub async fn edit(
         &self,
         id: &str,
         revision: i64,
         edits: Vec<Edit>,
+        by: &str,
         rider: Option<Rider>,
     ) -> Result<(i64, Arc<Outline>), EditRefused> {
+        let by: Arc<str> = Arc::from(by);
         self.request(id, |reply| Command::Edit {
             revision,
             edits: edits.clone(),
+            by: by.clone(),
             rider: rider.clone(),
             reply,
         })

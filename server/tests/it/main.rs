@@ -10,6 +10,7 @@ mod connector;
 mod crash;
 mod credentials;
 mod decisions;
+mod documents;
 mod feed;
 mod fencing;
 mod http;
