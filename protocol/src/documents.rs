@@ -127,13 +127,22 @@ pub struct AddMember {
     pub role: Role,
 }
 
-/// `POST /documents/{id}/members` response.
+/// `POST /documents/{id}/members` response, and an entry of
+/// [`MemberList`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct MemberInfo {
     /// The account's name.
     pub account: String,
     /// Its role on the document.
     pub role: Role,
+}
+
+/// `GET /documents/{id}/members` response: who the document is shared
+/// with. Any member may read it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct MemberList {
+    /// The owner first, then every other member by account name.
+    pub members: Vec<MemberInfo>,
 }
 
 /// One block of an outline (SPEC S4).
@@ -210,6 +219,21 @@ mod tests {
                 }],
             },
             r#"{"documents":[{"id":"d","title":"t","revision":3,"role":"owner","archived":true,"created_at":5,"edited_at":9,"edited_by":"bo"}]}"#,
+        );
+        round_trip(
+            MemberList {
+                members: vec![
+                    MemberInfo {
+                        account: "ada".into(),
+                        role: Role::Owner,
+                    },
+                    MemberInfo {
+                        account: "bo".into(),
+                        role: Role::Viewer,
+                    },
+                ],
+            },
+            r#"{"members":[{"account":"ada","role":"owner"},{"account":"bo","role":"viewer"}]}"#,
         );
     }
 

@@ -1,5 +1,5 @@
-//! Document, member, outline and sync routes; archiving and deleting
-//! (SPEC P3).
+//! Document, outline and sync routes; archiving and deleting (SPEC P3).
+//! Members are `http::members`.
 
 use axum::extract::ws::{WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, Query, State};
@@ -10,9 +10,7 @@ use margin_decisions::{wire, Outline};
 use margin_planner::ReleaseTrigger;
 use margin_protocol::documents::MAX_TITLE_BYTES;
 use margin_protocol::sync::MAX_MESSAGE_BYTES;
-use margin_protocol::{
-    AddMember, CreateDocument, DocumentInfo, DocumentList, MemberInfo, OutlineView, Role,
-};
+use margin_protocol::{CreateDocument, DocumentInfo, DocumentList, OutlineView, Role};
 use serde::Deserialize;
 
 use super::extract::{Caller, JsonBody};
@@ -124,40 +122,6 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-pub async fn add_member(
-    State(state): State<AppState>,
-    Caller(account): Caller,
-    Path(id): Path<String>,
-    JsonBody(body): JsonBody<AddMember>,
-) -> Result<Json<MemberInfo>, AppError> {
-    let document = visible(&state, &account, &id).await?;
-    if document.role != Role::Owner {
-        return Err(AppError::Forbidden(
-            "only the document's owner can add members".into(),
-        ));
-    }
-    let member = match state.hub.store().account_by_name(&body.account).await {
-        Ok(member) => member,
-        Err(StorageError::NotFound(_)) => {
-            return Err(AppError::bad_request(
-                "unknown_account",
-                format!("no account named {:?}", body.account),
-            ))
-        }
-        Err(other) => return Err(other.into()),
-    };
-    state
-        .hub
-        .store()
-        .set_member(&id, &member, body.role)
-        .await?;
-    tracing::info!(document = %id, member = %member.name, role = body.role.as_str(), "member set");
-    Ok(Json(MemberInfo {
-        account: member.name,
-        role: body.role,
-    }))
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutlineQuery {
@@ -229,7 +193,7 @@ async fn serve_sync(ws: WebSocket, hub: Hub, id: String, account: String, role: 
 
 /// The document if `account` owns it: 404 for those who cannot see it, 403
 /// for its other members.
-async fn owned(
+pub(super) async fn owned(
     state: &AppState,
     account: &crate::storage::Account,
     id: &str,

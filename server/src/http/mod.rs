@@ -11,6 +11,7 @@ mod error;
 mod extract;
 mod internal;
 mod machines;
+mod members;
 mod planner;
 mod sessions;
 mod throttle;
@@ -72,7 +73,11 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/documents/{id}/archive", post(documents::archive))
         .route("/documents/{id}/unarchive", post(documents::unarchive))
-        .route("/documents/{id}/members", post(documents::add_member))
+        .route(
+            "/documents/{id}/members",
+            get(members::list).post(members::add),
+        )
+        .route("/documents/{id}/members/{account}", delete(members::remove))
         .route("/documents/{id}/outline", get(documents::outline))
         .route("/documents/{id}/sync", get(documents::sync))
         .route("/documents/{id}/chat", post(chat::post).get(chat::list))

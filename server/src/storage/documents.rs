@@ -1,5 +1,5 @@
-//! Documents and their members (SPEC A1 roles), archiving and deleting
-//! (SPEC P3).
+//! Documents as their members see them (SPEC A1 roles), archiving and
+//! deleting (SPEC P3). Who is a member is `members`.
 
 use margin_protocol::Role;
 use sqlx::any::AnyRow;
@@ -131,41 +131,6 @@ impl Store {
             id: row.try_get("id")?,
             name: row.try_get("name")?,
         })
-    }
-
-    /// Gives `member` `role` on document `id`, or changes the role it has.
-    /// The owner's own role cannot be changed this way.
-    pub async fn set_member(
-        &self,
-        id: &str,
-        member: &Account,
-        role: Role,
-    ) -> Result<(), StorageError> {
-        if role == Role::Owner {
-            return Err(StorageError::Conflict(
-                "a document has exactly one owner; add members as editor or viewer".into(),
-            ));
-        }
-        // One statement, so SQLite takes the write lock at once: a read
-        // followed by a write in one transaction can fail with "database is
-        // locked" when another writer slips between them.
-        let done = sqlx::query(
-            "INSERT INTO members (document_id, account_id, role) VALUES ($1, $2, $3) \
-             ON CONFLICT (document_id, account_id) DO UPDATE SET role = excluded.role \
-             WHERE members.role <> 'owner'",
-        )
-        .bind(id)
-        .bind(&member.id)
-        .bind(role.as_str())
-        .execute(self.writes())
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(StorageError::Conflict(format!(
-                "{} owns this document; the owner's role cannot change",
-                member.name
-            )));
-        }
-        Ok(())
     }
 
     /// Whether document `id` is archived.

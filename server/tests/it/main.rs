@@ -16,6 +16,7 @@ mod fencing;
 mod http;
 mod keeping;
 mod link;
+mod members;
 mod plans;
 mod releases;
 mod repairs;
