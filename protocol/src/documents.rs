@@ -81,12 +81,13 @@ impl Role {
 
 /// A document as its caller sees it (`POST /documents` → 201,
 /// `GET /documents/{id}`, entries of `GET /documents`, and the answer to
-/// `POST /documents/{id}/archive` and `…/unarchive`).
+/// `PATCH /documents/{id}`, `POST /documents/{id}/archive` and
+/// `…/unarchive`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct DocumentInfo {
     /// Opaque document id.
     pub id: String,
-    /// Title given at creation.
+    /// Its title, as given at creation or by the last rename.
     pub title: String,
     /// The document's revision: how many changes have been published (SPEC S3).
     pub revision: i64,
@@ -101,12 +102,21 @@ pub struct DocumentInfo {
     /// When its text last changed, in milliseconds since the Unix epoch:
     /// a person's sync edit or the Planner's `edit_plan`. `null` until
     /// the first. The server's own mirror of decision cards is not an
-    /// edit.
+    /// edit, and neither is a rename.
     pub edited_at: Option<i64>,
     /// Who made that change: the account of a person's edit or of an
     /// `edit_plan` called over HTTP, or `planner` for an `edit_plan` a
     /// Planner session called. `null` until the first edit.
     pub edited_by: Option<String>,
+}
+
+/// `PATCH /documents/{id}` body: renames the document. Owners and
+/// editors may; the title is checked as at creation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RenameDocument {
+    /// Non-blank, at most [`MAX_TITLE_BYTES`], no control characters.
+    pub title: String,
 }
 
 /// `GET /documents` response.
@@ -235,6 +245,7 @@ mod tests {
             },
             r#"{"members":[{"account":"ada","role":"owner"},{"account":"bo","role":"viewer"}]}"#,
         );
+        round_trip(RenameDocument { title: "Q4".into() }, r#"{"title":"Q4"}"#);
     }
 
     #[test]
@@ -276,6 +287,7 @@ mod tests {
     fn unknown_fields_and_roles_are_refused() {
         assert!(serde_json::from_str::<CreateDocument>(r#"{"title":"x","owner":"me"}"#).is_err());
         assert!(serde_json::from_str::<AddMember>(r#"{"account":"x","role":"admin"}"#).is_err());
+        assert!(serde_json::from_str::<RenameDocument>(r#"{"title":"x","id":"d"}"#).is_err());
     }
 
     #[test]

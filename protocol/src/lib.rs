@@ -22,7 +22,7 @@ mod testing;
 
 pub use documents::{
     AddMember, BlockEntry, CreateDocument, DocumentInfo, DocumentList, Me, MemberInfo, MemberList,
-    OutlineView, Role,
+    OutlineView, RenameDocument, Role,
 };
 pub use error::{ErrorBody, ErrorDetail};
 pub use refusal::RefusalCode;

@@ -16,7 +16,7 @@ use margin_protocol::link::{
 use margin_protocol::sessions;
 use margin_protocol::{
     AddMember, CreateDocument, DocumentInfo, DocumentList, ErrorBody, Me, MemberInfo, MemberList,
-    OutlineView,
+    OutlineView, RenameDocument,
 };
 use schemars::{schema_for, Schema};
 
@@ -30,6 +30,7 @@ fn schemas() -> Vec<(&'static str, Schema)> {
         ("AddMember", schema_for!(AddMember)),
         ("MemberInfo", schema_for!(MemberInfo)),
         ("MemberList", schema_for!(MemberList)),
+        ("RenameDocument", schema_for!(RenameDocument)),
         ("OutlineView", schema_for!(OutlineView)),
         ("ReadDocumentOutput", schema_for!(ReadDocumentOutput)),
         ("EditPlanInput", schema_for!(EditPlanInput)),

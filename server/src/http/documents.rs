@@ -1,4 +1,5 @@
-//! Document, outline and sync routes; archiving and deleting (SPEC P3).
+//! Document, outline and sync routes; renaming, archiving and deleting
+//! (SPEC P3).
 //! Members are `http::members`.
 
 use axum::extract::ws::{WebSocket, WebSocketUpgrade};
@@ -10,7 +11,9 @@ use margin_decisions::{wire, Outline};
 use margin_planner::ReleaseTrigger;
 use margin_protocol::documents::MAX_TITLE_BYTES;
 use margin_protocol::sync::MAX_MESSAGE_BYTES;
-use margin_protocol::{CreateDocument, DocumentInfo, DocumentList, OutlineView, Role};
+use margin_protocol::{
+    CreateDocument, DocumentInfo, DocumentList, OutlineView, RenameDocument, Role,
+};
 use serde::Deserialize;
 
 use super::extract::{Caller, JsonBody};
@@ -48,6 +51,34 @@ pub async fn show(
     Path(id): Path<String>,
 ) -> Result<Json<DocumentInfo>, AppError> {
     Ok(Json(info(visible(&state, &account, &id).await?)))
+}
+
+/// `PATCH /documents/{id}`: an owner or editor renames the document. The
+/// title is checked as at creation; an archived document keeps its name.
+pub async fn rename(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<RenameDocument>,
+) -> Result<Json<DocumentInfo>, AppError> {
+    let document = visible(&state, &account, &id).await?;
+    if !document.role.can_edit() {
+        return Err(AppError::Forbidden(
+            "viewers cannot rename the document; its owner and editors can".into(),
+        ));
+    }
+    let title = validate_title(&body.title)?;
+    match state.hub.store().rename_document(&id, title).await {
+        Ok(true) => {}
+        Ok(false) => return Err(AppError::archived()),
+        Err(StorageError::NotFound(_)) => return Err(AppError::document_not_found(&id)),
+        Err(other) => return Err(other.into()),
+    }
+    tracing::info!(document = %id, account = %account.name, "document renamed");
+    Ok(Json(info(DocumentRow {
+        title: title.to_owned(),
+        ..document
+    })))
 }
 
 /// `POST /documents/{id}/archive`: the owner makes the document read-only

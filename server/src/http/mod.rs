@@ -69,7 +69,9 @@ pub fn router(state: AppState) -> Router {
         .route("/documents", post(documents::create).get(documents::list))
         .route(
             "/documents/{id}",
-            get(documents::show).delete(documents::delete),
+            get(documents::show)
+                .patch(documents::rename)
+                .delete(documents::delete),
         )
         .route("/documents/{id}/archive", post(documents::archive))
         .route("/documents/{id}/unarchive", post(documents::unarchive))

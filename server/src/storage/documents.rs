@@ -133,6 +133,25 @@ impl Store {
         })
     }
 
+    /// Renames document `id` to `title` (already checked); returns false,
+    /// renaming nothing, when it is archived.
+    pub async fn rename_document(&self, id: &str, title: &str) -> Result<bool, StorageError> {
+        // One statement: the archive check and the write cannot be split
+        // by an archive committing between them.
+        let done =
+            sqlx::query("UPDATE documents SET title = $1 WHERE id = $2 AND archived_at IS NULL")
+                .bind(title)
+                .bind(id)
+                .execute(self.writes())
+                .await?;
+        if done.rows_affected() == 1 {
+            return Ok(true);
+        }
+        // Archived, or gone (NotFound).
+        self.is_archived(id).await?;
+        Ok(false)
+    }
+
     /// Whether document `id` is archived.
     pub async fn is_archived(&self, id: &str) -> Result<bool, StorageError> {
         let row = sqlx::query("SELECT archived_at FROM documents WHERE id = $1")

@@ -1,7 +1,8 @@
 //! What the document list says of each document (issue #14): when it was
 //! created, when its text last changed and by whom — a person's sync edit,
 //! an `edit_plan` over HTTP or from a Planner session, never the server's
-//! own mirror of decision cards — and the list's order. On both backends.
+//! own mirror of decision cards — the list's order, and renaming. On both
+//! backends.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -204,5 +205,71 @@ on_both_backends! {
         client.append_paragraph("Edited last").await;
         settled(&server, &ada, &docs[0], 1).await;
         assert_eq!(titles().await, ["First", "Third", "Second"]);
+    }
+
+    async fn owners_and_editors_rename_a_document_and_viewers_cannot(db) {
+        let (server, ada, bo, cy, doc) = shared(&db).await;
+        let path = format!("/documents/{doc}");
+        let before = shown(&server, &ada, &doc).await;
+        let (status, renamed) = server.patch(Some(&ada), &path, json!({"title": "  Q3 launch "})).await;
+        assert_eq!(status, 200, "{renamed}");
+        let expected = DocumentInfo { title: "Q3 launch".into(), ..before.clone() };
+        assert_eq!(serde_json::from_value::<DocumentInfo>(renamed).unwrap(), expected);
+        let (status, renamed) = server.patch(Some(&bo), &path, json!({"title": "Q4 launch"})).await;
+        assert_eq!(status, 200, "{renamed}");
+        // Each member sees it under the new name, with their own role; a
+        // rename is not an edit of the text.
+        let seen = shown(&server, &bo, &doc).await;
+        assert_eq!((seen.title.as_str(), seen.role, seen.edited_at), ("Q4 launch", margin_protocol::Role::Editor, None));
+        let (_, listed) = server.get(Some(&cy), "/documents").await;
+        assert_eq!(listed["documents"][0]["title"], "Q4 launch");
+
+        let (status, body) = server.patch(Some(&cy), &path, json!({"title": "Mine now"})).await;
+        assert_eq!((status, code(&body)), (403, Some("forbidden")), "{body}");
+        let (_, eve) = server.account("eve").await;
+        let (status, body) = server.patch(Some(&eve), &path, json!({"title": "Mine now"})).await;
+        assert_eq!((status, code(&body)), (404, Some("document_not_found")), "{body}");
+        let (status, _) = server.patch(None, &path, json!({"title": "Mine now"})).await;
+        assert_eq!(status, 401);
+        assert_eq!(shown(&server, &ada, &doc).await.title, "Q4 launch");
+    }
+
+    async fn a_title_the_rules_refuse_renames_nothing(db) {
+        let (server, ada, _, _, doc) = shared(&db).await;
+        let path = format!("/documents/{doc}");
+        for (body, expected) in [
+            (json!({"title": ""}), "invalid_title"),
+            (json!({"title": "   "}), "invalid_title"),
+            (json!({"title": "x".repeat(201)}), "invalid_title"),
+            (json!({"title": "a\u{7}b"}), "invalid_title"),
+            (json!({"title": "a\nb"}), "invalid_title"),
+            (json!({"title": "ok", "revision": 3}), "invalid_body"),
+            (json!({"name": "ok"}), "invalid_body"),
+            (json!(["ok"]), "invalid_body"),
+        ] {
+            let (status, refused) = server.patch(Some(&ada), &path, body.clone()).await;
+            assert_eq!((status, code(&refused)), (400, Some(expected)), "{body}: {refused}");
+            assert!(!refused["error"]["message"].as_str().unwrap().is_empty());
+        }
+        assert_eq!(shown(&server, &ada, &doc).await.title, "Plan");
+        // 200 bytes of multi-byte characters is at the limit.
+        let (status, renamed) = server.patch(Some(&ada), &path, json!({"title": "é".repeat(100)})).await;
+        assert_eq!((status, renamed["title"].as_str().map(str::len)), (200, Some(200)), "{renamed}");
+    }
+
+    async fn an_archived_document_keeps_its_title(db) {
+        let (server, ada, bo, _, doc) = shared(&db).await;
+        let path = format!("/documents/{doc}");
+        let (status, _) = server.post(Some(&ada), &format!("{path}/archive"), json!(null)).await;
+        assert_eq!(status, 200);
+        for token in [&ada, &bo] {
+            let (status, refused) = server.patch(Some(token), &path, json!({"title": "Renamed"})).await;
+            assert_eq!((status, code(&refused)), (409, Some("archived")), "{refused}");
+        }
+        assert_eq!(shown(&server, &ada, &doc).await.title, "Plan");
+        let (status, _) = server.post(Some(&ada), &format!("{path}/unarchive"), json!(null)).await;
+        assert_eq!(status, 200);
+        let (status, renamed) = server.patch(Some(&bo), &path, json!({"title": "Renamed"})).await;
+        assert_eq!((status, renamed["title"].as_str()), (200, Some("Renamed")), "{renamed}");
     }
 }
