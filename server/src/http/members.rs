@@ -1,6 +1,7 @@
 //! Sharing a document (SPEC A1; issue #14): the member list any member
 //! reads, and the owner adding a member, changing a member's role and
-//! removing a member.
+//! removing a member — which the member's open sync sockets feel at once
+//! (`Hub::access_changed`).
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -54,6 +55,11 @@ pub async fn add(
         .store()
         .set_member(&id, &member, body.role)
         .await?;
+    // Their open sockets hold the old role: they reconnect with this one.
+    state
+        .hub
+        .access_changed(&id, &member.name, Some(body.role))
+        .await;
     tracing::info!(document = %id, member = %member.name, role = body.role.as_str(), "member set");
     Ok(Json(MemberInfo {
         account: member.name,
@@ -78,6 +84,7 @@ pub async fn remove(
         Err(StorageError::NotFound("member")) => return Err(AppError::member_not_found(&member)),
         Err(other) => return Err(other.into()),
     }
+    state.hub.access_changed(&id, &member, None).await;
     tracing::info!(document = %id, %member, "member removed");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -84,19 +84,7 @@ impl Store {
             return Ok(());
         }
         // Nothing removed: the owner, or nobody to remove.
-        let found = sqlx::query(
-            "SELECT m.role FROM members m JOIN accounts a ON a.id = m.account_id \
-             WHERE m.document_id = $1 AND a.name = $2",
-        )
-        .bind(id)
-        .bind(name)
-        .fetch_optional(&self.pool)
-        .await?;
-        let role: Option<String> = match found {
-            Some(row) => Some(row.try_get("role")?),
-            None => None,
-        };
-        match role.as_deref().and_then(Role::parse) {
+        match self.member_role(id, name).await? {
             Some(Role::Owner) => Err(StorageError::Conflict(format!(
                 "{name} owns this document, and a document always has its owner; \
                  the owner can delete the document instead"
@@ -105,5 +93,25 @@ impl Store {
             // when the delete ran.
             Some(Role::Editor | Role::Viewer) | None => Err(StorageError::NotFound("member")),
         }
+    }
+
+    /// The role of the account named `name` on document `id`; `None` when
+    /// it is not a member (or no account has that name).
+    pub async fn member_role(&self, id: &str, name: &str) -> Result<Option<Role>, StorageError> {
+        let row = sqlx::query(
+            "SELECT m.role FROM members m JOIN accounts a ON a.id = m.account_id \
+             WHERE m.document_id = $1 AND a.name = $2",
+        )
+        .bind(id)
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let role: String = row.try_get("role")?;
+        Role::parse(&role)
+            .map(Some)
+            .ok_or(StorageError::NotFound("role"))
     }
 }

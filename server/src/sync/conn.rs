@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
+use margin_protocol::sync::close;
 use margin_protocol::Role;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -39,6 +40,25 @@ impl Closer {
     /// The code and reason given, if any.
     pub fn reason(&self) -> Option<(u16, String)> {
         self.reason.lock().ok().and_then(|slot| slot.clone())
+    }
+}
+
+/// The close told to a member's connection whose access changed to
+/// `role`: final once it is no longer a member (`None`), else one the
+/// client reconnects after, joining with the new role.
+pub fn access_close(role: Option<Role>) -> (u16, String) {
+    match role {
+        None => (
+            close::REMOVED,
+            "you are no longer a member of this document".into(),
+        ),
+        Some(role) => (
+            close::ACCESS_CHANGED,
+            format!(
+                "your role on this document changed to {}; reconnect",
+                role.as_str()
+            ),
+        ),
     }
 }
 

@@ -17,6 +17,7 @@ use margin_decisions::{DecisionCard, LiveOutline, Outline};
 use margin_protocol::sync::{
     close, MAX_AWARENESS_BYTES, MAX_AWARENESS_CLIENTS, MAX_PENDING_BYTES, MAX_UPDATE_BYTES,
 };
+use margin_protocol::Role;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
@@ -28,7 +29,7 @@ use super::command::{
     CardsRefused, CardsReply, Command, EditRefused, EditReply, JoinRefused, ProjectReply, Rider,
 };
 use super::compaction::{Compaction, Compactor};
-use super::conn::{Conn, ConnId, Refused};
+use super::conn::{access_close, Conn, ConnId, Refused};
 use super::editor::{self, Applied};
 use super::frame;
 use super::hub::Hub;
@@ -172,6 +173,7 @@ async fn refuse_all(rx: &mut mpsc::Receiver<Command>, why: JoinRefused) {
             | Command::Cards { .. }
             | Command::Project { .. }
             | Command::Archive { .. }
+            | Command::Access { .. }
             | Command::Delete { .. }
             | Command::Frame { .. }
             | Command::Leave { .. } => {}
@@ -379,6 +381,14 @@ impl DocumentTask {
             Command::Archive { archived, reply } => {
                 self.archived = archived;
                 info!(archived, "archive state changed");
+                let _ = reply.send(());
+            }
+            Command::Access {
+                account,
+                role,
+                reply,
+            } => {
+                self.access_changed(&account, role, effects);
                 let _ = reply.send(());
             }
             Command::Delete { reply } => {
@@ -616,6 +626,34 @@ impl DocumentTask {
                 .delete_set()
                 .diff(&txn.snapshot().delete_set)
                 .is_empty()
+    }
+
+    /// Closes `account`'s connections whose role is no longer `role`
+    /// (all of them once it is `None`): a removed member's for good, a
+    /// changed one's so the client reconnects and joins with the new role.
+    fn access_changed(&mut self, account: &str, role: Option<Role>, effects: &mut Effects) {
+        let changed: Vec<ConnId> = self
+            .members
+            .values()
+            .filter(|m| &*m.conn.account == account && Some(m.conn.role) != role)
+            .map(|m| m.conn.id)
+            .collect();
+        if changed.is_empty() {
+            return;
+        }
+        let (code, reason) = access_close(role);
+        for &id in &changed {
+            if let Some(member) = self.members.get(&id) {
+                member.conn.closer.close(code, reason.clone());
+            }
+            self.remove(id, effects);
+        }
+        info!(
+            account,
+            closed = changed.len(),
+            code,
+            "access changed; closed the member's connections"
+        );
     }
 
     fn remove(&mut self, conn: ConnId, effects: &mut Effects) {

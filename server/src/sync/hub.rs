@@ -10,6 +10,7 @@ use std::num::NonZeroUsize;
 use lru::LruCache;
 
 use margin_decisions::{DecisionCard, Edit, Outline, ReadCache, DEFAULT_READS};
+use margin_protocol::sync::close;
 use margin_protocol::Role;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -215,6 +216,7 @@ impl Hub {
             match answer.await {
                 Ok(Ok(())) => {
                     self.viewer(id, 1);
+                    self.confirm_access(id, &account, role, &closer).await;
                     return Ok(Joined {
                         id: conn_id,
                         mailbox: mailbox.clone(),
@@ -233,6 +235,28 @@ impl Hub {
             }
         }
         Err(JoinRefused::Unloading)
+    }
+
+    /// Closes a connection that joined with a role its member no longer
+    /// has. The route checked the member before the join; an access change
+    /// committed in between told the task before this connection was in it
+    /// ([`Hub::access_changed`]), so it is told here instead. Once joined,
+    /// the task tells it of every later change.
+    async fn confirm_access(&self, id: &str, account: &str, role: Role, closer: &Closer) {
+        match self.inner.store.member_role(id, account).await {
+            Ok(now) if now == Some(role) => {}
+            Ok(now) => {
+                let (code, reason) = conn::access_close(now);
+                closer.close(code, reason);
+            }
+            Err(error) => {
+                tracing::warn!(document = id, %error, "could not confirm a joining member's access");
+                closer.close(
+                    close::INTERNAL,
+                    "could not confirm your access to the document; reconnect",
+                );
+            }
+        }
     }
 
     /// The outline of document `id` at `revision` (the current one when
@@ -348,6 +372,30 @@ impl Hub {
         {
             // No answer: the task was unloading, and the next one reads
             // storage.
+            let _ = answer.await;
+        }
+    }
+
+    /// The owner changed `account`'s access to document `id` — `role` is
+    /// its role now, `None` once removed — and storage already says so:
+    /// the member's connections to the loaded document that hold another
+    /// role close at once (SPEC A1), removed ones for good
+    /// ([`margin_protocol::sync::close::REMOVED`]), the others to reconnect
+    /// with the new role ([`margin_protocol::sync::close::ACCESS_CHANGED`]).
+    /// In a cluster this runs on the document's owner, where every socket
+    /// on it is joined, forwarded ones included.
+    pub async fn access_changed(&self, id: &str, account: &str, role: Option<Role>) {
+        let Some(mailbox) = self.loaded(id) else {
+            return;
+        };
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Access {
+            account: account.to_owned(),
+            role,
+            reply,
+        };
+        if mailbox.send(command).await.is_ok() {
+            // No answer: the task was unloading, and its connections with it.
             let _ = answer.await;
         }
     }

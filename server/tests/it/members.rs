@@ -1,10 +1,13 @@
 //! Sharing a document (SPEC A1, B1a; issue #14): who may read the member
-//! list, changing a member's role and removing a member — on both
-//! backends.
+//! list, changing a member's role, removing a member, and what either does
+//! to the member's open sync sockets — on both backends.
 
+use std::time::Duration;
+
+use margin_protocol::sync::close;
 use serde_json::json;
 
-use crate::harness::InProcess;
+use crate::harness::{InProcess, SyncClient};
 use crate::on_both_backends;
 
 /// A document ada owns, shared with bo (editor) and cy (viewer); eve is a
@@ -63,6 +66,15 @@ impl Scene {
         self.server
             .delete(Some(token), &self.path(&format!("/members/{account}")))
             .await
+    }
+
+    fn sync_url(&self, token: &str) -> String {
+        self.server.sync_url(&self.doc, token)
+    }
+
+    /// The document's revision, as ada sees it.
+    async fn revision(&self) -> i64 {
+        self.server.block_texts(&self.ada, &self.doc).await.0
     }
 }
 
@@ -154,5 +166,61 @@ on_both_backends! {
         let (status, body) = s.remove(&s.eve, "bo").await;
         assert_eq!((status, code(&body)), (404, Some("document_not_found")), "{body}");
         assert_eq!(s.members(&s.ada).await, (200, everyone()));
+    }
+
+    async fn a_removed_members_open_sockets_close_for_good_and_nobody_elses_do(db) {
+        let s = Scene::new(&db).await;
+        let other = s.server.create_document(&s.ada, "Other").await;
+        let (status, _) = s
+            .server
+            .post(Some(&s.ada), &format!("/documents/{other}/members"), json!({"account": "bo", "role": "editor"}))
+            .await;
+        assert_eq!(status, 200);
+        let mut bo = SyncClient::connect(&s.sync_url(&s.bo)).await;
+        let mut bo_again = SyncClient::connect(&s.sync_url(&s.bo)).await;
+        let mut bo_elsewhere = SyncClient::connect(&s.server.sync_url(&other, &s.bo)).await;
+        let mut ada = SyncClient::connect(&s.sync_url(&s.ada)).await;
+        let mut cy = SyncClient::connect(&s.sync_url(&s.cy)).await;
+        assert_eq!(s.remove(&s.ada, "bo").await.0, 204);
+        for client in [&mut bo, &mut bo_again] {
+            let (code, reason) = client.wait_closed().await;
+            assert_eq!(code, close::REMOVED, "{reason}");
+            assert!(reason.contains("no longer a member"), "{reason}");
+        }
+        for client in [&mut ada, &mut cy, &mut bo_elsewhere] {
+            assert!(client.stays_open(Duration::from_millis(300)).await, "{:?}", client.closed);
+        }
+        // The document carries on for those still in it.
+        ada.append_paragraph("Still here").await;
+        assert!(cy.until(|c| c.texts() == ["Still here"]).await, "{:?}", cy.texts());
+    }
+
+    async fn a_members_sockets_reconnect_with_a_changed_role(db) {
+        let s = Scene::new(&db).await;
+        let mut bo = SyncClient::connect(&s.sync_url(&s.bo)).await;
+        let mut cy = SyncClient::connect(&s.sync_url(&s.cy)).await;
+        // The same role again changes nothing.
+        assert_eq!(s.share("bo", "editor").await.0, 200);
+        assert!(bo.stays_open(Duration::from_millis(300)).await, "{:?}", bo.closed);
+
+        assert_eq!(s.share("bo", "viewer").await.0, 200);
+        let (code, reason) = bo.wait_closed().await;
+        assert_eq!(code, close::ACCESS_CHANGED, "{reason}");
+        assert!(reason.contains("role"), "{reason}");
+        // Reconnecting joins as a viewer: an edit is refused.
+        let mut bo = SyncClient::connect(&s.sync_url(&s.bo)).await;
+        bo.append_paragraph("Sneaky").await;
+        let (code, reason) = bo.wait_closed().await;
+        assert_eq!(code, close::READ_ONLY, "{reason}");
+        assert_eq!(s.revision().await, 0);
+
+        // A viewer made an editor reconnects and may edit.
+        assert_eq!(s.share("cy", "editor").await.0, 200);
+        assert_eq!(cy.wait_closed().await.0, close::ACCESS_CHANGED);
+        let mut cy = SyncClient::connect(&s.sync_url(&s.cy)).await;
+        cy.append_paragraph("Promoted").await;
+        let mut ada = SyncClient::connect(&s.sync_url(&s.ada)).await;
+        assert!(ada.until(|c| c.texts() == ["Promoted"]).await, "{:?}", ada.texts());
+        assert!(cy.stays_open(Duration::from_millis(200)).await, "{:?}", cy.closed);
     }
 }
