@@ -10,10 +10,13 @@
 //!     revision: 0,
 //!     role: Role::Owner,
 //!     archived: false,
+//!     created_at: 1764400000000,
+//!     edited_at: None,
+//!     edited_by: None,
 //! };
 //! assert_eq!(
 //!     serde_json::to_string(&info).unwrap(),
-//!     r#"{"id":"d1","title":"Q3 launch","revision":0,"role":"owner","archived":false}"#
+//!     r#"{"id":"d1","title":"Q3 launch","revision":0,"role":"owner","archived":false,"created_at":1764400000000,"edited_at":null,"edited_by":null}"#
 //! );
 //! ```
 
@@ -78,12 +81,13 @@ impl Role {
 
 /// A document as its caller sees it (`POST /documents` → 201,
 /// `GET /documents/{id}`, entries of `GET /documents`, and the answer to
-/// `POST /documents/{id}/archive` and `…/unarchive`).
+/// `PATCH /documents/{id}`, `POST /documents/{id}/archive` and
+/// `…/unarchive`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct DocumentInfo {
     /// Opaque document id.
     pub id: String,
-    /// Title given at creation.
+    /// Its title, as given at creation or by the last rename.
     pub title: String,
     /// The document's revision: how many changes have been published (SPEC S3).
     pub revision: i64,
@@ -93,12 +97,33 @@ pub struct DocumentInfo {
     /// it — sync edits, the Planner's writes, Chat and card actions are
     /// refused — until the owner unarchives it.
     pub archived: bool,
+    /// When it was created, in milliseconds since the Unix epoch.
+    pub created_at: i64,
+    /// When its text last changed, in milliseconds since the Unix epoch:
+    /// a person's sync edit or the Planner's `edit_plan`. `null` until
+    /// the first. The server's own mirror of decision cards is not an
+    /// edit, and neither is a rename.
+    pub edited_at: Option<i64>,
+    /// Who made that change: the account of a person's edit or of an
+    /// `edit_plan` called over HTTP, or `planner` for an `edit_plan` a
+    /// Planner session called. `null` until the first edit.
+    pub edited_by: Option<String>,
+}
+
+/// `PATCH /documents/{id}` body: renames the document. Owners and
+/// editors may; the title is checked as at creation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RenameDocument {
+    /// Non-blank, at most [`MAX_TITLE_BYTES`], no control characters.
+    pub title: String,
 }
 
 /// `GET /documents` response.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct DocumentList {
-    /// The caller's documents, newest first.
+    /// The caller's documents, the most recently edited first (a document
+    /// never edited counts from its creation).
     pub documents: Vec<DocumentInfo>,
 }
 
@@ -112,13 +137,22 @@ pub struct AddMember {
     pub role: Role,
 }
 
-/// `POST /documents/{id}/members` response.
+/// `POST /documents/{id}/members` response, and an entry of
+/// [`MemberList`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct MemberInfo {
     /// The account's name.
     pub account: String,
     /// Its role on the document.
     pub role: Role,
+}
+
+/// `GET /documents/{id}/members` response: who the document is shared
+/// with. Any member may read it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct MemberList {
+    /// The owner first, then every other member by account name.
+    pub members: Vec<MemberInfo>,
 }
 
 /// One block of an outline (SPEC S4).
@@ -189,9 +223,45 @@ mod tests {
                     revision: 3,
                     role: Role::Owner,
                     archived: true,
+                    created_at: 5,
+                    edited_at: Some(9),
+                    edited_by: Some("bo".into()),
                 }],
             },
-            r#"{"documents":[{"id":"d","title":"t","revision":3,"role":"owner","archived":true}]}"#,
+            r#"{"documents":[{"id":"d","title":"t","revision":3,"role":"owner","archived":true,"created_at":5,"edited_at":9,"edited_by":"bo"}]}"#,
+        );
+        round_trip(
+            MemberList {
+                members: vec![
+                    MemberInfo {
+                        account: "ada".into(),
+                        role: Role::Owner,
+                    },
+                    MemberInfo {
+                        account: "bo".into(),
+                        role: Role::Viewer,
+                    },
+                ],
+            },
+            r#"{"members":[{"account":"ada","role":"owner"},{"account":"bo","role":"viewer"}]}"#,
+        );
+        round_trip(RenameDocument { title: "Q4".into() }, r#"{"title":"Q4"}"#);
+    }
+
+    #[test]
+    fn a_document_never_edited_says_so_with_nulls() {
+        round_trip(
+            DocumentInfo {
+                id: "d".into(),
+                title: "t".into(),
+                revision: 0,
+                role: Role::Editor,
+                archived: false,
+                created_at: 5,
+                edited_at: None,
+                edited_by: None,
+            },
+            r#"{"id":"d","title":"t","revision":0,"role":"editor","archived":false,"created_at":5,"edited_at":null,"edited_by":null}"#,
         );
     }
 
@@ -217,6 +287,7 @@ mod tests {
     fn unknown_fields_and_roles_are_refused() {
         assert!(serde_json::from_str::<CreateDocument>(r#"{"title":"x","owner":"me"}"#).is_err());
         assert!(serde_json::from_str::<AddMember>(r#"{"account":"x","role":"admin"}"#).is_err());
+        assert!(serde_json::from_str::<RenameDocument>(r#"{"title":"x","id":"d"}"#).is_err());
     }
 
     #[test]

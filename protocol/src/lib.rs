@@ -22,8 +22,8 @@ pub mod tools;
 mod testing;
 
 pub use documents::{
-    AddMember, BlockEntry, CreateDocument, DocumentInfo, DocumentList, Me, MemberInfo, OutlineView,
-    Role,
+    AddMember, BlockEntry, CreateDocument, DocumentInfo, DocumentList, Me, MemberInfo, MemberList,
+    OutlineView, RenameDocument, Role,
 };
 pub use error::{ErrorBody, ErrorDetail};
 pub use refusal::RefusalCode;

@@ -7,8 +7,9 @@
 //! reconnects and resynchronises after any close except codes 4400–4499,
 //! which it treats as final: Margin uses that range for refusals a retry
 //! would only repeat (a viewer's edit, an edit to an archived document, an
-//! update that does not apply, a deleted document), and other codes where
-//! reconnecting is the cure (too slow, restarting).
+//! update that does not apply, a deleted document, a member removed), and
+//! other codes where reconnecting is the cure (too slow, restarting, a
+//! role that changed).
 
 /// Largest document update accepted in one message, in bytes (16 MiB).
 pub const MAX_UPDATE_BYTES: usize = 16 * 1024 * 1024;
@@ -43,6 +44,10 @@ pub mod close {
     /// No server could take the document just now (in a cluster, its
     /// owner stopped and no other node took it in time); reconnect.
     pub const TRY_AGAIN: u16 = 1013;
+    /// The member's role on the document changed (the owner made an
+    /// editor a viewer, or a viewer an editor): reconnect, and the new
+    /// connection joins with the new role.
+    pub const ACCESS_CHANGED: u16 = 4001;
     /// The client fell too far behind; reconnect to resynchronise.
     pub const TOO_SLOW: u16 = 4008;
     /// A viewer sent an edit, or anyone did while the document is
@@ -50,6 +55,9 @@ pub mod close {
     pub const READ_ONLY: u16 = 4403;
     /// An update could not be applied to the document.
     pub const BAD_UPDATE: u16 = 4400;
+    /// The owner removed this member from the document. Final: a
+    /// reconnect would get 404.
+    pub const REMOVED: u16 = 4404;
     /// The document was deleted by its owner. Final: it is gone, and a
     /// reconnect would get 404.
     pub const DELETED: u16 = 4410;

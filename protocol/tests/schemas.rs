@@ -15,7 +15,8 @@ use margin_protocol::link::{
 };
 use margin_protocol::sessions;
 use margin_protocol::{
-    AddMember, CreateDocument, DocumentInfo, DocumentList, ErrorBody, Me, MemberInfo, OutlineView,
+    AddMember, CreateDocument, DocumentInfo, DocumentList, ErrorBody, Me, MemberInfo, MemberList,
+    OutlineView, RenameDocument,
 };
 use schemars::{schema_for, Schema};
 
@@ -28,6 +29,8 @@ fn schemas() -> Vec<(&'static str, Schema)> {
         ("DocumentList", schema_for!(DocumentList)),
         ("AddMember", schema_for!(AddMember)),
         ("MemberInfo", schema_for!(MemberInfo)),
+        ("MemberList", schema_for!(MemberList)),
+        ("RenameDocument", schema_for!(RenameDocument)),
         ("OutlineView", schema_for!(OutlineView)),
         ("ReadDocumentOutput", schema_for!(ReadDocumentOutput)),
         ("EditPlanInput", schema_for!(EditPlanInput)),

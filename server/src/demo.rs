@@ -427,6 +427,7 @@ async fn sample_document(running: &Running, account: &Account) -> Result<String,
                         text: text.into(),
                     }],
                 },
+                &account.name,
                 None,
             )
             .await

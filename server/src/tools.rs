@@ -104,6 +104,11 @@ impl From<OutlineError> for ToolError {
     }
 }
 
+/// Who a Planner session's `edit_plan` names as the document's last
+/// editor (`edited_by`): the session acts for its owner's account, but
+/// people should read that the Planner wrote it.
+pub const PLANNER_EDITOR: &str = "planner";
+
 /// How many times a batch is re-evaluated after losing a race for a key.
 const KEY_RACE_RETRIES: usize = 3;
 
@@ -138,12 +143,14 @@ impl Tools {
     }
 
     /// `edit_plan`: edits addressed at the current revision; the outline of
-    /// the revision they make is remembered once committed (SPEC S5).
+    /// the revision they make is remembered once committed (SPEC S5). `by`
+    /// is who the document will say edited it last.
     pub async fn edit_plan(
         &self,
         account: &Account,
         document: &str,
         input: EditPlanInput,
+        by: &str,
         recorder: Option<Recorder>,
     ) -> Result<EditPlanOutput, ToolError> {
         self.access(account, document, Intent::Write)
@@ -174,7 +181,10 @@ impl Tools {
                 },
             })))
         });
-        let (revision, outline) = match self.hub.edit(document, input.revision, edits, rider).await
+        let (revision, outline) = match self
+            .hub
+            .edit(document, input.revision, edits, by, rider)
+            .await
         {
             Ok(done) => done,
             Err(EditRefused::Stale { revision, current }) => {
@@ -267,7 +277,7 @@ impl Tools {
                 .await
                 .map(ToolOutput::ReadDocument),
             ToolCall::EditPlan(input) => self
-                .edit_plan(account, document, input, recorder)
+                .edit_plan(account, document, input, PLANNER_EDITOR, recorder)
                 .await
                 .map(ToolOutput::EditPlan),
             ToolCall::OpenDecisions(input) => self

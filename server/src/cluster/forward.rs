@@ -92,7 +92,7 @@ pub async fn route_sync(
                     last = error.to_string();
                 }
             },
-            None => match hub.join(id, role).await {
+            None => match hub.join(id, account, role).await {
                 Ok(joined) => return Ok(SyncRoute::Here(joined)),
                 Err(JoinRefused::Elsewhere(why)) => last = why,
                 Err(refused) => return Err(refused.into()),

@@ -1,5 +1,6 @@
-//! Document, member, outline and sync routes; archiving and deleting
+//! Document, outline and sync routes; renaming, archiving and deleting
 //! (SPEC P3).
+//! Members are `http::members`.
 
 use axum::extract::ws::{WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, Query, State};
@@ -11,7 +12,7 @@ use margin_planner::ReleaseTrigger;
 use margin_protocol::documents::MAX_TITLE_BYTES;
 use margin_protocol::sync::MAX_MESSAGE_BYTES;
 use margin_protocol::{
-    AddMember, CreateDocument, DocumentInfo, DocumentList, MemberInfo, OutlineView, Role,
+    CreateDocument, DocumentInfo, DocumentList, OutlineView, RenameDocument, Role,
 };
 use serde::Deserialize;
 
@@ -50,6 +51,34 @@ pub async fn show(
     Path(id): Path<String>,
 ) -> Result<Json<DocumentInfo>, AppError> {
     Ok(Json(info(visible(&state, &account, &id).await?)))
+}
+
+/// `PATCH /documents/{id}`: an owner or editor renames the document. The
+/// title is checked as at creation; an archived document keeps its name.
+pub async fn rename(
+    State(state): State<AppState>,
+    Caller(account): Caller,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<RenameDocument>,
+) -> Result<Json<DocumentInfo>, AppError> {
+    let document = visible(&state, &account, &id).await?;
+    if !document.role.can_edit() {
+        return Err(AppError::Forbidden(
+            "viewers cannot rename the document; its owner and editors can".into(),
+        ));
+    }
+    let title = validate_title(&body.title)?;
+    match state.hub.store().rename_document(&id, title).await {
+        Ok(true) => {}
+        Ok(false) => return Err(AppError::archived()),
+        Err(StorageError::NotFound(_)) => return Err(AppError::document_not_found(&id)),
+        Err(other) => return Err(other.into()),
+    }
+    tracing::info!(document = %id, account = %account.name, "document renamed");
+    Ok(Json(info(DocumentRow {
+        title: title.to_owned(),
+        ..document
+    })))
 }
 
 /// `POST /documents/{id}/archive`: the owner makes the document read-only
@@ -124,40 +153,6 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-pub async fn add_member(
-    State(state): State<AppState>,
-    Caller(account): Caller,
-    Path(id): Path<String>,
-    JsonBody(body): JsonBody<AddMember>,
-) -> Result<Json<MemberInfo>, AppError> {
-    let document = visible(&state, &account, &id).await?;
-    if document.role != Role::Owner {
-        return Err(AppError::Forbidden(
-            "only the document's owner can add members".into(),
-        ));
-    }
-    let member = match state.hub.store().account_by_name(&body.account).await {
-        Ok(member) => member,
-        Err(StorageError::NotFound(_)) => {
-            return Err(AppError::bad_request(
-                "unknown_account",
-                format!("no account named {:?}", body.account),
-            ))
-        }
-        Err(other) => return Err(other.into()),
-    };
-    state
-        .hub
-        .store()
-        .set_member(&id, &member, body.role)
-        .await?;
-    tracing::info!(document = %id, member = %member.name, role = body.role.as_str(), "member set");
-    Ok(Json(MemberInfo {
-        account: member.name,
-        role: body.role,
-    }))
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutlineQuery {
@@ -208,7 +203,7 @@ pub async fn sync(
 /// node owns the document — on that node through this one (SPEC C2).
 async fn serve_sync(ws: WebSocket, hub: Hub, id: String, account: String, role: Role) {
     let routed = match hub.cluster() {
-        None => hub.join(&id, role).await.map(SyncRoute::Here),
+        None => hub.join(&id, &account, role).await.map(SyncRoute::Here),
         Some(cluster) => forward::route_sync(&hub, cluster, &id, &account, role)
             .await
             .map_err(|error| match error {
@@ -229,7 +224,7 @@ async fn serve_sync(ws: WebSocket, hub: Hub, id: String, account: String, role: 
 
 /// The document if `account` owns it: 404 for those who cannot see it, 403
 /// for its other members.
-async fn owned(
+pub(super) async fn owned(
     state: &AppState,
     account: &crate::storage::Account,
     id: &str,
@@ -291,6 +286,9 @@ fn info(row: DocumentRow) -> DocumentInfo {
         revision: row.revision,
         role: row.role,
         archived: row.archived,
+        created_at: row.created_at,
+        edited_at: row.edited_at,
+        edited_by: row.edited_by,
     }
 }
 

@@ -111,6 +111,15 @@ impl AppError {
         )
     }
 
+    /// The 404 for an account that is not a member of the document (or
+    /// no account at all: the two are not told apart).
+    pub fn member_not_found(account: &str) -> Self {
+        AppError::NotFound {
+            code: "member_not_found",
+            message: format!("{account:?} is not a member of this document"),
+        }
+    }
+
     /// The 404 for a document the caller cannot see.
     pub fn document_not_found(id: &str) -> Self {
         AppError::NotFound {

@@ -42,7 +42,7 @@ pub async fn sync(
                 format!("{ROLE_HEADER} is missing or unknown"),
             )
         })?;
-    let joined = match state.hub.join(&id, role).await {
+    let joined = match state.hub.join(&id, &account, role).await {
         Ok(joined) => joined,
         Err(JoinRefused::Elsewhere(why)) => {
             return Ok((StatusCode::CONFLICT, why).into_response());

@@ -12,6 +12,7 @@ mod events;
 mod extract;
 mod internal;
 mod machines;
+mod members;
 mod planner;
 mod sessions;
 mod throttle;
@@ -70,11 +71,17 @@ pub fn router(state: AppState) -> Router {
         .route("/documents", post(documents::create).get(documents::list))
         .route(
             "/documents/{id}",
-            get(documents::show).delete(documents::delete),
+            get(documents::show)
+                .patch(documents::rename)
+                .delete(documents::delete),
         )
         .route("/documents/{id}/archive", post(documents::archive))
         .route("/documents/{id}/unarchive", post(documents::unarchive))
-        .route("/documents/{id}/members", post(documents::add_member))
+        .route(
+            "/documents/{id}/members",
+            get(members::list).post(members::add),
+        )
+        .route("/documents/{id}/members/{account}", delete(members::remove))
         .route("/documents/{id}/outline", get(documents::outline))
         .route("/documents/{id}/sync", get(documents::sync))
         .route("/documents/{id}/chat", post(chat::post).get(chat::list))

@@ -45,7 +45,7 @@ pub async fn edit_plan(
 ) -> Result<Json<EditPlanOutput>, AppError> {
     Ok(Json(
         Tools::new(state.hub)
-            .edit_plan(&account, &id, input, None)
+            .edit_plan(&account, &id, input, &account.name, None)
             .await?,
     ))
 }

@@ -1,5 +1,5 @@
-//! Documents and their members (SPEC A1 roles), archiving and deleting
-//! (SPEC P3).
+//! Documents as their members see them (SPEC A1 roles), archiving and
+//! deleting (SPEC P3). Who is a member is `members`.
 
 use margin_protocol::Role;
 use sqlx::any::AnyRow;
@@ -21,6 +21,12 @@ pub struct DocumentRow {
     pub role: Role,
     /// Whether the owner archived it (read-only until unarchived).
     pub archived: bool,
+    /// When it was created (ms since the Unix epoch).
+    pub created_at: i64,
+    /// When its text last changed, if ever (ms since the Unix epoch).
+    pub edited_at: Option<i64>,
+    /// Who made that change: an account's name, or `planner`.
+    pub edited_by: Option<String>,
 }
 
 impl DocumentRow {
@@ -32,11 +38,15 @@ impl DocumentRow {
             revision: int(row, "revision")?,
             role: Role::parse(&role).ok_or(StorageError::NotFound("role"))?,
             archived: row.try_get::<Option<i64>, _>("archived_at")?.is_some(),
+            created_at: int(row, "created_at")?,
+            edited_at: row.try_get("edited_at")?,
+            edited_by: row.try_get("edited_by")?,
         })
     }
 }
 
-const SELECT_FOR_MEMBER: &str = "SELECT d.id, d.title, d.revision, d.archived_at, m.role \
+const SELECT_FOR_MEMBER: &str = "SELECT d.id, d.title, d.revision, d.archived_at, \
+     d.created_at, d.edited_at, d.edited_by, m.role \
      FROM documents d JOIN members m ON m.document_id = d.id";
 
 impl Store {
@@ -47,6 +57,7 @@ impl Store {
         title: &str,
     ) -> Result<DocumentRow, StorageError> {
         let id = Uuid::new_v4().to_string();
+        let created_at = now_ms();
         let mut tx = self.writes().begin().await?;
         sqlx::query(
             "INSERT INTO documents (id, title, owner_id, revision, created_at) VALUES ($1, $2, $3, 0, $4)",
@@ -54,7 +65,7 @@ impl Store {
         .bind(&id)
         .bind(title)
         .bind(&owner.id)
-        .bind(now_ms())
+        .bind(created_at)
         .execute(&mut *tx)
         .await?;
         sqlx::query("INSERT INTO members (document_id, account_id, role) VALUES ($1, $2, $3)")
@@ -70,13 +81,19 @@ impl Store {
             revision: 0,
             role: Role::Owner,
             archived: false,
+            created_at,
+            edited_at: None,
+            edited_by: None,
         })
     }
 
-    /// The documents `account` is a member of, newest first.
+    /// The documents `account` is a member of, the most recently edited
+    /// first; one never edited counts from its creation.
     pub async fn documents_of(&self, account: &Account) -> Result<Vec<DocumentRow>, StorageError> {
-        let sql =
-            format!("{SELECT_FOR_MEMBER} WHERE m.account_id = $1 ORDER BY d.created_at DESC, d.id");
+        let sql = format!(
+            "{SELECT_FOR_MEMBER} WHERE m.account_id = $1 \
+             ORDER BY COALESCE(d.edited_at, d.created_at) DESC, d.id"
+        );
         let rows = sqlx::query(&sql)
             .bind(&account.id)
             .fetch_all(&self.pool)
@@ -116,39 +133,23 @@ impl Store {
         })
     }
 
-    /// Gives `member` `role` on document `id`, or changes the role it has.
-    /// The owner's own role cannot be changed this way.
-    pub async fn set_member(
-        &self,
-        id: &str,
-        member: &Account,
-        role: Role,
-    ) -> Result<(), StorageError> {
-        if role == Role::Owner {
-            return Err(StorageError::Conflict(
-                "a document has exactly one owner; add members as editor or viewer".into(),
-            ));
+    /// Renames document `id` to `title` (already checked); returns false,
+    /// renaming nothing, when it is archived.
+    pub async fn rename_document(&self, id: &str, title: &str) -> Result<bool, StorageError> {
+        // One statement: the archive check and the write cannot be split
+        // by an archive committing between them.
+        let done =
+            sqlx::query("UPDATE documents SET title = $1 WHERE id = $2 AND archived_at IS NULL")
+                .bind(title)
+                .bind(id)
+                .execute(self.writes())
+                .await?;
+        if done.rows_affected() == 1 {
+            return Ok(true);
         }
-        // One statement, so SQLite takes the write lock at once: a read
-        // followed by a write in one transaction can fail with "database is
-        // locked" when another writer slips between them.
-        let done = sqlx::query(
-            "INSERT INTO members (document_id, account_id, role) VALUES ($1, $2, $3) \
-             ON CONFLICT (document_id, account_id) DO UPDATE SET role = excluded.role \
-             WHERE members.role <> 'owner'",
-        )
-        .bind(id)
-        .bind(&member.id)
-        .bind(role.as_str())
-        .execute(self.writes())
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(StorageError::Conflict(format!(
-                "{} owns this document; the owner's role cannot change",
-                member.name
-            )));
-        }
-        Ok(())
+        // Archived, or gone (NotFound).
+        self.is_archived(id).await?;
+        Ok(false)
     }
 
     /// Whether document `id` is archived.

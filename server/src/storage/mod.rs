@@ -23,6 +23,7 @@ mod claim;
 mod cluster;
 mod documents;
 mod machines;
+mod members;
 mod sessions;
 mod updates;
 

@@ -12,7 +12,7 @@ use sqlx::{Row, Transaction};
 
 use super::cards::insert_cards;
 use super::sessions::{write_session, SessionWrite};
-use super::{int, Backend, StorageError, Store};
+use super::{int, now_ms, Backend, StorageError, Store};
 
 /// What commits with a document's changes, in their transaction.
 #[derive(Clone, Copy, Debug, Default)]
@@ -21,6 +21,12 @@ pub struct Riding<'a> {
     pub cards: &'a [DecisionCard],
     /// Session writes: tool call results recorded with their writes.
     pub sessions: &'a [SessionWrite],
+    /// Who made the last edit of the document's text among the changes —
+    /// an account's name, or `planner` — recorded as the document's
+    /// `edited_by` with the time as `edited_at`. `None` when the changes
+    /// are the server's own (the mirror of decision cards): they are not
+    /// edits, and leave both as they were.
+    pub edited_by: Option<&'a str>,
 }
 
 /// Everything stored for a document up to some revision.
@@ -189,7 +195,8 @@ impl Store {
     /// Appends `updates` as [`Store::append_updates`] does, and commits
     /// what rides with them in the same transaction: new decision cards,
     /// and session writes — the results of the tool calls that made these
-    /// changes (SPEC W1). All of it lands, or none.
+    /// changes (SPEC W1) — and, when they hold an edit, who made it. All of
+    /// it lands, or none.
     pub async fn append_with(
         &self,
         id: &str,
@@ -200,15 +207,25 @@ impl Store {
     ) -> Result<i64, StorageError> {
         let next = expected + updates.len() as i64;
         let mut tx = self.writes().begin().await?;
-        let moved = sqlx::query(
-            "UPDATE documents SET revision = $1 WHERE id = $2 AND revision = $3 AND epoch = $4",
-        )
-        .bind(next)
-        .bind(id)
-        .bind(expected)
-        .bind(epoch.0)
-        .execute(&mut *tx)
-        .await?;
+        // The fenced statement says who edited too: one row, one update.
+        let sql = match riding.edited_by {
+            None => {
+                "UPDATE documents SET revision = $1 WHERE id = $2 AND revision = $3 AND epoch = $4"
+            }
+            Some(_) => {
+                "UPDATE documents SET revision = $1, edited_at = $5, edited_by = $6 \
+                 WHERE id = $2 AND revision = $3 AND epoch = $4"
+            }
+        };
+        let mut moved = sqlx::query(sql)
+            .bind(next)
+            .bind(id)
+            .bind(expected)
+            .bind(epoch.0);
+        if let Some(by) = riding.edited_by {
+            moved = moved.bind(now_ms()).bind(by);
+        }
+        let moved = moved.execute(&mut *tx).await?;
         if moved.rows_affected() != 1 {
             drop(tx);
             return Err(self.fence_failure(id, epoch, expected).await);

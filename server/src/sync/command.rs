@@ -4,6 +4,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
 use margin_decisions::{DecisionCard, Edit, EditError, Outline};
+use margin_protocol::Role;
 use tokio::sync::oneshot;
 
 use super::conn::{Conn, ConnId};
@@ -42,6 +43,9 @@ pub enum Command {
         revision: i64,
         /// The edits.
         edits: Vec<Edit>,
+        /// Who edits, recorded as the document's `edited_by`: the calling
+        /// account, or `planner` for a Planner session's call.
+        by: Arc<str>,
         /// What commits with the edit: the call's result (SPEC W1).
         rider: Option<Rider>,
         /// The revision the edit made and its outline, once committed.
@@ -72,6 +76,19 @@ pub enum Command {
     /// more.
     Delete {
         /// Answered once every connection was told.
+        reply: oneshot::Sender<()>,
+    },
+    /// The owner changed `account`'s access to the document: its
+    /// connections close at once — for good when it is no longer a member
+    /// ([`margin_protocol::sync::close::REMOVED`]), to reconnect with its
+    /// new role otherwise ([`margin_protocol::sync::close::ACCESS_CHANGED`]).
+    /// Connections already joined with that role stay.
+    Access {
+        /// Whose access changed.
+        account: String,
+        /// The role it has now; `None` once removed.
+        role: Option<Role>,
+        /// Answered once its connections were told.
         reply: oneshot::Sender<()>,
     },
     /// Mirrors decision cards into the document for live editors.

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
+use margin_protocol::sync::close;
 use margin_protocol::Role;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -39,6 +40,25 @@ impl Closer {
     /// The code and reason given, if any.
     pub fn reason(&self) -> Option<(u16, String)> {
         self.reason.lock().ok().and_then(|slot| slot.clone())
+    }
+}
+
+/// The close told to a member's connection whose access changed to
+/// `role`: final once it is no longer a member (`None`), else one the
+/// client reconnects after, joining with the new role.
+pub fn access_close(role: Option<Role>) -> (u16, String) {
+    match role {
+        None => (
+            close::REMOVED,
+            "you are no longer a member of this document".into(),
+        ),
+        Some(role) => (
+            close::ACCESS_CHANGED,
+            format!(
+                "your role on this document changed to {}; reconnect",
+                role.as_str()
+            ),
+        ),
     }
 }
 
@@ -116,6 +136,9 @@ impl OutboxReader {
 pub struct Conn {
     /// The connection's id.
     pub id: ConnId,
+    /// The member's account name: whose edits these are (the document's
+    /// `edited_by`), and whose sockets an access change closes.
+    pub account: Arc<str>,
     /// The member's role; viewers may not change the document.
     pub role: Role,
     /// Frames to send. Bounded: a client that cannot keep up is closed so it

@@ -17,6 +17,7 @@ use margin_decisions::{DecisionCard, LiveOutline, Outline};
 use margin_protocol::sync::{
     close, MAX_AWARENESS_BYTES, MAX_AWARENESS_CLIENTS, MAX_PENDING_BYTES, MAX_UPDATE_BYTES,
 };
+use margin_protocol::Role;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
@@ -28,7 +29,7 @@ use super::command::{
     CardsRefused, CardsReply, Command, EditRefused, EditReply, JoinRefused, ProjectReply, Rider,
 };
 use super::compaction::{Compaction, Compactor};
-use super::conn::{Conn, ConnId, Refused};
+use super::conn::{access_close, Conn, ConnId, Refused};
 use super::editor::{self, Applied};
 use super::frame;
 use super::hub::Hub;
@@ -74,6 +75,10 @@ struct Effects {
     card_replies: Vec<(CardsReply, usize, Arc<Outline>)>,
     /// What rides with the batch: how many of its changes precede each.
     riders: Vec<(Rider, usize, Arc<Outline>)>,
+    /// Who made the batch's last edit (a person's change, or an
+    /// `edit_plan`), stored as the document's `edited_by`; the server's
+    /// mirror of cards leaves it be.
+    edited_by: Option<Arc<str>>,
 }
 
 pub struct DocumentTask {
@@ -168,6 +173,7 @@ async fn refuse_all(rx: &mut mpsc::Receiver<Command>, why: JoinRefused) {
             | Command::Cards { .. }
             | Command::Project { .. }
             | Command::Archive { .. }
+            | Command::Access { .. }
             | Command::Delete { .. }
             | Command::Frame { .. }
             | Command::Leave { .. } => {}
@@ -377,6 +383,14 @@ impl DocumentTask {
                 info!(archived, "archive state changed");
                 let _ = reply.send(());
             }
+            Command::Access {
+                account,
+                role,
+                reply,
+            } => {
+                self.access_changed(&account, role, effects);
+                let _ = reply.send(());
+            }
             Command::Delete { reply } => {
                 self.deleted = true;
                 self.close_all(close::DELETED, "the document was deleted");
@@ -389,6 +403,7 @@ impl DocumentTask {
             Command::Edit {
                 revision,
                 edits,
+                by,
                 rider,
                 reply,
             } => {
@@ -403,6 +418,7 @@ impl DocumentTask {
                     Ok(change) => {
                         if let Some(change) = change {
                             effects.deltas.push((SERVER, change));
+                            effects.edited_by = Some(by);
                         }
                         self.live.refresh();
                         let outline = self.live.snapshot();
@@ -470,6 +486,7 @@ impl DocumentTask {
             return Ok(());
         };
         let can_edit = member.conn.role.can_edit() && !self.archived;
+        let account = member.conn.account.clone();
         let messages = frame::messages(data).map_err(|e| (close::MALFORMED, e.to_string()))?;
         for message in messages {
             match message {
@@ -507,6 +524,7 @@ impl DocumentTask {
                         // sender is closed for what did not.
                         if let Some(delta) = applied.change {
                             effects.deltas.push((conn, delta));
+                            effects.edited_by = Some(account.clone());
                         }
                         if applied.overflowed {
                             return Err((
@@ -610,6 +628,34 @@ impl DocumentTask {
                 .is_empty()
     }
 
+    /// Closes `account`'s connections whose role is no longer `role`
+    /// (all of them once it is `None`): a removed member's for good, a
+    /// changed one's so the client reconnects and joins with the new role.
+    fn access_changed(&mut self, account: &str, role: Option<Role>, effects: &mut Effects) {
+        let changed: Vec<ConnId> = self
+            .members
+            .values()
+            .filter(|m| &*m.conn.account == account && Some(m.conn.role) != role)
+            .map(|m| m.conn.id)
+            .collect();
+        if changed.is_empty() {
+            return;
+        }
+        let (code, reason) = access_close(role);
+        for &id in &changed {
+            if let Some(member) = self.members.get(&id) {
+                member.conn.closer.close(code, reason.clone());
+            }
+            self.remove(id, effects);
+        }
+        info!(
+            account,
+            closed = changed.len(),
+            code,
+            "access changed; closed the member's connections"
+        );
+    }
+
     fn remove(&mut self, conn: ConnId, effects: &mut Effects) {
         let Some(member) = self.members.remove(&conn) else {
             return;
@@ -640,6 +686,7 @@ impl DocumentTask {
             let riding = Riding {
                 cards: &effects.cards,
                 sessions: &sessions,
+                edited_by: effects.edited_by.as_deref(),
             };
             self.revision = self
                 .store

@@ -11,6 +11,7 @@ use lru::LruCache;
 
 use margin_decisions::{DecisionCard, Edit, Outline, ReadCache, DEFAULT_READS};
 use margin_protocol::chat::{ChatKind, ChatMessageView};
+use margin_protocol::sync::close;
 use margin_protocol::Role;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
@@ -215,8 +216,10 @@ impl Hub {
         self.inner.compaction
     }
 
-    /// Joins a connection with `role` to document `id`, loading it if needed.
-    pub async fn join(&self, id: &str, role: Role) -> Result<Joined, JoinRefused> {
+    /// Joins `account`'s connection with `role` to document `id`, loading
+    /// it if needed.
+    pub async fn join(&self, id: &str, account: &str, role: Role) -> Result<Joined, JoinRefused> {
+        let account: Arc<str> = Arc::from(account);
         for _ in 0..JOIN_ATTEMPTS {
             let mailbox = self.task_for(id)?;
             let (outbox_tx, outbox) =
@@ -225,6 +228,7 @@ impl Hub {
             let conn_id = self.inner.next_conn.fetch_add(1, Ordering::Relaxed);
             let conn = Conn {
                 id: conn_id,
+                account: account.clone(),
                 role,
                 outbox: outbox_tx,
                 closer: closer.clone(),
@@ -236,6 +240,7 @@ impl Hub {
             match answer.await {
                 Ok(Ok(())) => {
                     self.viewer(id, 1);
+                    self.confirm_access(id, &account, role, &closer).await;
                     return Ok(Joined {
                         id: conn_id,
                         mailbox: mailbox.clone(),
@@ -254,6 +259,28 @@ impl Hub {
             }
         }
         Err(JoinRefused::Unloading)
+    }
+
+    /// Closes a connection that joined with a role its member no longer
+    /// has. The route checked the member before the join; an access change
+    /// committed in between told the task before this connection was in it
+    /// ([`Hub::access_changed`]), so it is told here instead. Once joined,
+    /// the task tells it of every later change.
+    async fn confirm_access(&self, id: &str, account: &str, role: Role, closer: &Closer) {
+        match self.inner.store.member_role(id, account).await {
+            Ok(now) if now == Some(role) => {}
+            Ok(now) => {
+                let (code, reason) = conn::access_close(now);
+                closer.close(code, reason);
+            }
+            Err(error) => {
+                tracing::warn!(document = id, %error, "could not confirm a joining member's access");
+                closer.close(
+                    close::INTERNAL,
+                    "could not confirm your access to the document; reconnect",
+                );
+            }
+        }
     }
 
     /// The outline of document `id` at `revision` (the current one when
@@ -301,17 +328,20 @@ impl Hub {
 
     /// Applies the Planner's edits to `id` and returns the revision they made
     /// and its outline, once committed — with `rider`'s rows in the same
-    /// transaction, when given.
+    /// transaction, when given, and `by` as the document's last editor.
     pub async fn edit(
         &self,
         id: &str,
         revision: i64,
         edits: Vec<Edit>,
+        by: &str,
         rider: Option<Rider>,
     ) -> Result<(i64, Arc<Outline>), EditRefused> {
+        let by: Arc<str> = Arc::from(by);
         self.request(id, |reply| Command::Edit {
             revision,
             edits: edits.clone(),
+            by: by.clone(),
             rider: rider.clone(),
             reply,
         })
@@ -366,6 +396,30 @@ impl Hub {
         {
             // No answer: the task was unloading, and the next one reads
             // storage.
+            let _ = answer.await;
+        }
+    }
+
+    /// The owner changed `account`'s access to document `id` — `role` is
+    /// its role now, `None` once removed — and storage already says so:
+    /// the member's connections to the loaded document that hold another
+    /// role close at once (SPEC A1), removed ones for good
+    /// ([`margin_protocol::sync::close::REMOVED`]), the others to reconnect
+    /// with the new role ([`margin_protocol::sync::close::ACCESS_CHANGED`]).
+    /// In a cluster this runs on the document's owner, where every socket
+    /// on it is joined, forwarded ones included.
+    pub async fn access_changed(&self, id: &str, account: &str, role: Option<Role>) {
+        let Some(mailbox) = self.loaded(id) else {
+            return;
+        };
+        let (reply, answer) = oneshot::channel();
+        let command = Command::Access {
+            account: account.to_owned(),
+            role,
+            reply,
+        };
+        if mailbox.send(command).await.is_ok() {
+            // No answer: the task was unloading, and its connections with it.
             let _ = answer.await;
         }
     }

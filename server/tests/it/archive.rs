@@ -242,7 +242,9 @@ on_both_backends! {
 
         let (status, archived) = s.act(&s.ada, "archive").await;
         assert_eq!(status, 200, "{archived}");
-        assert_eq!(archived, json!({"id": s.doc, "title": "Plan", "revision": 1, "role": "owner", "archived": true}));
+        assert_eq!(archived, json!({"id": s.doc, "title": "Plan", "revision": 1, "role": "owner", "archived": true,
+            "created_at": shown["created_at"], "edited_at": shown["edited_at"], "edited_by": "ada"}));
+        assert!(shown["edited_at"].is_i64(), "{shown}");
         // Every member sees it archived, in the document and in the list.
         let (_, shown) = s.server.get(Some(&s.bo), &s.path("")).await;
         assert_eq!((shown["archived"].as_bool(), shown["role"].as_str()), (Some(true), Some("editor")));

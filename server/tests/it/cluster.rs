@@ -620,6 +620,31 @@ on_postgres! {
         until_state(&nodes[0], &token, &session, |state| state == SessionState::Ended).await;
     }
 
+    async fn an_access_change_made_through_any_node_closes_the_members_forwarded_sockets(db) {
+        let (nodes, ada) = nodes(&db, 2).await;
+        let bo = Server::account(&db, "bo").await;
+        let doc = nodes[0].create_document(&ada, "Plan").await;
+        let members = format!("/documents/{doc}/members");
+        let share = serde_json::json!({"account": "bo", "role": "editor"});
+        assert_eq!(nodes[0].post(Some(&ada), &members, share).await.0, 200);
+        let mut on_owner = SyncClient::connect(&nodes[0].sync_url(&doc, &ada)).await;
+        let store = db.open().await;
+        assert_eq!(holder(&store, &nodes, &doc).await, Some(0));
+        // bo's socket lands on node 1 and is forwarded to the owner; the
+        // owner's calls too, through node 1.
+        let mut forwarded = SyncClient::connect(&nodes[1].sync_url(&doc, &bo)).await;
+        let demote = serde_json::json!({"account": "bo", "role": "viewer"});
+        assert_eq!(nodes[1].post(Some(&ada), &members, demote).await.0, 200);
+        let (code, reason) = forwarded.wait_closed().await;
+        assert_eq!(code, close::ACCESS_CHANGED, "{reason}");
+        let mut forwarded = SyncClient::connect(&nodes[1].sync_url(&doc, &bo)).await;
+        assert_eq!(nodes[1].delete(Some(&ada), &format!("{members}/bo")).await.0, 204);
+        let (code, reason) = forwarded.wait_closed().await;
+        assert_eq!(code, close::REMOVED, "{reason}");
+        assert!(reason.contains("no longer a member"), "{reason}");
+        assert!(on_owner.stays_open(Duration::from_millis(300)).await, "{:?}", on_owner.closed);
+    }
+
     async fn readyz_names_the_node_and_healthz_still_answers(db) {
         let (nodes, _) = nodes(&db, 2).await;
         for node in &nodes {

@@ -220,7 +220,7 @@ on_both_backends! {
         let edited = s.tools().edit_plan(&s.owner, &s.doc, EditPlanInput {
             revision: read.revision,
             edits: vec![EditInput::Insert { after: Some(address(&read, 2)), kind: "paragraph".into(), level: None, text: "Risks".into() }],
-        }, None).await.unwrap();
+        }, "ada", None).await.unwrap();
         assert_eq!(edited.revision, read.revision + 1);
         assert_eq!(edited.outline[3].text, "Risks");
         assert!(s.person.until(|c| c.texts().len() == 4).await);
@@ -237,7 +237,7 @@ on_both_backends! {
         let result = s.tools().edit_plan(&s.owner, &s.doc, EditPlanInput {
             revision: read.revision,
             edits: vec![EditInput::Delete { at: address(&read, 0) }],
-        }, None).await;
+        }, "ada", None).await;
         match result {
             Err(ToolError::Refused(r)) => assert_eq!(r.code, "stale_revision"),
             other => panic!("expected stale_revision, got {other:?}"),
@@ -312,7 +312,7 @@ on_both_backends! {
         s.tools().edit_plan(&s.owner, &s.doc, EditPlanInput {
             revision: now.revision,
             edits: vec![EditInput::Replace { at: address(&now, 1), text: "Pick a region: decided".into() }],
-        }, None).await.unwrap();
+        }, "ada", None).await.unwrap();
         let cards = s.cards().await;
         assert_eq!((cards[0].state.as_str(), cards[0].answer.clone()), ("answered", Some(margin_protocol::decisions::AnswerBody::Choices(vec!["c1".into()]))));
         // The card still stands beside the same block (same identity).

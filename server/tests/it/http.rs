@@ -13,7 +13,9 @@ on_both_backends! {
         let (status, created) = server.post(Some(&ada), "/documents", json!({"title": "  Launch plan "})).await;
         assert_eq!(status, 201);
         let id = created["id"].as_str().unwrap().to_owned();
-        assert_eq!(created, json!({"id": id, "title": "Launch plan", "revision": 0, "role": "owner", "archived": false}));
+        assert!(created["created_at"].is_i64(), "{created}");
+        assert_eq!(created, json!({"id": id, "title": "Launch plan", "revision": 0, "role": "owner", "archived": false,
+            "created_at": created["created_at"], "edited_at": null, "edited_by": null}));
         assert_eq!(server.get(Some(&ada), "/documents").await, (200, json!({"documents": [created.clone()]})));
         assert_eq!(server.get(Some(&ada), &format!("/documents/{id}")).await, (200, created));
         // Another account neither sees it listed nor learns that it exists.

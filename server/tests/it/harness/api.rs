@@ -48,6 +48,19 @@ impl Api {
         respond(request).await
     }
 
+    pub async fn patch(
+        &self,
+        token: Option<&str>,
+        path: &str,
+        body: serde_json::Value,
+    ) -> (u16, serde_json::Value) {
+        let mut request = self.http.patch(self.url(path)).json(&body);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        respond(request).await
+    }
+
     pub async fn delete(&self, token: Option<&str>, path: &str) -> (u16, serde_json::Value) {
         let mut request = self.http.delete(self.url(path));
         if let Some(token) = token {
