@@ -1,7 +1,8 @@
 //! A document's feed for the people watching it, `GET /documents/{id}/events`
-//! (SPEC B1, B1a, T1): its Chat lines and its Planner's status, pushed as
-//! they change, so an editor shows a reply the moment it is committed
-//! instead of polling for it.
+//! (SPEC B1, B1a, T1): its Chat lines, its Planner's status and the
+//! document's own title, archive state and the caller's role, pushed as they
+//! change, so an editor shows a reply the moment it is committed instead of
+//! polling for it.
 //!
 //! ```
 //! use margin_protocol::chat::{ChatKind, ChatMessageView};
@@ -20,13 +21,14 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::chat::ChatMessageView;
+use crate::documents::DocumentInfo;
 use crate::link::PlannerView;
 
 /// One event of a document's feed. Sent as Server-Sent Events: the SSE
 /// `event` field is [`DocumentEvent::name`], its `data` the payload's JSON
 /// (`data` here). A Chat line's SSE `id` is its `seq`, so a reconnecting
-/// `EventSource` resumes after the last line it got (`Last-Event-ID`); a
-/// Planner view has no `id`.
+/// `EventSource` resumes after the last line it got (`Last-Event-ID`); the
+/// other events have no `id`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "event", content = "data", rename_all = "snake_case")]
 pub enum DocumentEvent {
@@ -36,6 +38,11 @@ pub enum DocumentEvent {
     /// The Planner's status: first on every (re)connect, then each time it
     /// changes.
     Planner(PlannerView),
+    /// The document as the caller sees it, each time its title, its
+    /// archive state or the caller's role changes (renamed, archived or
+    /// unarchived, the caller's role changed). The stream ends once the
+    /// caller is no longer a member.
+    Document(DocumentInfo),
 }
 
 impl DocumentEvent {
@@ -44,6 +51,7 @@ impl DocumentEvent {
         match self {
             DocumentEvent::Chat(_) => "chat",
             DocumentEvent::Planner(_) => "planner",
+            DocumentEvent::Document(_) => "document",
         }
     }
 
@@ -51,7 +59,7 @@ impl DocumentEvent {
     pub fn id(&self) -> Option<i64> {
         match self {
             DocumentEvent::Chat(line) => Some(line.seq),
-            DocumentEvent::Planner(_) => None,
+            DocumentEvent::Planner(_) | DocumentEvent::Document(_) => None,
         }
     }
 
@@ -61,6 +69,7 @@ impl DocumentEvent {
         let data = match self {
             DocumentEvent::Chat(line) => serde_json::to_string(line)?,
             DocumentEvent::Planner(view) => serde_json::to_string(view)?,
+            DocumentEvent::Document(info) => serde_json::to_string(info)?,
         };
         Ok(match self.id() {
             Some(id) => format!("id: {id}\nevent: {}\ndata: {data}\n\n", self.name()),

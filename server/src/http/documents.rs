@@ -74,6 +74,7 @@ pub async fn rename(
         Err(StorageError::NotFound(_)) => return Err(AppError::document_not_found(&id)),
         Err(other) => return Err(other.into()),
     }
+    state.hub.watchers().wake(&id);
     tracing::info!(document = %id, account = %account.name, "document renamed");
     Ok(Json(info(DocumentRow {
         title: title.to_owned(),
@@ -279,7 +280,7 @@ fn validate_title(title: &str) -> Result<&str, AppError> {
     Ok(title)
 }
 
-fn info(row: DocumentRow) -> DocumentInfo {
+pub(super) fn info(row: DocumentRow) -> DocumentInfo {
     DocumentInfo {
         id: row.id,
         title: row.title,

@@ -1,15 +1,18 @@
 //! A document's feed, `GET /documents/{id}/events` (SPEC B1, B1a, T1, E3):
-//! Server-Sent Events carrying its Chat lines as they are committed and
-//! its Planner's status as it changes, so an editor shows a reply the
-//! moment it is posted instead of polling. Members only (a viewer too);
+//! Server-Sent Events carrying its Chat lines as they are committed, its
+//! Planner's status as it changes, and the document itself when its title,
+//! archive state or the caller's role changes, so an editor shows a reply
+//! the moment it is posted instead of polling. Members only (a viewer too);
 //! others get the document's 404.
 //!
-//! On every (re)connect the stream sends the Planner's view, then every
-//! Chat line after the cursor (`Last-Event-ID`, else `?after=`, else 0), a
-//! page at a time, then waits on the document's [`Watch`]. Woken, it reads
-//! Chat from storage after the last line it sent and the view from the
-//! session registry, and sends what is new: nothing is sent that is not
-//! committed, and a wake-up lost or merged delays nothing beyond the next.
+//! On every (re)connect the stream sends the document and the Planner's
+//! view, then every Chat line after the cursor (`Last-Event-ID`, else
+//! `?after=`, else 0), a page at a time, then waits on the document's
+//! [`Watch`]. Woken, it reads the document and its Chat from storage and
+//! the view from the session registry, and sends what is new: nothing is
+//! sent that is not committed, and a wake-up lost or merged delays nothing
+//! beyond the next. Once the caller is no longer a member the stream ends
+//! (its reconnect gets the 404).
 //! In a cluster the call is relayed to the document's owner (where its
 //! Chat is appended and its Planner session runs); a client whose stream
 //! breaks reconnects with its `Last-Event-ID` wherever the document went.
@@ -23,11 +26,12 @@ use axum::response::{IntoResponse, Response};
 use futures_util::stream;
 use margin_protocol::document_feed::DocumentEvent;
 use margin_protocol::link::PlannerView;
+use margin_protocol::Role;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::documents::visible;
+use super::documents::{info, visible};
 use super::extract::Caller;
 use super::{AppError, AppState};
 use crate::storage::Account;
@@ -85,6 +89,7 @@ pub async fn feed(
         watch,
         cursor: after,
         shown: None,
+        seen: None,
         caught_up: false,
     };
     let body = stream::unfold(Some(feed), |feed| async move {
@@ -121,6 +126,9 @@ struct Feed {
     cursor: i64,
     /// The Planner view last sent, as compared (see [`comparable`]).
     shown: Option<PlannerView>,
+    /// The document's title, archive state and the caller's role, as last
+    /// sent.
+    seen: Option<(String, bool, Role)>,
     /// Whether the last read found no more lines waiting.
     caught_up: bool,
     /// Fires when the server stops.
@@ -152,6 +160,9 @@ impl Feed {
             // Seen before reading: what is committed after this wakes us.
             self.watch.seen();
             let mut frames = String::new();
+            if !self.document(&mut frames).await {
+                return None;
+            }
             self.planner(&mut frames);
             match self.chat(&mut frames).await {
                 Ok(()) => {}
@@ -164,6 +175,23 @@ impl Feed {
                 return Some(Bytes::from(frames));
             }
         }
+    }
+
+    /// The document, if what the caller sees of it changed; false once the
+    /// caller may no longer read it (or storage failed): the stream ends.
+    async fn document(&mut self, frames: &mut String) -> bool {
+        let Ok(row) = visible(&self.state, &self.account, &self.document).await else {
+            return false;
+        };
+        let seen = (row.title.clone(), row.archived, row.role);
+        if self.seen.as_ref() == Some(&seen) {
+            return true;
+        }
+        if let Ok(frame) = DocumentEvent::Document(info(row)).frame() {
+            frames.push_str(&frame);
+            self.seen = Some(seen);
+        }
+        true
     }
 
     /// The Planner's view, if it changed since the last one sent.

@@ -385,6 +385,8 @@ impl Hub {
     /// any (SPEC P3). Storage must already say so: a task that loads later
     /// reads it there.
     pub async fn set_archived(&self, id: &str, archived: bool) {
+        // Those following its feed see it archived (or not) at once.
+        self.inner.watchers.wake(id);
         let Some(mailbox) = self.loaded(id) else {
             return;
         };
@@ -409,6 +411,8 @@ impl Hub {
     /// In a cluster this runs on the document's owner, where every socket
     /// on it is joined, forwarded ones included.
     pub async fn access_changed(&self, id: &str, account: &str, role: Option<Role>) {
+        // Its feed tells the member their new role, or ends.
+        self.inner.watchers.wake(id);
         let Some(mailbox) = self.loaded(id) else {
             return;
         };
@@ -428,6 +432,8 @@ impl Hub {
     /// ([`margin_protocol::sync::close::DELETED`]), unloads it without
     /// writing, and forgets the Planner's reads of it.
     pub async fn deleted(&self, id: &str) {
+        // Its feed ends: the next read finds no document.
+        self.inner.watchers.wake(id);
         if let Some(mailbox) = self.loaded(id) {
             let (reply, answer) = oneshot::channel();
             if mailbox.send(Command::Delete { reply }).await.is_ok() {

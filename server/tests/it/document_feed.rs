@@ -16,10 +16,31 @@ fn events_path(s: &Scene) -> String {
     format!("/documents/{}/events", s.doc)
 }
 
+/// Opens the feed; its first event, the document as the caller sees it,
+/// is checked and taken.
 async fn open(s: &Scene, token: &str, last_event_id: Option<&str>) -> Sse {
-    Sse::open(s.server.addr, token, &events_path(s), last_event_id)
+    let mut feed = Sse::open(s.server.addr, token, &events_path(s), last_event_id)
         .await
-        .unwrap_or_else(|(status, body)| panic!("the feed did not open: {status} {body}"))
+        .unwrap_or_else(|(status, body)| panic!("the feed did not open: {status} {body}"));
+    let first = feed.next().await.expect("the document first");
+    assert_eq!(
+        (first.event.as_str(), first.id),
+        ("document", None),
+        "{first:?}"
+    );
+    let doc: serde_json::Value = serde_json::from_str(&first.data).unwrap();
+    assert_eq!(doc["id"], s.doc.as_str());
+    feed
+}
+
+/// The next `document` event's body, skipping others.
+async fn next_document(feed: &mut Sse) -> serde_json::Value {
+    loop {
+        let event = feed.next().await.expect("a document event");
+        if event.event == "document" {
+            return serde_json::from_str(&event.data).unwrap();
+        }
+    }
 }
 
 fn planner(event: &SseEvent) -> PlannerView {
@@ -81,6 +102,31 @@ on_both_backends! {
         assert_eq!(again.within(Duration::from_millis(300)).await, None, "and nothing else");
     }
 
+    async fn the_feed_tells_a_member_of_a_rename_an_archive_and_a_new_role_and_ends_on_removal(db) {
+        let s = Scene::new(&db).await;
+        let (bo_account, bo) = s.server.account("bo").await;
+        s.server.store().set_member(&s.doc, &bo_account, Role::Editor).await.unwrap();
+        let mut feed = open(&s, &bo, None).await;
+        let doc = format!("/documents/{}", s.doc);
+        let (status, _) = s.server.patch(Some(&s.token), &doc, serde_json::json!({"title": "Launch"})).await;
+        assert_eq!(status, 200);
+        assert_eq!(next_document(&mut feed).await["title"], "Launch");
+        let (status, _) = s.server.post(Some(&s.token), &format!("{doc}/archive"), serde_json::json!({})).await;
+        assert_eq!(status, 200);
+        assert_eq!(next_document(&mut feed).await["archived"], true);
+        let (status, _) = s.server.post(Some(&s.token), &format!("{doc}/unarchive"), serde_json::json!({})).await;
+        assert_eq!(status, 200);
+        assert_eq!(next_document(&mut feed).await["archived"], false);
+        let (status, _) = s.server.post(Some(&s.token), &format!("{doc}/members"), serde_json::json!({"account": "bo", "role": "viewer"})).await;
+        assert_eq!(status, 200);
+        assert_eq!(next_document(&mut feed).await["role"], "viewer");
+        let (status, _) = s.server.delete(Some(&s.token), &format!("{doc}/members/bo")).await;
+        assert_eq!(status, 204);
+        assert!(feed.ends().await, "a removed member's feed ends");
+        let (status, _) = Sse::open(s.server.addr, &bo, &events_path(&s), None).await.err().unwrap();
+        assert_eq!(status, 404, "and does not open again");
+    }
+
     async fn the_feed_is_for_members_and_refuses_a_bad_cursor(db) {
         let s = Scene::new(&db).await;
         let (viewer, vic) = s.server.account("vic").await;
@@ -88,7 +134,6 @@ on_both_backends! {
         let (_, cy) = s.server.account("cy").await;
         s.say("hello").await;
         let mut feed = open(&s, &vic, None).await;
-        feed.next().await.unwrap();
         assert_eq!(next_chat(&mut feed).await, (1, "hello".into()), "a viewer follows Chat");
         let (status, body) = Sse::open(s.server.addr, &cy, &events_path(&s), None).await.err().unwrap();
         assert_eq!((status, body["error"]["code"].as_str()), (404, Some("document_not_found")));
