@@ -1,7 +1,8 @@
 // Chat and the Planner's status in the browser editor: lines posted in one
 // browser appear in another, lifecycle lines are shown as system lines, chat
-// text is rendered literally (never as HTML), and the Planner's status reads
-// "not connected" when no machine is linked.
+// text is rendered literally (never as HTML), the Planner's status says so
+// when no machine is linked, and a Planner whose link drops shows as
+// disconnected with its work kept.
 
 import assert from 'node:assert/strict';
 import { serverTest, waitFor } from '../lib/server.mjs';
@@ -84,16 +85,17 @@ serverTest('hostile chat text renders literally and runs nothing', {}, async ({ 
   assert.deepEqual(page.pageErrors, []);
 });
 
-serverTest('the Planner status reads "not connected" with no machine, and Stop is hidden', {}, async ({ server, onCleanup }) => {
+serverTest('the Planner status says no Planner is linked when no machine is, and Stop is hidden', {}, async ({ server, onCleanup }) => {
   const doc = await server.createDocument('alice', 'Planner status');
   const page = await openPage(onCleanup, { token: server.tokens.alice, baseUrl: server.baseUrl });
   await openDocument(page, server, doc.id);
   await waitFor(
-    async () => /not connected/.test((await text(page, '#planner-status')) ?? ''),
+    async () => (await page.locator('#planner-status').getAttribute('data-state')) === 'unlinked',
     TIMEOUT,
-    '#planner-status to read "not connected"',
+    '#planner-status to say no Planner is linked',
   );
-  assert.equal(await text(page, '#planner-status'), 'Planner not connected');
+  assert.equal(await text(page, '#planner-status'), 'No Planner linked');
+  assert.match(await text(page, '#planner-detail'), /Planner machines is linked, so @planner cannot start it/);
   assert.equal(await page.locator('#planner-stop').isVisible(), false);
   assert.equal(await page.locator('.run-card').count(), 0);
 
@@ -120,12 +122,15 @@ serverTest('a Planner whose link dropped shows as disconnected with its runs kep
 
   const page = await openPage(onCleanup, { token: server.tokens.alice, baseUrl: server.baseUrl });
   await openDocument(page, server, doc.id);
-  await waitFor(async () => /Planner connected \(laptop\)/.test((await text(page, '#planner-status')) ?? ''), TIMEOUT, 'the Planner to show connected');
+  const state = () => page.locator('#planner-status').getAttribute('data-state');
+  await waitFor(async () => (await state()) === 'working', TIMEOUT, 'the Planner to show working on its run');
+  assert.match(await text(page, '#planner-detail'), /Running Build the site on laptop/);
   await page.locator('.run-card[data-status="running"]').waitFor();
 
   machine.drop();
-  await waitFor(async () => (await page.locator('#planner-status').getAttribute('data-state')) === 'away', TIMEOUT, 'the Planner to show disconnected');
-  assert.match(await text(page, '#planner-status'), /Planner disconnected \(laptop\).*kept/);
+  await waitFor(async () => (await state()) === 'disconnected', TIMEOUT, 'the Planner to show disconnected');
+  assert.equal(await text(page, '#planner-status'), 'Disconnected');
+  assert.match(await text(page, '#planner-detail'), /laptop.*dropped its link.*kept until it reconnects/);
   const card = page.locator('.run-card[data-run="r1"]');
   assert.equal(await card.getAttribute('data-disconnected'), 'true');
   assert.match(await card.textContent(), /disconnected · running/);
@@ -141,11 +146,12 @@ serverTest('a Planner whose link dropped shows as disconnected with its runs kep
   back.send({ type: 'resume', sessions: [{ session: invoke.session, questions: [] }] });
   await back.expect('resumed');
   await back.expect('stop');
-  await waitFor(async () => (await page.locator('#planner-status').getAttribute('data-state')) === 'connected', TIMEOUT, 'the Planner to show connected again');
+  await waitFor(async () => (await state()) === 'stopping', TIMEOUT, 'the Planner, back, to show the held Stop as stopping');
   assert.equal(await page.locator('.run-card[data-run="r1"]').getAttribute('data-disconnected'), 'false');
   assert.equal(await page.locator('#planner-resume').isDisabled(), false, 'Resume can be pressed once it is back');
   await page.locator('#planner-resume').click();
   await back.expect('stop-withdrawn');
   await waitFor(async () => (await chatLines(page)).some((l) => l.text === 'Resume was sent: the Stop is withdrawn.'), TIMEOUT, 'the Resume line');
+  await waitFor(async () => (await state()) === 'working', TIMEOUT, 'the Planner working again');
   assert.deepEqual(page.pageErrors, []);
 });

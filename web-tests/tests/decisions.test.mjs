@@ -7,6 +7,19 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { serverTest, waitFor } from '../lib/server.mjs';
 import { useBrowser, openPage, text, TIMEOUT } from '../lib/browser.mjs';
+import {
+  card,
+  decisions,
+  documentWith,
+  expand,
+  fillField,
+  openDecisions,
+  openDocument,
+  paragraph,
+  paragraphTexts,
+  tool,
+  waitBeside,
+} from '../lib/doc.mjs';
 
 const artifacts = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'artifacts');
 const HOSTILE = '<img src=x onerror="window.__pwned=1">';
@@ -18,101 +31,10 @@ const LONG_INTRO =
   'editor, so that the paragraphs below it sit well down the page and a card placed next to the wrong ' +
   'block would be visibly out of line with the paragraph it belongs to.';
 
-/** Calls a Planner tool over HTTP as `as`; asserts 200 and returns the body. */
-async function tool(server, as, docId, name, body) {
-  const res = await server.api('POST', `/documents/${docId}/tools/${name}`, { as, body });
-  assert.equal(res.status, 200, `${name}: ${res.status} ${JSON.stringify(res.body)}`);
-  return res.body;
-}
-
 /**
- * A document owned by alice holding `paragraphs`, written through edit_plan.
- * Members are added first, while the document is not loaded: POST /members
- * racing the document's unload can fail with a 500 "database is locked"
- * (see README), which is a server issue, not what these tests are about.
- */
-async function documentWith(server, title, paragraphs, members = {}) {
-  const doc = await server.createDocument('alice', title);
-  for (const [account, role] of Object.entries(members)) await server.addMember('alice', doc.id, account, role);
-  const read = await tool(server, 'alice', doc.id, 'read_document');
-  await tool(server, 'alice', doc.id, 'edit_plan', {
-    revision: read.revision,
-    edits: paragraphs.map((text) => ({ op: 'insert', kind: 'paragraph', text })),
-  });
-  const again = await tool(server, 'alice', doc.id, 'read_document');
-  assert.deepEqual(
-    again.outline.map((b) => b.text),
-    paragraphs,
-    'edit_plan wrote the paragraphs in order',
-  );
-  return { doc, read: again };
-}
-
-/** Opens decisions through the tools endpoint; `at` is an outline index. Returns the card ids by key. */
-async function openDecisions(server, docId, cards) {
-  const read = await tool(server, 'alice', docId, 'read_document');
-  const out = await tool(server, 'alice', docId, 'open_decisions', {
-    revision: read.revision,
-    cards: cards.map(({ at, ...card }) => ({
-      ...card,
-      passages: [{ index: at, digest: read.outline[at].digest }],
-    })),
-  });
-  assert.equal(out.captured, cards.length, JSON.stringify(out));
-  return Object.fromEntries(out.captures.map((c) => [c.key, c.card_id]));
-}
-
-async function openDocument(page, server, docId) {
-  await page.goto(`${server.baseUrl}/#/d/${docId}`);
-  await page.locator('#editor .ProseMirror').waitFor();
-  await waitFor(async () => (await text(page, '#status')) === 'connected', TIMEOUT, '#status to read "connected"');
-}
-
-const card = (page, key) => page.locator(`.decision-card[data-key="${key}"]`);
-const paragraph = (page, i) => page.locator('#editor .ProseMirror > p').nth(i);
-
-/**
- * Fills a card's text field and waits until it holds the value (a live
- * re-render of the card in between could otherwise drop what was typed).
- */
-async function fillField(locator, value) {
-  await waitFor(
-    async () => {
-      if ((await locator.inputValue()) !== value) await locator.fill(value);
-      return (await locator.inputValue()) === value;
-    },
-    TIMEOUT,
-    `a card field to hold ${JSON.stringify(value)}`,
-    100,
-  );
-}
-
-/** The editor's paragraph texts, without remote carets' name labels. */
-function paragraphTexts(page) {
-  return page.evaluate(() => {
-    const root = document.querySelector('#editor .ProseMirror').cloneNode(true);
-    root.querySelectorAll('.collaboration-cursor__caret').forEach((c) => c.remove());
-    return [...root.querySelectorAll(':scope > p')].map((p) => p.textContent);
-  });
-}
-
-/** Waits until the card for `key` stands beside paragraph `i`: same top (±4 px), to its right. */
-async function waitBeside(page, key, i, what) {
-  return waitFor(
-    async () => {
-      const c = await card(page, key).boundingBox();
-      const p = await paragraph(page, i).boundingBox();
-      if (!c || !p) return false;
-      return Math.abs(c.y - p.y) <= 4 && c.x >= p.x + p.width ? { card: c, paragraph: p } : false;
-    },
-    TIMEOUT,
-    what ?? `card "${key}" beside paragraph ${i}`,
-  );
-}
-
-/**
- * Waits until the card for `key` stands in the margin next to paragraph `i`
- * but pushed down just below the card `above` (cards never overlap).
+ * Waits until the card for `key` stands in the margin next to paragraph `i`:
+ * level with it, or — when the card `above` leaves no room — pushed down
+ * just below that card (cards never overlap).
  */
 async function waitStacked(page, key, i, above) {
   return waitFor(
@@ -121,17 +43,13 @@ async function waitStacked(page, key, i, above) {
       const a = await card(page, above).boundingBox();
       const p = await paragraph(page, i).boundingBox();
       if (!c || !a || !p) return false;
-      return c.y >= p.y - 4 && c.y >= a.y + a.height && c.y <= a.y + a.height + 16 && c.x >= p.x + p.width;
+      const level = Math.abs(c.y - p.y) <= 4;
+      const below = c.y >= a.y + a.height && c.y <= a.y + a.height + 16;
+      return c.y >= p.y - 4 && c.y >= a.y + a.height && (level || below) && c.x >= p.x + p.width;
     },
     TIMEOUT,
-    `card "${key}" beside paragraph ${i}, below card "${above}"`,
+    `card "${key}" beside paragraph ${i}, or just below card "${above}"`,
   );
-}
-
-async function decisions(server, as, docId) {
-  const res = await server.api('GET', `/documents/${docId}/decisions`, { as });
-  assert.equal(res.status, 200);
-  return res.body.decisions;
 }
 
 serverTest('a decision opened through the tools appears beside its paragraph in two browsers, live', {}, async ({ server, onCleanup }) => {
@@ -205,30 +123,19 @@ serverTest('answering, discarding, reopening and adding options from the page re
   assert.match(await card(alice, 'region').locator('.card-error').textContent(), /pick exactly one of the card's choices.*422/);
   assert.equal(await card(alice, 'region').getAttribute('data-state'), 'open');
 
-  // Alice answers EU; bob sees the answer and who gave it; the API agrees.
-  await card(alice, 'region').locator('label.choice', { hasText: 'EU' }).click();
-  await card(alice, 'region').locator('.answer-submit').click();
-  for (const page of [alice, bob]) {
-    await waitFor(async () => (await card(page, 'region').getAttribute('data-state')) === 'answered', TIMEOUT, 'region answered');
-    assert.equal(await card(page, 'region').locator('.answer-value').textContent(), 'EU');
-    assert.match(await card(page, 'region').locator('.answered-by').textContent(), /answered by alice/);
-  }
-  assert.equal(await card(alice, 'region').locator('.card-error').isVisible(), false, 'the old error is gone');
-  let region = (await decisions(server, 'bob', doc.id)).find((d) => d.id === ids.region);
-  assert.equal(region.state, 'answered');
-  assert.deepEqual(region.answer, { choices: ['c1'] });
-  assert.equal(region.answered_by, 'alice');
-
-  // Bob discards it; alice sees that, and reopens it.
+  // Bob discards it; alice sees it folded away, opens it and reopens it.
   await card(bob, 'region').locator('button.discard').click();
   await waitFor(async () => (await card(alice, 'region').getAttribute('data-state')) === 'discarded', TIMEOUT, 'alice to see the discard');
-  assert.equal(await card(alice, 'region').locator('button.discard').count(), 0);
+  assert.equal(await card(alice, 'region').locator('.card-summary').count(), 1, 'a discarded card shows as one line');
   assert.equal(await card(alice, 'region').locator('input').count(), 0, 'a discarded card cannot be answered');
+  await expand(alice, 'region');
+  assert.equal(await card(alice, 'region').locator('button.discard').count(), 0);
   await card(alice, 'region').locator('button.reopen').click();
   await waitFor(async () => (await card(bob, 'region').getAttribute('data-state')) === 'reopened', TIMEOUT, 'bob to see the reopen');
   assert.equal((await decisions(server, 'alice', doc.id)).find((d) => d.id === ids.region).state, 'reopened');
 
-  // Bob adds an option and a criterion; alice sees who added the option and can pick it.
+  // Bob adds an option and a criterion; alice sees who added the option.
+  await card(bob, 'region').hover();
   await card(bob, 'region').locator('.card-more summary').click();
   await fillField(card(bob, 'region').locator('.add-option input'), 'Both at once');
   await card(bob, 'region').locator('.add-option-submit').click();
@@ -251,6 +158,27 @@ serverTest('answering, discarding, reopening and adding options from the page re
   await fillField(card(bob, 'region').locator('.add-option input'), 'EU');
   await card(bob, 'region').locator('.add-option-submit').click();
   await waitFor(async () => /already offers "EU".*422/.test((await card(bob, 'region').locator('.card-error').textContent()) ?? ''), TIMEOUT, 'the duplicate-option error');
+
+  // Alice answers EU; the card folds to one line for both, who answered
+  // shows when it is opened, and the API agrees.
+  await card(alice, 'region').locator('label.choice', { hasText: 'EU' }).click();
+  await card(alice, 'region').locator('.answer-submit').click();
+  for (const page of [alice, bob]) {
+    await waitFor(async () => (await card(page, 'region').getAttribute('data-state')) === 'answered', TIMEOUT, 'region answered');
+    await waitFor(async () => (await card(page, 'region').locator('.card-summary').count()) === 1, TIMEOUT, 'the answered card to fold');
+    assert.equal(await card(page, 'region').locator('.card-summary .answer-value').textContent(), 'EU');
+  }
+  await expand(bob, 'region');
+  assert.match(await card(bob, 'region').locator('.answered-by').textContent(), /answered by alice/);
+  assert.equal(await card(bob, 'region').locator('button.discard, button.reopen').count(), 0, 'an answered card offers only Change answer');
+  let region = (await decisions(server, 'bob', doc.id)).find((d) => d.id === ids.region);
+  assert.equal(region.state, 'answered');
+  assert.deepEqual(region.answer, { choices: ['c1'] });
+  assert.equal(region.answered_by, 'alice');
+
+  // Alice changes the answer to bob's option.
+  await expand(alice, 'region');
+  await card(alice, 'region').locator('button.answer-change').click();
   await both.click();
   await card(alice, 'region').locator('.answer-submit').click();
   await waitFor(async () => (await card(bob, 'region').locator('.answer-value').textContent()) === 'Both at once', TIMEOUT, 'bob to see the new answer');
@@ -269,14 +197,16 @@ serverTest('answering, discarding, reopening and adding options from the page re
   await waitFor(async () => (await card(alice, 'ship').locator('.answer-value').textContent()) === 'Yes', TIMEOUT, 'alice to see Yes');
   await waitFor(async () => (await card(bob, 'channels').locator('.answer-value').textContent()) === 'Email, Events', TIMEOUT, 'bob to see the channels');
   await waitFor(async () => (await card(alice, 'budget').locator('.answer-value').textContent()) === 'Up to 40k, see the spreadsheet.', TIMEOUT, 'alice to see the budget');
-  // An answered card is compact; "Change answer" opens the form with the answer on record.
+  // An answered card is one line; opened, "Change answer" opens the form with the answer on record.
   assert.equal(await card(bob, 'channels').locator('input[type=checkbox]').count(), 0);
+  await expand(bob, 'channels');
   await card(bob, 'channels').locator('button.answer-change').click();
   assert.equal(await card(bob, 'channels').locator('label.choice', { hasText: 'Email' }).locator('input').isChecked(), true);
   assert.equal(await card(bob, 'channels').locator('label.choice', { hasText: 'Events' }).locator('input').isChecked(), true);
   await card(bob, 'channels').locator('label.choice', { hasText: 'Events' }).click();
   await card(bob, 'channels').locator('.answer-submit').click();
   await waitFor(async () => (await card(alice, 'channels').locator('.answer-value').textContent()) === 'Email', TIMEOUT, 'alice to see the changed answer');
+  await expand(alice, 'channels');
   assert.match(await card(alice, 'channels').locator('.answered-by').textContent(), /answered by bob/);
   // (The live mirror can reach alice before bob's own HTTP response returns.)
   await waitFor(async () => (await card(bob, 'channels').locator('input[type=checkbox]').count()) === 0, TIMEOUT, 'bob\'s form to close after saving');
@@ -319,8 +249,10 @@ serverTest('a viewer sees decision cards without controls and the API refuses th
   assert.equal(answered.status, 200);
   await waitFor(async () => (await card(carol, 'region').getAttribute('data-state')) === 'answered', TIMEOUT, 'the viewer to see the answer');
   assert.equal(await card(carol, 'region').locator('.answer-value').textContent(), 'US');
+  await expand(carol, 'region');
   assert.equal(await card(carol, 'region').locator('li.choice.chosen .choice-label').textContent(), 'US');
-  assert.equal(await card(carol, 'region').locator('button, input, textarea, select').count(), 0);
+  // Only the fold's own toggle: nothing that acts on the decision.
+  assert.equal(await card(carol, 'region').locator('button:not(.card-collapse), input, textarea, select').count(), 0);
   assert.equal((await decisions(server, 'carol', doc.id))[0].state, 'answered', 'viewers may list decisions');
   assert.deepEqual(carol.pageErrors, []);
 });
@@ -346,6 +278,7 @@ serverTest('hostile card text renders as literal text', {}, async ({ server, onC
   assert.deepEqual(await c.locator('.choice-label').allTextContents(), [HOSTILE, '<script>window.__pwned=2</script>']);
 
   // A person's hostile option and criterion, and a hostile answer, are text as well.
+  await c.hover();
   await c.locator('.card-more summary').click();
   await fillField(c.locator('.add-option input'), `<img src=y onerror="window.__pwned=3">`);
   await c.locator('.add-option-submit').click();
@@ -355,6 +288,8 @@ serverTest('hostile card text renders as literal text', {}, async ({ server, onC
   await c.locator('label.choice').first().click();
   await c.locator('.answer-submit').click();
   await waitFor(async () => (await c.getAttribute('data-state')) === 'answered', TIMEOUT, 'the answer');
+  assert.equal(await c.locator('.answer-value').textContent(), HOSTILE);
+  await expand(alice, 'hostile');
   assert.equal(await c.locator('.answer-value').textContent(), HOSTILE);
   assert.equal(await c.locator('.criterion').textContent(), `<i>${HOSTILE}</i>`);
   assert.equal(await c.locator('.choice-label').nth(2).textContent(), `<img src=y onerror="window.__pwned=3">`);
@@ -428,7 +363,12 @@ serverTest('a card follows its paragraph through edits, keeps its answer, and is
     await page.locator('#unanchored').waitFor({ state: 'visible' });
     await page.locator('#unanchored-list .decision-card[data-key="doomed"]').waitFor();
     assert.equal(await page.locator('#decision-margin .decision-card[data-key="doomed"]').count(), 0);
-    assert.equal(await text(page, '#unanchored h2'), 'Unanchored decisions');
+    assert.equal(await text(page, '#unanchored h2'), 'Decisions whose paragraph is gone');
+    // It says why, and where it stood, as this page last saw it.
+    assert.equal(
+      await text(page, '#unanchored-list .decision-card[data-key="doomed"] .card-where'),
+      'Its paragraph was deleted. It stood beside paragraph 7: “A paragraph that will be deleted.”',
+    );
     await waitBeside(page, 'region', 5);
   }
   assert.deepEqual(alice.pageErrors, []);

@@ -187,7 +187,7 @@ serverTest('a viewer sees the shared text but cannot edit it', { accounts: ['ali
     await waitFor(async () => (await text(page, '#status')) === 'connected', TIMEOUT, '#status to read "connected"');
   }
   assert.equal(await carol.locator('#editor .ProseMirror').getAttribute('contenteditable'), 'false');
-  assert.match(await text(carol, '#doc-role'), /viewer/);
+  assert.match(await text(carol, '#doc-role'), /Viewer · read-only/);
 
   await alice.locator('#editor .ProseMirror').click();
   await alice.keyboard.type('Owner wrote this');
@@ -247,7 +247,9 @@ serverTest('an archived document opens read-only for its owner, with Chat closed
   await alice.goto(`${server.baseUrl}/#/d/${doc.id}`);
   await alice.locator('#editor .ProseMirror').waitFor();
   assert.equal(await alice.locator('#editor .ProseMirror').getAttribute('contenteditable'), 'false');
-  assert.match(await text(alice, '#doc-role'), /archived · read-only/);
+  assert.equal(await text(alice, '#doc-role'), 'Owner');
+  assert.match(await text(alice, '#doc-banner-text'), /^Archived by its owner: everyone can read it, nobody can change it/);
+  assert.equal(await alice.locator('#unarchive-button').isVisible(), true, 'its owner is offered Unarchive');
   assert.equal(await alice.locator('#chat-form').isVisible(), false);
   assert.deepEqual(alice.pageErrors, []);
 });

@@ -1,45 +1,31 @@
-// Decision cards rendered beside their paragraph (SPEC B1, D).
+// Decision cards beside their paragraphs (SPEC B1, B1a, D).
 //
 // The server mirrors every card into the shared Y.Doc: `getMap('decisions')`
 // maps a card id to a JSON string (DecisionCardView, docs/protocol.md). A
 // card's `anchors` are block identities — the Yjs item id `client:clock` of a
 // top-level element of the `prosemirror` XmlFragment — whose index in the
-// fragment is the ProseMirror top-level node index. Cards are laid out in a
-// margin column next to the first anchor block that still exists; cards whose
-// blocks are all gone are listed under "Unanchored decisions".
+// fragment is the ProseMirror top-level node index.
+//
+// Layout: each card's top is its paragraph's top. Cards that would overlap
+// are stacked, and the card that is active — focused, or beside the caret —
+// keeps its paragraph's line exactly while the cards above it move up and
+// those below move down (as comments do in a word processor). Positions are
+// measured again on every document change, resize and card change, so cards
+// follow the text as it reflows or others type. A marker beside each
+// paragraph that has a decision focuses its card; the active card's
+// paragraph is highlighted (anchors.ts). Cards whose blocks are all gone are
+// listed apart, saying so.
 //
 // People act through HTTP (answer, discard, reopen, add an option or a
 // criterion); the map is the source of truth, so every editor updates live.
-//
-// Every card string is model- or person-authored and untrusted (SPEC E3): it
-// is only ever assigned with textContent, never parsed as HTML.
 
 import type { Editor } from '@tiptap/core';
 import * as Y from 'yjs';
 import { ApiError, api, describe } from './api';
+import { setAnchorMarks } from './anchors';
+import { CardAction, CardHost, CardSlot, collapses, renderCard } from './card';
 import { el } from './dom';
-
-export interface ChoiceView {
-  id: string;
-  label: string;
-  added_by?: string;
-}
-
-export type AnswerBody = { choices: string[] } | { text: string } | { yes: boolean };
-
-export interface DecisionCardView {
-  id: string;
-  key: string;
-  question: string;
-  description?: string;
-  response: string;
-  choices: ChoiceView[];
-  criteria: string[];
-  anchors: string[];
-  state: string;
-  answer?: AnswerBody;
-  answered_by?: string;
-}
+import type { AnswerBody, ChoiceView, DecisionCardView } from './wire';
 
 export interface DecisionCardsOptions {
   editor: Editor;
@@ -47,29 +33,21 @@ export interface DecisionCardsOptions {
   docId: string;
   token: string;
   readOnly: boolean;
-  /** The margin column beside the editor. */
+  /** The column of cards beside the editor. */
   margin: HTMLElement;
-  /** The "Unanchored decisions" section and its list. */
+  /** The narrow column of markers between the text and the cards. */
+  markers: HTMLElement;
+  /** The section for cards whose paragraph is gone, and its list. */
   unanchoredSection: HTMLElement;
   unanchoredList: HTMLElement;
+  /** A line counting the cards by state. */
+  summary: HTMLElement;
   /** Called with an action's failure; returns true if it was handled (401). */
   onAuthFailure: (e: unknown) => boolean;
 }
 
+/** Space between stacked cards. */
 const GAP = 8;
-const STATES: Record<string, string> = {
-  open: 'Open',
-  answered: 'Answered',
-  reopened: 'Reopened',
-  discarded: 'Discarded',
-  cancelled: 'Cancelled',
-};
-const KINDS: Record<string, string> = {
-  single_choice: 'Pick one',
-  multiple_choice: 'Pick any',
-  free_text: 'Free text',
-  yes_no: 'Yes or no',
-};
 
 const isString = (v: unknown): v is string => typeof v === 'string';
 
@@ -115,53 +93,28 @@ export function parseCard(id: string, raw: unknown): DecisionCardView | null {
   };
 }
 
-
-function button(text: string, className: string, type: 'button' | 'submit' = 'button'): HTMLButtonElement {
-  const b = el('button', className, text);
-  b.type = type;
-  return b;
+interface Placed {
+  slot: CardSlot;
+  index: number;
+  order: number;
 }
 
-/** Human text for an answer. */
-export function answerText(card: DecisionCardView): string | null {
-  const a = card.answer;
-  if (!a) return null;
-  if ('choices' in a) {
-    return a.choices.map((id) => card.choices.find((c) => c.id === id)?.label ?? id).join(', ');
-  }
-  if ('text' in a) return a.text;
-  return a.yes ? 'Yes' : 'No';
-}
-
-/** What a person is typing or picking on one card; kept across live re-renders. */
-interface Draft {
-  selected: Set<string>;
-  text: string;
-  option: string;
-  criterion: string;
-}
-
-interface CardSlot {
-  card: DecisionCardView;
-  json: string;
-  root: HTMLElement;
-  draft: Draft;
-  busy: boolean;
-  error: string | null;
-  /** Whether the "add an option or criterion" fold is open. */
-  moreOpen: boolean;
-  /** Whether an answered card's answer form is open. */
-  editing: boolean;
-  /** Block index it stands beside, or null when unanchored. */
-  blockIndex: number | null;
-}
-
-export class DecisionCards {
+export class DecisionCards implements CardHost {
+  readOnly: boolean;
   private readonly map: Y.Map<unknown>;
   private readonly fragment: Y.XmlFragment;
   private readonly slots = new Map<string, CardSlot>();
+  /** The marker beside each paragraph that has decisions, by its first card. */
+  private readonly markerButtons = new Map<string, HTMLButtonElement>();
   private frame = 0;
   private destroyed = false;
+  /** The card under the pointer, the one holding focus, the one by the caret. */
+  private hovered: string | null = null;
+  private focused: string | null = null;
+  private selected: string | null = null;
+  /** When each of those last changed: the latest one is highlighted. */
+  private readonly changed = { hovered: 0, focused: 0, selected: 0 };
+  private clock = 0;
   private readonly resizeObserver: ResizeObserver;
   private readonly onMapChange = (event: Y.YMapEvent<unknown>) => {
     for (const id of event.keysChanged) this.sync(id);
@@ -170,16 +123,33 @@ export class DecisionCards {
   private readonly onTransaction = ({ transaction }: { transaction: { docChanged: boolean } }) => {
     if (transaction.docChanged) this.schedule();
   };
+  private readonly onSelection = () => {
+    const { selection, doc } = this.o.editor.state;
+    const index = doc.childCount ? selection.$head.index(0) : -1;
+    const beside = [...this.slots.values()].find((s) => s.blockIndex === index);
+    const id = this.o.editor.isFocused && beside ? beside.card.id : null;
+    if (id !== this.selected) {
+      this.selected = id;
+      this.changed.selected = ++this.clock;
+      this.schedule();
+    }
+  };
   private readonly onResize = () => this.schedule();
 
   constructor(private readonly o: DecisionCardsOptions) {
+    this.readOnly = o.readOnly;
     this.map = o.ydoc.getMap('decisions');
     this.fragment = o.ydoc.getXmlFragment('prosemirror');
     o.margin.replaceChildren();
+    o.markers.replaceChildren();
     o.unanchoredList.replaceChildren();
     o.unanchoredSection.hidden = true;
+    o.summary.hidden = true;
     this.map.observe(this.onMapChange);
     o.editor.on('transaction', this.onTransaction);
+    o.editor.on('selectionUpdate', this.onSelection);
+    o.editor.on('focus', this.onSelection);
+    o.editor.on('blur', this.onSelection);
     window.addEventListener('resize', this.onResize);
     this.resizeObserver = new ResizeObserver(this.onResize);
     this.resizeObserver.observe(o.editor.view.dom);
@@ -191,14 +161,32 @@ export class DecisionCards {
     this.destroyed = true;
     this.map.unobserve(this.onMapChange);
     this.o.editor.off('transaction', this.onTransaction);
+    this.o.editor.off('selectionUpdate', this.onSelection);
+    this.o.editor.off('focus', this.onSelection);
+    this.o.editor.off('blur', this.onSelection);
     window.removeEventListener('resize', this.onResize);
     this.resizeObserver.disconnect();
     if (this.frame) cancelAnimationFrame(this.frame);
     this.o.margin.replaceChildren();
     this.o.margin.style.minHeight = '';
+    this.o.markers.replaceChildren();
+    this.markerButtons.clear();
     this.o.unanchoredList.replaceChildren();
     this.o.unanchoredSection.hidden = true;
+    this.o.summary.hidden = true;
     this.slots.clear();
+  }
+
+  /** Viewers and archived documents see cards without controls. */
+  setReadOnly(readOnly: boolean): void {
+    if (readOnly === this.readOnly) return;
+    this.readOnly = readOnly;
+    for (const slot of this.slots.values()) this.render(slot);
+  }
+
+  render(slot: CardSlot): void {
+    renderCard(slot, this);
+    this.schedule();
   }
 
   /** Brings one card's slot in line with the map (added, changed or removed). */
@@ -216,8 +204,13 @@ export class DecisionCards {
     const json = JSON.stringify(card);
     if (slot) {
       if (slot.json === json) return;
+      const wasState = slot.card.state;
       slot.card = card;
       slot.json = json;
+      // Someone else settled it: it folds like one this page answered.
+      if (wasState !== card.state && collapses(slot) && slot.root !== document.activeElement?.closest('.decision-card')) {
+        slot.expanded = false;
+      }
       this.render(slot);
       return;
     }
@@ -231,12 +224,56 @@ export class DecisionCards {
       error: null,
       moreOpen: false,
       editing: false,
+      expanded: false,
       blockIndex: null,
+      lastSeen: null,
     };
+    this.watchActivity(fresh);
     this.slots.set(id, fresh);
     this.render(fresh);
-    // A card that grows or shrinks (answer shown, fold opened) moves the cards below it.
+    // A card that grows or shrinks (folded, answered) moves the cards below it.
     this.resizeObserver.observe(root);
+  }
+
+  /** Hover and focus make a card active. */
+  private watchActivity(slot: CardSlot): void {
+    const id = slot.card.id;
+    slot.root.addEventListener('mouseenter', () => this.setHovered(id));
+    slot.root.addEventListener('mouseleave', () => this.hovered === id && this.setHovered(null));
+    slot.root.addEventListener('focusin', () => {
+      if (this.focused !== id) {
+        this.focused = id;
+        this.changed.focused = ++this.clock;
+        this.schedule();
+      }
+    });
+    slot.root.addEventListener('focusout', (ev) => {
+      const next = ev.relatedTarget;
+      if (next instanceof Node && slot.root.contains(next)) return;
+      if (this.focused === id) {
+        this.focused = null;
+        this.changed.focused = ++this.clock;
+        this.schedule();
+      }
+    });
+  }
+
+  private setHovered(id: string | null): void {
+    if (this.hovered === id) return;
+    this.hovered = id;
+    this.changed.hovered = ++this.clock;
+    this.schedule();
+  }
+
+  /** The card to highlight: the one most recently pointed at, focused or reached by the caret. */
+  private highlighted(): string | null {
+    const candidates: [string | null, number][] = [
+      [this.hovered, this.changed.hovered],
+      [this.focused, this.changed.focused],
+      [this.selected, this.changed.selected],
+    ];
+    const live = candidates.filter(([id]) => id !== null).sort((a, b) => b[1] - a[1]);
+    return live[0]?.[0] ?? null;
   }
 
   private schedule(): void {
@@ -259,7 +296,7 @@ export class DecisionCards {
     return byIdentity;
   }
 
-  /** Places every card beside its block, stacking cards that would overlap. */
+  /** Places every card beside its block, its marker beside the text, and marks the text. */
   private layout(): void {
     if (this.destroyed) return;
     const indexes = this.blockIndexes();
@@ -277,7 +314,7 @@ export class DecisionCards {
       pos += doc.child(i).nodeSize;
     }
 
-    const anchored: { slot: CardSlot; index: number; order: number }[] = [];
+    const anchored: Placed[] = [];
     const unanchored: CardSlot[] = [];
     let order = 0;
     for (const slot of this.slots.values()) {
@@ -289,319 +326,160 @@ export class DecisionCards {
           break;
         }
       }
+      const moved = (slot.blockIndex === null) !== (index === null);
       slot.blockIndex = index;
-      if (index === null) unanchored.push(slot);
-      else anchored.push({ slot, index, order: order++ });
+      if (index === null) {
+        unanchored.push(slot);
+      } else {
+        slot.lastSeen = { index, text: doc.child(index).textContent.slice(0, 160) };
+        anchored.push({ slot, index, order: order++ });
+      }
+      // Anchored now, or gone now: the card says where it stands.
+      if (moved) renderCard(slot, this);
     }
     anchored.sort((a, b) => a.index - b.index || a.order - b.order);
 
-    // Keep DOM order = document order (also the reading order for narrow screens).
+    // DOM order = document order (the reading and tabbing order). Moving
+    // an element blurs whatever it holds, so only a list out of order is
+    // rebuilt.
     for (const { slot, index } of anchored) {
       slot.root.dataset.blockIndex = String(index);
       slot.root.classList.remove('unanchored');
-      if (slot.root.parentElement !== margin || margin.lastElementChild !== slot.root) margin.append(slot.root);
     }
     for (const slot of unanchored) {
       delete slot.root.dataset.blockIndex;
       slot.root.classList.add('unanchored');
       slot.root.style.top = '';
-      if (slot.root.parentElement !== unanchoredList || unanchoredList.lastElementChild !== slot.root) {
-        unanchoredList.append(slot.root);
-      }
     }
+    inOrder(margin, anchored.map(({ slot }) => slot.root));
+    inOrder(unanchoredList, unanchored.map((slot) => slot.root));
     unanchoredSection.hidden = unanchored.length === 0;
 
+    const highlighted = this.highlighted();
+    // Only focus and the caret move cards: a card moving under the pointer
+    // would be hard to reach.
+    const pinned =
+      this.focused !== null && (this.selected === null || this.changed.focused > this.changed.selected)
+        ? this.focused
+        : this.selected;
     const marginTop = margin.getBoundingClientRect().top;
-    let bottom = 0;
-    for (const { slot, index } of anchored) {
-      let top = 0;
+    const targets = anchored.map(({ index }) => {
       const dom = editor.view.nodeDOM(starts[index]);
-      if (dom instanceof HTMLElement) top = dom.getBoundingClientRect().top - marginTop;
-      top = Math.max(Math.round(top), bottom);
-      slot.root.style.top = `${top}px`;
-      bottom = top + slot.root.offsetHeight + GAP;
-    }
-    margin.style.minHeight = `${bottom}px`;
+      return dom instanceof HTMLElement ? Math.round(dom.getBoundingClientRect().top - marginTop) : 0;
+    });
+    const heights = anchored.map(({ slot }) => slot.root.offsetHeight);
+    // A pinned card may push those above it up past the column's top, but
+    // not off the page.
+    const floor = 8 - Math.round(marginTop + window.scrollY);
+    const tops = stack(targets, heights, anchored.findIndex(({ slot }) => slot.card.id === pinned), floor);
+    anchored.forEach(({ slot }, i) => {
+      slot.root.style.top = `${tops[i]}px`;
+      slot.root.classList.toggle('active', slot.card.id === highlighted);
+    });
+    const last = anchored.length - 1;
+    margin.style.minHeight = last >= 0 ? `${Math.max(0, tops[last] + heights[last] + GAP)}px` : '';
+
+    this.placeMarkers(anchored, targets, highlighted);
+    const blocks = new Map<number, string[]>();
+    for (const { slot, index } of anchored) blocks.set(index, [...(blocks.get(index) ?? []), slot.card.state]);
+    const activeSlot = highlighted ? this.slots.get(highlighted) : undefined;
+    setAnchorMarks(editor, { blocks, active: activeSlot?.blockIndex ?? null });
+    this.summarise();
   }
 
-  // ------------------------------------------------------------ rendering
-
-  private render(slot: CardSlot): void {
-    const { card, draft, root } = slot;
-    const canAct = !this.o.readOnly;
-    const holdsQuestion = card.state === 'open' || card.state === 'reopened' || card.state === 'answered';
-    const hasChoices = card.response === 'single_choice' || card.response === 'multiple_choice';
-    const answerable = canAct && holdsQuestion;
-
-    // Remember which field had focus (and its caret) to restore it after rebuilding.
-    const active = document.activeElement;
-    let focusField: string | null = null;
-    let caret: [number | null, number | null] = [null, null];
-    if (active instanceof HTMLElement && root.contains(active)) {
-      focusField = active.dataset.field ?? null;
-      if (active instanceof HTMLInputElement || active instanceof HTMLTextAreaElement) {
-        try {
-          caret = [active.selectionStart, active.selectionEnd];
-        } catch {
-          caret = [null, null];
-        }
+  /** One marker per paragraph with decisions, at its first line. */
+  private placeMarkers(anchored: Placed[], targets: number[], highlighted: string | null): void {
+    const byBlock = new Map<number, { slots: CardSlot[]; top: number }>();
+    anchored.forEach(({ slot, index }, i) => {
+      const entry = byBlock.get(index) ?? { slots: [], top: targets[i] };
+      entry.slots.push(slot);
+      byBlock.set(index, entry);
+    });
+    const shifted = this.o.markers.getBoundingClientRect().top - this.o.margin.getBoundingClientRect().top;
+    // Markers are kept by their paragraph's first card, so one holding
+    // focus keeps it as the text above it changes.
+    const wanted = new Set([...byBlock.values()].map(({ slots }) => slots[0].card.id));
+    for (const [id, marker] of this.markerButtons) {
+      if (!wanted.has(id)) {
+        marker.remove();
+        this.markerButtons.delete(id);
       }
     }
-
-    root.dataset.cardId = card.id;
-    root.dataset.key = card.key;
-    root.dataset.state = card.state;
-    root.dataset.response = card.response;
-    root.setAttribute('aria-label', 'Decision');
-    root.setAttribute('aria-busy', String(slot.busy));
-
-    const head = el('header', 'card-head');
-    const stateBadge = el('span', `card-state state-${card.state}`, STATES[card.state] ?? card.state);
-    head.append(el('span', 'card-tag', 'Decision'), stateBadge, el('span', 'card-kind', KINDS[card.response] ?? card.response));
-
-    const parts: HTMLElement[] = [head, el('h3', 'card-question', card.question)];
-    if (card.description) parts.push(el('p', 'card-description', card.description));
-
-    // Criteria people added: context for deciding.
-    if (card.criteria.length > 0) {
-      const box = el('div', 'card-criteria');
-      box.append(el('span', 'criteria-label', 'Criteria'));
-      const list = el('ul', 'criteria-list');
-      for (const c of card.criteria) list.append(el('li', 'criterion', c));
-      box.append(list);
-      parts.push(box);
-    }
-
-    // The answer on record (a reopened card keeps its previous one).
-    const answered = answerText(card);
-    if (answered !== null) {
-      const box = el('div', 'card-answer');
-      const label = card.state === 'answered' ? 'Answer: ' : 'Previous answer: ';
-      box.append(el('span', 'answer-label', label), el('span', 'answer-value', answered));
-      if (card.answered_by) box.append(el('span', 'answered-by', ` — answered by ${card.answered_by}`));
-      parts.push(box);
-    }
-
-    // Discard / reopen, shown in the card's bottom row.
-    const stateButtons: HTMLButtonElement[] = [];
-    if (canAct && holdsQuestion) {
-      const discard = button('Discard', 'discard');
-      discard.dataset.field = 'discard';
-      discard.addEventListener('click', () => void this.act(slot, 'discard'));
-      stateButtons.push(discard);
-    }
-    if (canAct && (card.state === 'answered' || card.state === 'discarded')) {
-      const reopen = button('Reopen', 'reopen');
-      reopen.dataset.field = 'reopen';
-      reopen.addEventListener('click', () => void this.act(slot, 'reopen'));
-      stateButtons.push(reopen);
-    }
-    const actionRow = (...leading: HTMLElement[]): HTMLElement => {
-      const row = el('div', 'card-actions');
-      row.append(...leading, el('span', 'spacer'), ...stateButtons);
-      return row;
-    };
-    // An answered card shows its answer compactly until someone asks to change it.
-    const showForm = answerable && (card.state !== 'answered' || slot.editing);
-    const answerLabel = card.state === 'answered' ? 'Save answer' : 'Answer';
-    const formButtons = (): HTMLElement[] => {
-      const submit = button(answerLabel, 'answer-submit', 'submit');
-      if (card.state !== 'answered') return [submit];
-      const cancel = button('Cancel', 'answer-cancel');
-      cancel.addEventListener('click', () => {
-        slot.editing = false;
-        this.render(slot);
-      });
-      return [submit, cancel];
-    };
-    let actionsPlaced = false;
-
-    // Choices: inputs when the person can answer, a list otherwise.
-    const chosen = new Set(card.answer && 'choices' in card.answer ? card.answer.choices : []);
-    if (hasChoices && showForm) {
-      const form = el('form', 'answer-form choices');
-      form.setAttribute('aria-label', 'Answer');
-      const type = card.response === 'single_choice' ? 'radio' : 'checkbox';
-      const list = el('div', 'choice-list');
-      for (const choice of card.choices) {
-        const row = el('label', 'choice');
-        row.dataset.choiceId = choice.id;
-        if (chosen.has(choice.id)) row.classList.add('chosen');
-        const input = el('input');
-        input.type = type;
-        input.name = `choice-${card.id}`;
-        input.value = choice.id;
-        input.dataset.field = `choice:${choice.id}`;
-        input.checked = draft.selected.has(choice.id);
-        input.addEventListener('change', () => {
-          if (type === 'radio') draft.selected = new Set([choice.id]);
-          else if (input.checked) draft.selected.add(choice.id);
-          else draft.selected.delete(choice.id);
-        });
-        row.append(input, el('span', 'choice-label', choice.label));
-        if (choice.added_by) row.append(el('span', 'added-by', `added by ${choice.added_by}`));
-        list.append(row);
+    for (const [index, { slots, top }] of byBlock) {
+      const first = slots[0].card.id;
+      let marker = this.markerButtons.get(first);
+      if (!marker) {
+        marker = this.marker(first);
+        this.markerButtons.set(first, marker);
+        this.o.markers.append(marker);
       }
-      form.append(list, actionRow(...formButtons()));
-      actionsPlaced = true;
-      form.addEventListener('submit', (ev) => {
-        ev.preventDefault();
-        const picked = card.choices.map((c) => c.id).filter((id) => draft.selected.has(id));
-        void this.act(slot, 'answer', { choices: picked }, () => {
-          draft.selected = new Set();
-          slot.editing = false;
-        });
-      });
-      parts.push(form);
-    } else if (hasChoices) {
-      const list = el('ul', 'choice-list readonly');
-      for (const choice of card.choices) {
-        const li = el('li', 'choice');
-        li.dataset.choiceId = choice.id;
-        if (chosen.has(choice.id)) li.classList.add('chosen');
-        li.append(el('span', 'choice-label', choice.label));
-        if (choice.added_by) li.append(el('span', 'added-by', `added by ${choice.added_by}`));
-        list.append(li);
-      }
-      parts.push(list);
-    } else if (showForm && card.response === 'free_text') {
-      const form = el('form', 'answer-form free-text');
-      form.setAttribute('aria-label', 'Answer');
-      const area = el('textarea', 'answer-text');
-      area.rows = 2;
-      area.placeholder = 'Your answer';
-      area.setAttribute('aria-label', 'Your answer');
-      area.dataset.field = 'text';
-      area.value = draft.text;
-      area.addEventListener('input', () => (draft.text = area.value));
-      form.append(area, actionRow(...formButtons()));
-      actionsPlaced = true;
-      form.addEventListener('submit', (ev) => {
-        ev.preventDefault();
-        draft.text = area.value;
-        void this.act(slot, 'answer', { text: area.value }, () => {
-          draft.text = '';
-          slot.editing = false;
-        });
-      });
-      parts.push(form);
-    } else if (showForm && card.response === 'yes_no') {
-      const yes = button('Yes', 'answer-yes');
-      const no = button('No', 'answer-no');
-      yes.dataset.field = 'yes';
-      no.dataset.field = 'no';
-      const done = () => (slot.editing = false);
-      yes.addEventListener('click', () => void this.act(slot, 'answer', { yes: true }, done));
-      no.addEventListener('click', () => void this.act(slot, 'answer', { yes: false }, done));
-      const row = actionRow(yes, no, ...(card.state === 'answered' ? formButtons().slice(1) : []));
-      row.classList.add('answer-form', 'yes-no');
-      parts.push(row);
-      actionsPlaced = true;
+      marker.dataset.blockIndex = String(index);
+      const open = slots.filter((s) => s.card.state === 'open' || s.card.state === 'reopened');
+      const state = open.length
+        ? 'open'
+        : slots.some((s) => s.card.state === 'answered')
+          ? 'answered'
+          : slots[0].card.state;
+      marker.textContent = slots.length > 1 ? String(slots.length) : state === 'answered' ? '\u2713' : '?';
+      marker.dataset.state = state;
+      marker.style.top = `${top - shifted + 2}px`;
+      marker.classList.toggle('active', slots.some((s) => s.card.id === highlighted));
+      const what = slots.length > 1 ? `${slots.length} decisions` : `Decision “${slots[0].card.question}”`;
+      marker.setAttribute('aria-label', `${what} (${open.length ? `${open.length} open` : state}): show the card`);
+      marker.title = slots.map((s) => s.card.question).join('\n');
     }
-    if (!actionsPlaced && answerable) {
-      const change = button('Change answer', 'answer-change');
-      change.dataset.field = 'change';
-      change.addEventListener('click', () => {
-        // Start from the answer on record.
-        draft.selected = new Set(chosen);
-        if (card.answer && 'text' in card.answer) draft.text = card.answer.text;
-        slot.editing = true;
-        this.render(slot);
-      });
-      parts.push(actionRow(change));
-    } else if (!actionsPlaced && stateButtons.length > 0) {
-      parts.push(actionRow());
-    }
+  }
 
-    // Adding an option or a criterion, folded away until wanted.
-    if (canAct && holdsQuestion) {
-      const more = el('details', 'card-more');
-      more.open = slot.moreOpen;
-      more.addEventListener('toggle', () => (slot.moreOpen = more.open));
-      const summary = el('summary', 'card-more-toggle', hasChoices ? 'Add an option or criterion' : 'Add a criterion');
-      summary.dataset.field = 'more';
-      more.append(summary);
-      if (hasChoices) {
-        more.append(
-          this.inlineForm(slot, 'add-option', 'option', 'New option', 'Add option', (label) =>
-            this.act(slot, 'options', { label }, () => (draft.option = '')),
-          ),
-        );
-      }
-      more.append(
-        this.inlineForm(slot, 'add-criterion', 'criterion', 'New criterion', 'Add criterion', (text) =>
-          this.act(slot, 'criteria', { text }, () => (draft.criterion = '')),
-        ),
-      );
-      parts.push(more);
-    }
+  /** A marker button for the paragraph whose first card is `card`. */
+  private marker(card: string): HTMLButtonElement {
+    const marker = el('button', 'decision-marker');
+    marker.type = 'button';
+    marker.dataset.card = card;
+    const slot = () => this.slots.get(card);
+    marker.addEventListener('click', () => {
+      const s = slot();
+      if (s) this.focusCard(s);
+    });
+    marker.addEventListener('mouseenter', () => this.setHovered(slot()?.card.id ?? null));
+    marker.addEventListener('mouseleave', () => this.setHovered(null));
+    return marker;
+  }
 
-    const error = el('p', 'card-error', slot.error ?? '');
-    error.setAttribute('role', 'alert');
-    error.hidden = slot.error === null;
-    parts.push(error);
-
-    // While an action is in flight its buttons are disabled; text fields stay
-    // usable (and keep focus across live re-renders).
-    if (slot.busy) {
-      for (const p of parts) {
-        p.querySelectorAll<HTMLButtonElement | HTMLInputElement>('button, input[type=radio], input[type=checkbox]').forEach(
-          (c) => (c.disabled = true),
-        );
-      }
-    }
-    root.replaceChildren(...parts);
-
-    if (focusField) {
-      const again = [...root.querySelectorAll<HTMLElement>('[data-field]')].find((e) => e.dataset.field === focusField);
-      if (again && !(again as HTMLButtonElement).disabled) {
-        again.focus();
-        if ((again instanceof HTMLInputElement || again instanceof HTMLTextAreaElement) && caret[0] !== null) {
-          try {
-            again.setSelectionRange(caret[0], caret[1] ?? caret[0]);
-          } catch {
-            // Not a text field.
-          }
-        }
-      }
-    }
+  /** Focuses a card (from its marker): it comes to its paragraph's line. */
+  private focusCard(slot: CardSlot): void {
+    this.focused = slot.card.id;
+    this.changed.focused = ++this.clock;
+    slot.root.focus({ preventScroll: true });
+    slot.root.scrollIntoView({ block: 'nearest' });
     this.schedule();
   }
 
-  private inlineForm(
-    slot: CardSlot,
-    className: string,
-    field: 'option' | 'criterion',
-    placeholder: string,
-    submitText: string,
-    submit: (value: string) => Promise<void>,
-  ): HTMLFormElement {
-    const form = el('form', `card-inline ${className}`);
-    form.autocomplete = 'off';
-    const input = el('input');
-    input.type = 'text';
-    input.placeholder = placeholder;
-    input.setAttribute('aria-label', placeholder);
-    input.dataset.field = field;
-    input.value = slot.draft[field];
-    input.addEventListener('input', () => (slot.draft[field] = input.value));
-    form.append(input, button(submitText, `${className}-submit`, 'submit'));
-    form.addEventListener('submit', (ev) => {
-      ev.preventDefault();
-      // What the person sees in the field is what is sent.
-      slot.draft[field] = input.value;
-      void submit(input.value.trim());
-    });
-    return form;
+  /** The line counting cards by state, which follows the cards live. */
+  private summarise(): void {
+    const counts = { open: 0, answered: 0, discarded: 0, cancelled: 0 };
+    for (const { card } of this.slots.values()) {
+      if (card.state === 'open' || card.state === 'reopened') counts.open++;
+      else if (card.state in counts) counts[card.state as keyof typeof counts]++;
+    }
+    const { summary } = this.o;
+    const total = this.slots.size;
+    summary.hidden = total === 0;
+    for (const [k, v] of Object.entries(counts)) summary.dataset[k] = String(v);
+    const parts = [
+      counts.answered ? `${counts.answered} answered` : '',
+      counts.open ? `${counts.open} open` : '',
+      counts.discarded ? `${counts.discarded} discarded` : '',
+      counts.cancelled ? `${counts.cancelled} withdrawn` : '',
+    ].filter(Boolean);
+    summary.replaceChildren(el('strong', '', `${total} decision${total === 1 ? '' : 's'}: `), parts.join(' · '));
   }
 
   /** Runs one of a person's actions; the card re-renders from the map, errors show on the card. */
-  private async act(
-    slot: CardSlot,
-    action: 'answer' | 'discard' | 'reopen' | 'options' | 'criteria',
-    body?: unknown,
-    onSuccess?: () => void,
-  ): Promise<void> {
+  act(slot: CardSlot, action: CardAction, body?: unknown, onSuccess?: () => void): void {
+    void this.run(slot, action, body, onSuccess);
+  }
+
+  private async run(slot: CardSlot, action: CardAction, body?: unknown, onSuccess?: () => void): Promise<void> {
     if (slot.busy) return;
     const before = slot.json;
     slot.busy = true;
@@ -637,4 +515,42 @@ export class DecisionCards {
       if (!this.destroyed && this.slots.get(slot.card.id) === slot) this.render(slot);
     }
   }
+}
+
+/** Makes `elements` the children of `parent`, in order, moving only what must move. */
+function inOrder(parent: HTMLElement, elements: HTMLElement[]): void {
+  const children = parent.children;
+  const same = children.length === elements.length && elements.every((e, i) => children[i] === e);
+  if (same) return;
+  elements.forEach((e, i) => {
+    if (parent.children[i] !== e) parent.insertBefore(e, parent.children[i] ?? null);
+  });
+  while (parent.children.length > elements.length) parent.lastElementChild?.remove();
+}
+
+/**
+ * Tops for cards whose paragraphs are at `targets` (ascending) and whose
+ * heights are `heights`, so that none overlap: the `pinned` card (−1 for
+ * none) sits exactly at its target, those below are pushed down and those
+ * above pushed up, never above `floor` (then everything moves down from it).
+ * With none pinned, cards are pushed down only, from the column's top.
+ */
+export function stack(targets: number[], heights: number[], pinned: number, floor: number): number[] {
+  const n = targets.length;
+  const tops = targets.map((t) => Math.max(0, t));
+  const down = (from: number) => {
+    for (let i = Math.max(from, 1); i < n; i++) tops[i] = Math.max(tops[i], tops[i - 1] + heights[i - 1] + GAP);
+  };
+  if (pinned < 0) {
+    down(1);
+    return tops;
+  }
+  down(pinned + 1);
+  for (let i = pinned - 1; i >= 0; i--) tops[i] = Math.min(tops[i], tops[i + 1] - heights[i] - GAP);
+  if (tops[0] < floor) {
+    // No room above: start from the floor and push down again.
+    tops[0] = floor;
+    down(1);
+  }
+  return tops;
 }

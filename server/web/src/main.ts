@@ -1,7 +1,9 @@
 // Margin's browser editor: sign in with a token, list documents, and edit one
 // document with Tiptap bound to the server's Yjs document over y-websocket,
-// with its decision cards beside their paragraphs (decisions.ts), and its Chat
-// and Planner status (chat.ts) with the Planner's plan (plan.ts) below.
+// with its decision cards beside their paragraphs (decisions.ts, card.ts,
+// anchors.ts), its Planner's status and plan (planner.ts, plan.ts) and its
+// Chat (chat.ts) fed live by the document's feed (feed.ts), and the
+// controls to share, rename, archive and delete it (manage.ts).
 //
 // Every string that comes from the server or another user is rendered with
 // textContent (never innerHTML).
@@ -10,24 +12,25 @@ import { Editor } from '@tiptap/core';
 import StarterKit from '@tiptap/starter-kit';
 import Collaboration from '@tiptap/extension-collaboration';
 import CollaborationCursor from '@tiptap/extension-collaboration-cursor';
+import Placeholder from '@tiptap/extension-placeholder';
 import * as Y from 'yjs';
 import { WebsocketProvider } from 'y-websocket';
 import { ApiError, api, describe } from './api';
+import { DecisionAnchors } from './anchors';
 import { DecisionCards } from './decisions';
 import { ChatPanel } from './chat';
+import { PlannerPanel } from './planner';
 import { PlanPanel } from './plan';
+import { DocumentFeed } from './feed';
+import { DocumentControls } from './manage';
+import { documentRows } from './home';
 import { byId as $ } from './dom';
+import type { DocumentInfo, DocumentList, Me } from './wire';
 
 const TOKEN_KEY = 'margin.token';
 
-interface DocumentSummary {
-  id: string;
-  title: string;
-  revision: number;
-  role: string;
-  /** Archived: read-only for everyone until its owner unarchives it. */
-  archived?: boolean;
-}
+/** Close codes of the sync socket (margin_protocol::sync::close). */
+const CLOSE = { READ_ONLY: 4403, BAD_UPDATE: 4400, REMOVED: 4404, DELETED: 4410, ACCESS_CHANGED: 4001 } as const;
 
 function show(id: string, visible: boolean): void {
   $(id).hidden = !visible;
@@ -71,15 +74,22 @@ function hslToHex(h: number, s: number, l: number): string {
 // ---------------------------------------------------------------- state
 
 let account: string | null = null;
-let session: {
+interface OpenDocument {
+  doc: DocumentInfo;
   editor: Editor;
   provider: WebsocketProvider;
   ydoc: Y.Doc;
   cards: DecisionCards;
   chat: ChatPanel;
+  planner: PlannerPanel;
   plan: PlanPanel;
-} | null = null;
+  feed: DocumentFeed;
+  controls: DocumentControls;
+}
+let session: OpenDocument | null = null;
 let renderSeq = 0;
+/** A notice for the next view (the document just deleted). */
+let pendingNotice: string | null = null;
 
 function setStatus(status: 'connecting' | 'connected' | 'disconnected' | null, detail?: string): void {
   const el = $('status');
@@ -100,11 +110,20 @@ function showError(message: string | null): void {
   el.hidden = message === null;
 }
 
+function showNotice(message: string | null): void {
+  const el = $('notice');
+  el.textContent = message ?? '';
+  el.hidden = message === null;
+}
+
 function closeSession(): void {
   if (!session) return;
-  const { editor, provider, ydoc, cards, chat, plan } = session;
+  const { editor, provider, ydoc, cards, chat, planner, plan, feed, controls } = session;
   session = null;
+  feed.destroy();
+  controls.destroy();
   chat.destroy();
+  planner.destroy();
   plan.destroy();
   cards.destroy();
   provider.destroy();
@@ -112,6 +131,13 @@ function closeSession(): void {
   ydoc.destroy();
   $('editor').replaceChildren();
   setStatus(null);
+}
+
+/** The open document can no longer be read by this account. */
+function lostAccess(message: string): void {
+  closeSession();
+  showOnly(null);
+  showError(message);
 }
 
 function showOnly(section: 'signin' | 'home' | 'document' | null): void {
@@ -133,7 +159,9 @@ function signInView(message: string | null): void {
   account = null;
   showSignedIn(null);
   showError(null);
+  showNotice(null);
   showOnly('signin');
+  document.title = 'Sign in · Margin';
   const err = $('token-error');
   err.textContent = message ?? '';
   err.hidden = message === null;
@@ -154,7 +182,7 @@ function handleAuthFailure(e: unknown): boolean {
 
 async function ensureAccount(token: string): Promise<string> {
   if (account !== null) return account;
-  const me = await api<{ account: string }>('GET', '/me', token);
+  const me = await api<Me>('GET', '/me', token);
   account = me.account;
   showSignedIn(account);
   return account;
@@ -163,30 +191,16 @@ async function ensureAccount(token: string): Promise<string> {
 async function renderHome(token: string, seq: number): Promise<void> {
   closeSession();
   showError(null);
+  showNotice(pendingNotice);
+  pendingNotice = null;
   try {
     await ensureAccount(token);
-    const { documents } = await api<{ documents: DocumentSummary[] }>('GET', '/documents', token);
+    const { documents } = await api<DocumentList>('GET', '/documents', token);
     if (seq !== renderSeq) return;
-    const list = $('doc-list');
-    list.replaceChildren(
-      ...documents.map((d) => {
-        const li = document.createElement('li');
-        li.dataset.id = d.id;
-        const a = document.createElement('a');
-        a.href = `#/d/${encodeURIComponent(d.id)}`;
-        const title = document.createElement('span');
-        title.className = 'title';
-        title.textContent = d.title || 'Untitled';
-        const meta = document.createElement('span');
-        meta.className = 'meta';
-        meta.textContent = `${d.role} · revision ${d.revision}`;
-        a.append(title, meta);
-        li.append(a);
-        return li;
-      }),
-    );
+    $('doc-list').replaceChildren(...documentRows(documents));
     show('doc-list-empty', documents.length === 0);
     showOnly('home');
+    document.title = 'Documents · Margin';
   } catch (e) {
     if (seq !== renderSeq || handleAuthFailure(e)) return;
     showOnly(null);
@@ -194,15 +208,32 @@ async function renderHome(token: string, seq: number): Promise<void> {
   }
 }
 
+/** What the page shows of the document itself: title, role, last edit, archive banner. */
+function showDocument(open: OpenDocument, doc: DocumentInfo): void {
+  open.doc = doc;
+  const readOnly = doc.role === 'viewer' || doc.archived;
+  document.title = `${doc.title || 'Untitled'} · Margin`;
+  $('doc-role').textContent = doc.role === 'viewer' ? 'Viewer · read-only' : doc.role === 'owner' ? 'Owner' : 'Editor';
+  show('doc-banner', doc.archived);
+  $('doc-banner-text').textContent = doc.archived
+    ? 'Archived by its owner: everyone can read it, nobody can change it, and the Planner is off.'
+    : '';
+  open.controls.show(doc);
+  open.editor.setEditable(!readOnly);
+  open.cards.setReadOnly(readOnly);
+  open.chat.setReadOnly(readOnly);
+  open.planner.setReadOnly(readOnly);
+}
+
 async function renderDocument(token: string, id: string, seq: number): Promise<void> {
-  if (session && session.provider.roomname === `${id}/sync`) return;
+  if (session && session.doc.id === id) return;
   closeSession();
   showError(null);
   let name: string;
-  let doc: DocumentSummary;
+  let doc: DocumentInfo;
   try {
     name = await ensureAccount(token);
-    doc = await api<DocumentSummary>('GET', `/documents/${encodeURIComponent(id)}`, token);
+    doc = await api<DocumentInfo>('GET', `/documents/${encodeURIComponent(id)}`, token);
   } catch (e) {
     if (seq !== renderSeq || handleAuthFailure(e)) return;
     showOnly(null);
@@ -214,15 +245,9 @@ async function renderDocument(token: string, id: string, seq: number): Promise<v
     return;
   }
   if (seq !== renderSeq) return;
-
-  $('doc-title').textContent = doc.title || 'Untitled';
-  const readOnly = doc.role === 'viewer' || Boolean(doc.archived);
-  $('doc-role').textContent = doc.archived
-    ? 'archived · read-only'
-    : readOnly
-      ? 'viewer · read-only'
-      : doc.role;
+  showNotice(null);
   showOnly('document');
+  const readOnly = doc.role === 'viewer' || doc.archived;
 
   const ydoc = new Y.Doc();
   const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
@@ -237,11 +262,18 @@ async function renderDocument(token: string, id: string, seq: number): Promise<v
   });
   provider.on('connection-close', (event) => {
     if (session?.provider !== provider || !event) return;
-    // Codes from margin_protocol::sync::close; 44xx are final refusals.
-    if (event.code === 4403) {
+    // 44xx are final refusals (the client does not reconnect).
+    if (event.code === CLOSE.READ_ONLY) {
       setStatus('disconnected', 'edit refused: read-only access');
-    } else if (event.code === 4400) {
+    } else if (event.code === CLOSE.BAD_UPDATE) {
       setStatus('disconnected', 'an edit could not be applied; reload the page');
+    } else if (event.code === CLOSE.DELETED) {
+      setStatus('disconnected', 'the document was deleted');
+    } else if (event.code === CLOSE.REMOVED) {
+      lostAccess('You are no longer a member of this document: its owner removed you.');
+    } else if (event.code === CLOSE.ACCESS_CHANGED) {
+      // The client reconnects with the new role; the feed says which.
+      setStatus('connecting', 'your role changed');
     }
   });
 
@@ -255,7 +287,14 @@ async function renderDocument(token: string, id: string, seq: number): Promise<v
         provider,
         user: { name, color: colourFor(name) },
       }),
+      Placeholder.configure({
+        placeholder: readOnly
+          ? 'This document is empty.'
+          : 'Write the plan here. End a paragraph with “?” and mention @planner in Chat to have the Planner turn it into a decision.',
+      }),
+      DecisionAnchors,
     ],
+    editorProps: { attributes: { 'aria-label': 'Document text', role: 'textbox', 'aria-multiline': 'true' } },
   });
   const cards = new DecisionCards({
     editor,
@@ -264,19 +303,45 @@ async function renderDocument(token: string, id: string, seq: number): Promise<v
     token,
     readOnly,
     margin: $('decision-margin'),
+    markers: $('decision-markers'),
     unanchoredSection: $('unanchored'),
     unanchoredList: $('unanchored-list'),
+    summary: $('decision-summary'),
     onAuthFailure: handleAuthFailure,
   });
   const plan = new PlanPanel({ token, onAuthFailure: handleAuthFailure });
-  const chat = new ChatPanel({
+  const planner = new PlannerPanel({
     docId: doc.id,
     token,
     readOnly,
     onAuthFailure: handleAuthFailure,
     onSession: (sid) => plan.follow(sid),
   });
-  session = { editor, provider, ydoc, cards, chat, plan };
+  const chat = new ChatPanel({ docId: doc.id, token, readOnly, onAuthFailure: handleAuthFailure });
+  const feed = new DocumentFeed(doc.id, token, {
+    chat: (line) => chat.add(line),
+    planner: (view) => planner.show(view),
+    document: (changed) => {
+      if (session?.feed === feed) showDocument(session, changed);
+    },
+    gone: () => {
+      if (session?.feed === feed) lostAccess('This document is gone: it was deleted, or you no longer have access to it.');
+    },
+  });
+  const controls = new DocumentControls(doc, {
+    token,
+    account: name,
+    onAuthFailure: handleAuthFailure,
+    onChanged: (changed) => {
+      if (session && session.doc.id === changed.id) showDocument(session, changed);
+    },
+    onDeleted: (title) => {
+      pendingNotice = `Deleted “${title || 'Untitled'}”.`;
+      location.hash = '#/';
+    },
+  });
+  session = { doc, editor, provider, ydoc, cards, chat, planner, plan, feed, controls };
+  showDocument(session, doc);
 }
 
 async function route(): Promise<void> {
@@ -302,7 +367,7 @@ function wire(): void {
     if (!token) return;
     button.disabled = true;
     try {
-      const me = await api<{ account: string }>('GET', '/me', token);
+      const me = await api<Me>('GET', '/me', token);
       setToken(token);
       account = me.account;
       showSignedIn(account);
@@ -337,7 +402,7 @@ function wire(): void {
     const button = $('new-doc') as HTMLButtonElement;
     button.disabled = true;
     try {
-      const doc = await api<DocumentSummary>('POST', '/documents', token, { title });
+      const doc = await api<DocumentInfo>('POST', '/documents', token, { title });
       input.value = '';
       location.hash = `#/d/${encodeURIComponent(doc.id)}`;
     } catch (e) {
@@ -348,6 +413,14 @@ function wire(): void {
   });
 
   window.addEventListener('hashchange', () => void route());
+  // Back on the list after a while elsewhere: documents may have been
+  // shared with us, renamed or edited meanwhile.
+  document.addEventListener('visibilitychange', () => {
+    if (document.visibilityState === 'visible' && document.body.dataset.view === 'home') void route();
+  });
+  window.addEventListener('focus', () => {
+    if (document.body.dataset.view === 'home') void route();
+  });
 }
 
 wire();

@@ -1,5 +1,5 @@
 // The Planner's plan, beside its status (SPEC B1, E1–E3): given the session
-// GET /documents/{id}/planner names, fetches GET /sessions/{sid} and then
+// the Planner's view names (planner.ts), fetches GET /sessions/{sid} and then
 // follows GET /sessions/{sid}/events?after=CURSOR with an EventSource,
 // showing the plan's explanation, steps and revision. A `plan_updated` is
 // applied only when its revision is higher than the one shown, so replayed
@@ -14,37 +14,14 @@
 
 import { ApiError, api, describe } from './api';
 import { byId, el } from './dom';
+import type { PlanStep, PlanView, SessionSnapshot, StepStatus } from './wire';
 
 /** Wait before starting again after a failure or a stream the browser gave up on. */
 const RETRY_MS = 3000;
 /** Wait before looking again for a session not yet readable. */
 const NOT_YET_MS = 500;
 
-type StepStatus = 'pending' | 'in_progress' | 'completed';
-
-interface PlanStep {
-  id: string;
-  description: string;
-  status: StepStatus;
-}
-
-interface Plan {
-  revision: number;
-  turn_id: string;
-  call_id: string;
-  explanation?: string;
-  steps: PlanStep[];
-}
-
-/** The part of SessionSnapshot (docs/protocol.md) this panel reads. */
-interface SessionSnapshot {
-  session: string;
-  cursor: number;
-  /** `active`, `disconnected` or `ended`. */
-  state: string;
-  /** Absent: planning is off. Null: no plan yet. */
-  plan?: Plan | null;
-}
+type Plan = PlanView;
 
 const STATUS: Record<StepStatus, { label: string; mark: string; title: string }> = {
   pending: { label: 'pending', mark: '\u25cb', title: 'Not started yet, according to the Planner' },
@@ -76,7 +53,6 @@ export class PlanPanel {
   /** The plan shown: undefined while unknown or planning is off. */
   private plan: Plan | null | undefined = undefined;
   private readonly panel = byId<HTMLElement>('plan');
-  private readonly revision = byId<HTMLElement>('plan-revision');
   private readonly explanation = byId<HTMLElement>('plan-explanation');
   private readonly steps = byId<HTMLOListElement>('plan-steps');
   private readonly empty = byId<HTMLElement>('plan-empty');
@@ -213,7 +189,6 @@ export class PlanPanel {
     const plan = this.plan;
     this.panel.hidden = plan === undefined && this.error.hidden;
     this.panel.dataset.revision = plan ? String(plan.revision) : '';
-    this.revision.textContent = plan ? `revision ${plan.revision}` : '';
     const explanation = plan?.explanation ?? '';
     this.explanation.textContent = explanation;
     this.explanation.hidden = explanation === '';

@@ -1,0 +1,81 @@
+// Marks in the text for decisions (SPEC B1a): every top-level block a
+// decision stands beside carries `has-decision`, and the block of the card
+// that is active (hovered, focused, or where the caret is) also carries
+// `decision-active`, so a reader sees which paragraph a card is about.
+//
+// Node decorations, not classes set on the DOM: ProseMirror owns the
+// editor's DOM and redraws it as people type, while decorations are part of
+// the view it draws. Setting them is a transaction with only a meta: the
+// document does not change, so nothing is written to the shared Y.Doc.
+
+import { Extension } from '@tiptap/core';
+import type { Editor } from '@tiptap/core';
+import { Plugin, PluginKey } from '@tiptap/pm/state';
+import { Decoration, DecorationSet } from '@tiptap/pm/view';
+
+/** Which blocks (by top-level index) to mark, and which one is active. */
+export interface AnchorMarks {
+  /** Block index → the states of the decisions beside it. */
+  blocks: Map<number, string[]>;
+  /** The active card's block, if any. */
+  active: number | null;
+}
+
+const key = new PluginKey<AnchorMarks>('marginDecisionAnchors');
+const none: AnchorMarks = { blocks: new Map(), active: null };
+
+function decorate(doc: Parameters<typeof DecorationSet.create>[0], marks: AnchorMarks): DecorationSet {
+  const found: Decoration[] = [];
+  let pos = 0;
+  doc.forEach((node, _offset, index) => {
+    const states = marks.blocks.get(index);
+    if (states) {
+      const open = states.some((s) => s === 'open' || s === 'reopened');
+      const classes = ['has-decision', index === marks.active ? 'decision-active' : ''].filter(Boolean);
+      found.push(
+        Decoration.node(pos, pos + node.nodeSize, {
+          class: classes.join(' '),
+          'data-decision': open ? 'open' : 'settled',
+        }),
+      );
+    }
+    pos += node.nodeSize;
+  });
+  return DecorationSet.create(doc, found);
+}
+
+/** The extension the editor is built with. */
+export const DecisionAnchors = Extension.create({
+  name: 'decisionAnchors',
+  addProseMirrorPlugins() {
+    return [
+      new Plugin<AnchorMarks>({
+        key,
+        state: {
+          init: () => none,
+          apply: (tr, marks) => tr.getMeta(key) ?? marks,
+        },
+        props: {
+          decorations: (state) => decorate(state.doc, key.getState(state) ?? none),
+        },
+      }),
+    ];
+  },
+});
+
+/** Sets the marks, if they differ from those shown. */
+export function setAnchorMarks(editor: Editor, marks: AnchorMarks): void {
+  if (editor.isDestroyed) return;
+  const shown = key.getState(editor.state) ?? none;
+  if (same(shown, marks)) return;
+  editor.view.dispatch(editor.state.tr.setMeta(key, marks).setMeta('addToHistory', false));
+}
+
+function same(a: AnchorMarks, b: AnchorMarks): boolean {
+  if (a.active !== b.active || a.blocks.size !== b.blocks.size) return false;
+  for (const [index, states] of a.blocks) {
+    const other = b.blocks.get(index);
+    if (!other || other.join() !== states.join()) return false;
+  }
+  return true;
+}
