@@ -278,11 +278,14 @@ function lastLine(text) {
   return lines[lines.length - 1];
 }
 
-/** Starts a fresh server with the given accounts (created before it starts). */
-export async function startServer({ accounts = ['alice', 'bob'] } = {}) {
+/**
+ * Starts a fresh server with the given accounts (created before it starts);
+ * `serveArgs` are added to `margin serve` (e.g. `--demo-planner alice`).
+ */
+export async function startServer({ accounts = ['alice', 'bob'], serveArgs = [] } = {}) {
   const dataDir = await mkdtemp(path.join(os.tmpdir(), 'margin-web-test-'));
   const port = await freePort();
-  const server = new MarginServer({ dataDir, port });
+  const server = new MarginServer({ dataDir, port, serveArgs });
   try {
     for (const name of accounts) await server.addAccount(name);
     await server.start();
@@ -299,9 +302,9 @@ export async function startServer({ accounts = ['alice', 'bob'] } = {}) {
  * output is printed, and the server and its data dir are always removed.
  * `cleanups` registered through `onCleanup` run (last first) before that.
  */
-export function serverTest(name, { accounts, timeout = 60000 } = {}, fn) {
+export function serverTest(name, { accounts, serveArgs, timeout = 60000 } = {}, fn) {
   test(name, { timeout }, async (t) => {
-    const server = await startServer({ accounts });
+    const server = await startServer({ accounts, serveArgs });
     const cleanups = [];
     const onCleanup = (f) => cleanups.push(f);
     try {
