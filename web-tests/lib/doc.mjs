@@ -110,3 +110,22 @@ export async function waitBeside(page, key, i, what) {
     what ?? `card "${key}" beside paragraph ${i}`,
   );
 }
+
+/**
+ * A document of alice's with two decisions: `region` (pick one of EU, US)
+ * beside "Which region first?" (paragraph 1) and `ship` (yes or no) beside
+ * "Ship on Friday?" (paragraph 3).
+ */
+export async function twoDecisions(server, title) {
+  const { doc } = await documentWith(server, title, [
+    'Intro paragraph.',
+    'Which region first?',
+    'Filler text between the two questions.',
+    'Ship on Friday?',
+  ]);
+  await openDecisions(server, doc.id, [
+    { key: 'region', question: 'Which region first?', response: 'single_choice', choices: ['EU', 'US'], at: 1 },
+    { key: 'ship', question: 'Ship on Friday?', response: 'yes_no', at: 3 },
+  ]);
+  return doc;
+}

@@ -11,7 +11,7 @@ import { createRequire } from 'node:module';
 import { serverTest, waitFor } from '../lib/server.mjs';
 import { useBrowser, openPage, text, TIMEOUT } from '../lib/browser.mjs';
 import { Machine } from '../lib/machine.mjs';
-import { card, documentWith, openDecisions, openDocument } from '../lib/doc.mjs';
+import { card, documentWith, openDecisions, openDocument, twoDecisions } from '../lib/doc.mjs';
 
 useBrowser();
 
@@ -80,11 +80,7 @@ serverTest('every view passes axe-core with no serious or critical violation', {
 });
 
 serverTest('every card action is reachable and usable from the keyboard alone', {}, async ({ server, onCleanup }) => {
-  const { doc } = await documentWith(server, 'Keys', ['Intro.', 'Which region first?', 'Filler.', 'Ship on Friday?']);
-  await openDecisions(server, doc.id, [
-    { key: 'region', question: 'Which region first?', response: 'single_choice', choices: ['EU', 'US'], at: 1 },
-    { key: 'ship', question: 'Ship on Friday?', response: 'yes_no', at: 3 },
-  ]);
+  const doc = await twoDecisions(server, 'Keys');
   const page = await openPage(onCleanup, { token: server.tokens.alice, baseUrl: server.baseUrl, viewport: WIDE });
   await openDocument(page, server, doc.id);
   await card(page, 'ship').waitFor();

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { serverTest, waitFor } from '../lib/server.mjs';
 import { useBrowser, openPage, TIMEOUT } from '../lib/browser.mjs';
-import { card, documentWith, expand, openDecisions, openDocument, paragraph } from '../lib/doc.mjs';
+import { card, documentWith, expand, openDecisions, openDocument, paragraph, twoDecisions } from '../lib/doc.mjs';
 
 useBrowser();
 
@@ -108,16 +108,7 @@ serverTest('five cards stay within 24 px of their paragraphs on a long document 
 });
 
 serverTest('the paragraph of a hovered or focused card is highlighted, and its marker brings the card', {}, async ({ server, onCleanup }) => {
-  const { doc } = await documentWith(server, 'Marks', [
-    'Intro paragraph.',
-    'Which region first?',
-    'Filler text between the two questions.',
-    'Ship on Friday?',
-  ]);
-  await openDecisions(server, doc.id, [
-    { key: 'region', question: 'Which region first?', response: 'single_choice', choices: ['EU', 'US'], at: 1 },
-    { key: 'ship', question: 'Ship on Friday?', response: 'yes_no', at: 3 },
-  ]);
+  const doc = await twoDecisions(server, 'Marks');
   const page = await openPage(onCleanup, { token: server.tokens.alice, baseUrl: server.baseUrl, viewport: WIDE });
   await openDocument(page, server, doc.id);
   await card(page, 'ship').waitFor();

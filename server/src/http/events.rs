@@ -19,20 +19,20 @@
 
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
 use futures_util::stream;
 use margin_protocol::document_feed::DocumentEvent;
 use margin_protocol::link::PlannerView;
 use margin_protocol::Role;
-use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::documents::{info, visible};
 use super::extract::Caller;
+use super::sse::{self, CursorQuery};
 use super::{AppError, AppState};
 use crate::storage::Account;
 use crate::watchers::Watch;
@@ -44,38 +44,18 @@ const PAGE: i64 = 200;
 /// close idle streams); each one also checks the caller is still a member.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-#[derive(Deserialize)]
-pub struct FeedQuery {
-    /// The last Chat `seq` the client has, when no `Last-Event-ID` is sent.
-    after: Option<String>,
-}
-
 /// `GET /documents/{id}/events`.
 pub async fn feed(
     State(state): State<AppState>,
     Caller(account): Caller,
     Path(id): Path<String>,
     headers: HeaderMap,
-    query: Result<Query<FeedQuery>, axum::extract::rejection::QueryRejection>,
+    query: Result<Query<CursorQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, AppError> {
-    let Query(query) = query.map_err(|e| AppError::bad_request("invalid_query", e.body_text()))?;
-    let last = headers
-        .get("last-event-id")
-        .map(|value| value.to_str().unwrap_or("\u{fffd}").to_owned());
-    let after = match last.or(query.after) {
-        None => 0,
-        Some(cursor) => cursor
-            .trim()
-            .parse::<i64>()
-            .ok()
-            .filter(|seq| *seq >= 0)
-            .ok_or_else(|| {
-                AppError::bad_request(
-                    "invalid_cursor",
-                    "a cursor is the seq of a Chat line (a whole number, 0 or more)",
-                )
-            })?,
-    };
+    let after = sse::cursor(&headers, query, "the seq of a Chat line")?;
+    let after = i64::try_from(after).map_err(|_| {
+        AppError::bad_request("invalid_cursor", "that cursor is past any Chat line")
+    })?;
     visible(&state, &account, &id).await?;
     let owner = state.hub.store().document_owner(&id).await?;
     // Watched before the first read: a line committed after it wakes us.
@@ -97,22 +77,7 @@ pub async fn feed(
         let frames = feed.next().await?;
         Some((Ok::<_, std::convert::Infallible>(frames), Some(feed)))
     });
-    Ok((
-        [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/event-stream"),
-            ),
-            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
-            // Proxies that buffer would hold lines back.
-            (
-                header::HeaderName::from_static("x-accel-buffering"),
-                HeaderValue::from_static("no"),
-            ),
-        ],
-        Body::from_stream(body),
-    )
-        .into_response())
+    Ok(sse::response(body))
 }
 
 /// One open stream.

@@ -15,6 +15,7 @@ mod machines;
 mod members;
 mod planner;
 mod sessions;
+mod sse;
 mod throttle;
 mod tools;
 

@@ -4,17 +4,17 @@
 //! who may not read it gets the same 404 as for a session that does not
 //! exist.
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream;
 use margin_protocol::sessions::{Resync, SessionSnapshot, SessionState};
-use serde::Deserialize;
 
 use super::documents::visible;
 use super::extract::Caller;
+use super::sse::{self, truncate, CursorQuery};
 use super::{AppError, AppState};
 use crate::sessions::Delivery;
 
@@ -30,12 +30,6 @@ pub async fn snapshot(
     Ok(Json(readable(&state, &account, &session).await?))
 }
 
-#[derive(Deserialize)]
-pub struct EventsQuery {
-    /// The cursor to replay after, when no `Last-Event-ID` is sent.
-    after: Option<String>,
-}
-
 /// `GET /sessions/{sid}/events` (SPEC E2): every event after the cursor
 /// (`Last-Event-ID`, else `?after=`, else 0), then each new one as it is
 /// committed. A cursor the log cannot continue from gets one `resync`
@@ -46,24 +40,9 @@ pub async fn events(
     Caller(account): Caller,
     Path(session): Path<String>,
     headers: HeaderMap,
-    query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
+    query: Result<Query<CursorQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, AppError> {
-    let Query(query) = query.map_err(|e| AppError::bad_request("invalid_query", e.body_text()))?;
-    let last = headers
-        .get("last-event-id")
-        .map(|value| value.to_str().unwrap_or("\u{fffd}").to_owned());
-    let after = match last.or(query.after) {
-        None => 0,
-        Some(cursor) => cursor.trim().parse::<u64>().map_err(|_| {
-            AppError::bad_request(
-                "invalid_cursor",
-                format!(
-                    "a cursor is an event id (a whole number); got {:?}",
-                    truncate(&cursor)
-                ),
-            )
-        })?,
-    };
+    let after = sse::cursor(&headers, query, "an event id")?;
     let snapshot = readable(&state, &account, &session).await?;
     if snapshot.state == SessionState::Ended && after == snapshot.cursor {
         // Everything was delivered and nothing will follow: 204 tells an
@@ -88,22 +67,7 @@ pub async fn events(
             }
         }
     });
-    Ok((
-        [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/event-stream"),
-            ),
-            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
-            // Proxies that buffer would hold events back.
-            (
-                header::HeaderName::from_static("x-accel-buffering"),
-                HeaderValue::from_static("no"),
-            ),
-        ],
-        Body::from_stream(body),
-    )
-        .into_response())
+    Ok(sse::response(body))
 }
 
 /// The session's snapshot, if `account` may read its document; the same
@@ -137,12 +101,4 @@ fn resync_frame(reason: String, snapshot: String) -> Bytes {
     let body =
         serde_json::to_string(&Resync { reason, snapshot }).unwrap_or_else(|_| "{}".to_owned());
     Bytes::from(format!("event: resync\ndata: {body}\n\n"))
-}
-
-fn truncate(text: &str) -> &str {
-    let mut end = text.len().min(64);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
