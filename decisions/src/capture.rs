@@ -109,6 +109,8 @@ pub struct NewCard {
     pub spec: CardSpec,
     /// Where it stands, one anchor per passage.
     pub anchors: Vec<Anchor>,
+    /// What its first block says now (see [`DecisionCard::excerpt`]).
+    pub excerpt: Option<String>,
 }
 
 impl NewCard {
@@ -138,6 +140,7 @@ impl NewCard {
             state: CardState::Open,
             answer: None,
             answered_by: None,
+            excerpt: self.excerpt,
         }
     }
 }
@@ -415,11 +418,16 @@ fn create(view: &View<'_>, spec: &CardSpec) -> Result<Capture, BatchError> {
         .iter()
         .map(|passage| view.resolve(&spec.key, passage))
         .collect::<Result<Vec<_>, _>>()?;
+    let excerpt = anchors
+        .first()
+        .and_then(|anchor| view.now.by_identity(anchor.identity))
+        .map(|block| crate::card::excerpt(&block.text));
     Ok(Capture {
         key: spec.key.clone(),
         outcome: Outcome::Created(NewCard {
             spec: spec.clone(),
             anchors,
+            excerpt,
         }),
         captured: true,
     })

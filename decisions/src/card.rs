@@ -240,6 +240,22 @@ pub struct DecisionCard {
     pub answer: Option<Answer>,
     /// Who answered.
     pub answered_by: Option<String>,
+    /// What its first block said when the card was opened, cut to
+    /// [`EXCERPT_CHARS`]: how people recognise where it stood once that
+    /// block is gone. Never compared: a replay does not look at it.
+    pub excerpt: Option<String>,
+}
+
+/// Most characters of a block a card keeps as its excerpt.
+pub const EXCERPT_CHARS: usize = 160;
+
+/// `text` cut to [`EXCERPT_CHARS`] characters, with `…` where it was cut.
+pub fn excerpt(text: &str) -> String {
+    let text = text.trim();
+    match text.char_indices().nth(EXCERPT_CHARS) {
+        None => text.to_owned(),
+        Some((end, _)) => format!("{}…", text[..end].trim_end()),
+    }
 }
 
 impl DecisionCard {

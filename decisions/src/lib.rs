@@ -29,8 +29,8 @@ pub use capture::{
     NewCard, Outcome, Strictness,
 };
 pub use card::{
-    check_text, limits, Anchor, Answer, CardSpec, CardState, Choice, DecisionCard, Key, Passage,
-    ResponseKind,
+    check_text, excerpt, limits, Anchor, Answer, CardSpec, CardState, Choice, DecisionCard, Key,
+    Passage, ResponseKind, EXCERPT_CHARS,
 };
 pub use edit::{apply_edits, BlockKind, Edit, EditError, MAX_EDITS, MAX_EDIT_TEXT_BYTES};
 pub use live::LiveOutline;

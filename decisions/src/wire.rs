@@ -173,5 +173,6 @@ pub fn card_view(card: &DecisionCard) -> DecisionCardView {
         state: card.state.as_str().to_owned(),
         answer: card.answer.as_ref().map(answer_body),
         answered_by: card.answered_by.clone(),
+        excerpt: card.excerpt.clone(),
     }
 }

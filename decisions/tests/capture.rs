@@ -24,6 +24,27 @@ fn current_batch_anchors_each_card_to_the_addressed_block() {
 }
 
 #[test]
+fn a_new_card_keeps_what_its_paragraph_said_when_it_was_opened() {
+    let long = format!("Pick a region {}", "and say why ".repeat(20));
+    let mut f = Fixture::with(&["Intro", &long]);
+    let at = f.read();
+    f.open(at, &[card("region", "Which region?", vec![f.passage(1)])])
+        .unwrap();
+    let excerpt = f.card("region").excerpt.clone().unwrap();
+    assert!(
+        excerpt.starts_with("Pick a region and say why"),
+        "{excerpt}"
+    );
+    assert!(
+        excerpt.ends_with('…') && excerpt.chars().count() <= 161,
+        "cut to 160 characters: {excerpt}"
+    );
+    // The paragraph going away later leaves the excerpt as it was.
+    f.rewrite(1, "Something else entirely");
+    assert_eq!(f.card("region").excerpt.as_deref(), Some(excerpt.as_str()));
+}
+
+#[test]
 fn unrelated_edit_elsewhere_keeps_a_stale_batch_on_the_right_blocks() {
     let mut f = Fixture::with(&PLAN);
     let at = f.read();

@@ -30,6 +30,7 @@ fn card(response: ResponseKind) -> DecisionCard {
         state: CardState::Open,
         answer: None,
         answered_by: None,
+        excerpt: None,
     }
 }
 

@@ -248,6 +248,11 @@ pub struct DecisionCardView {
     /// Who answered.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answered_by: Option<String>,
+    /// What its first paragraph said when the card was opened (at most 160
+    /// characters, `…` where cut): where it stood, once that paragraph is
+    /// gone. Absent for cards opened before Margin kept it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub excerpt: Option<String>,
 }
 
 /// `GET /documents/{id}/decisions`.
@@ -355,8 +360,9 @@ mod tests {
                 state: "answered".into(),
                 answer: Some(AnswerBody::Choices(vec!["p1".into()])),
                 answered_by: Some("bo".into()),
+                excerpt: Some("Pick a region".into()),
             },
-            r#"{"id":"c","key":"k","question":"Q?","response":"single_choice","choices":[{"id":"p1","label":"Both","added_by":"bo"}],"criteria":["cost"],"anchors":["7:0"],"state":"answered","answer":{"choices":["p1"]},"answered_by":"bo"}"#,
+            r#"{"id":"c","key":"k","question":"Q?","response":"single_choice","choices":[{"id":"p1","label":"Both","added_by":"bo"}],"criteria":["cost"],"anchors":["7:0"],"state":"answered","answer":{"choices":["p1"]},"answered_by":"bo","excerpt":"Pick a region"}"#,
         );
         round_trip(AnswerBody::Yes(false), r#"{"yes":false}"#);
         round_trip(

@@ -371,6 +371,16 @@ serverTest('a card follows its paragraph through edits, keeps its answer, and is
     );
     await waitBeside(page, 'region', 5);
   }
+  // A page opened after the deletion never saw the paragraph: the card says
+  // what it read when the card was opened, which the server kept.
+  const later = await openPage(onCleanup, { token: server.tokens.bob, baseUrl: server.baseUrl });
+  await openDocument(later, server, doc.id);
+  await later.locator('#unanchored-list .decision-card[data-key="doomed"] .card-where').waitFor();
+  assert.equal(
+    await text(later, '#unanchored-list .decision-card[data-key="doomed"] .card-where'),
+    'Its paragraph is no longer in the document. It was opened beside: “A paragraph that will be deleted.”',
+  );
   assert.deepEqual(alice.pageErrors, []);
   assert.deepEqual(bob.pageErrors, []);
+  assert.deepEqual(later.pageErrors, []);
 });

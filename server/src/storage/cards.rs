@@ -20,7 +20,7 @@ pub struct StoredCard {
 }
 
 const COLUMNS: &str = "id, card_key, question, description, response, choices, criteria, anchors, \
-     state, answer, answered_by, version";
+     state, answer, answered_by, excerpt, version";
 
 impl Store {
     /// Creates `cards` on document `id` in one transaction: all or none. A
@@ -93,8 +93,8 @@ pub(super) async fn insert_cards(
     for card in cards {
         sqlx::query(
             "INSERT INTO decision_cards (id, document_id, card_key, question, description, response, \
-             choices, criteria, anchors, state, answer, answered_by, version, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 1, $13)",
+             choices, criteria, anchors, state, answer, answered_by, excerpt, version, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 1, $14)",
         )
         .bind(&card.id)
         .bind(id)
@@ -108,6 +108,7 @@ pub(super) async fn insert_cards(
         .bind(card.state.as_str())
         .bind(card.answer.as_ref().map(encode_answer))
         .bind(card.answered_by.as_deref())
+        .bind(card.excerpt.as_deref())
         .bind(now_ms())
         .execute(&mut **tx)
         .await
@@ -162,6 +163,7 @@ fn decode(row: &AnyRow) -> Result<StoredCard, StorageError> {
             None => None,
         },
         answered_by: row.try_get("answered_by")?,
+        excerpt: row.try_get("excerpt")?,
     };
     Ok(StoredCard {
         card,

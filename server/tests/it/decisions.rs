@@ -319,6 +319,20 @@ on_both_backends! {
         assert_eq!(cards[0].anchors[0], s.read().await.outline[1].identity);
     }
 
+    async fn a_card_keeps_what_its_paragraph_said_once_the_paragraph_is_deleted(db) {
+        let s = Scene::new(&db, &PLAN).await;
+        let read = s.read().await;
+        s.open(read.revision, vec![card("region", vec![address(&read, 1)])]).await.unwrap();
+        let now = s.read().await;
+        s.tools().edit_plan(&s.owner, &s.doc, EditPlanInput {
+            revision: now.revision,
+            edits: vec![EditInput::Delete { at: address(&now, 1) }],
+        }, "ada", None).await.unwrap();
+        assert!(!s.read().await.outline.iter().any(|b| b.text == PLAN[1]), "the paragraph is gone");
+        let cards = s.cards().await;
+        assert_eq!(cards[0].excerpt.as_deref(), Some(PLAN[1]), "the card still says where it stood");
+    }
+
     async fn identical_replay_after_a_person_added_an_option_is_idempotent(db) {
         let mut s = Scene::new(&db, &PLAN).await;
         let read = s.read().await;

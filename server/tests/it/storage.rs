@@ -209,6 +209,7 @@ on_both_backends! {
             state: margin_decisions::CardState::Open,
             answer: None,
             answered_by: None,
+            excerpt: Some("Which region first?".into()),
         };
         store.create_cards(&doc.id, &[card]).await.unwrap();
         let before = rows_of(&db, &doc.id).await;

@@ -177,12 +177,17 @@ function summaryParts(slot: CardSlot, host: CardHost, questionId: string): HTMLE
   return parts;
 }
 
-/** Where an unanchored card's paragraph was, as far as this page knows. */
+/**
+ * Where an unanchored card stood: as this page last saw its paragraph, else
+ * as the paragraph read when the card was opened (the server keeps that).
+ */
 function where(slot: CardSlot): HTMLElement {
   const p = el('p', 'card-where');
+  const quoted = (text: string) => el('span', 'where-text', text ? `“${text}”` : '(an empty paragraph)');
   if (slot.lastSeen) {
-    p.append(`Its paragraph was deleted. It stood beside paragraph ${slot.lastSeen.index + 1}: `);
-    p.append(el('span', 'where-text', slot.lastSeen.text ? `“${slot.lastSeen.text}”` : '(an empty paragraph)'));
+    p.append(`Its paragraph was deleted. It stood beside paragraph ${slot.lastSeen.index + 1}: `, quoted(slot.lastSeen.text));
+  } else if (slot.card.excerpt) {
+    p.append('Its paragraph is no longer in the document. It was opened beside: ', quoted(slot.card.excerpt));
   } else {
     p.textContent = 'Its paragraph is no longer in the document: it was deleted or rewritten before this page opened.';
   }

@@ -90,6 +90,7 @@ export function parseCard(id: string, raw: unknown): DecisionCardView | null {
     state: o.state,
     answer,
     answered_by: isString(o.answered_by) ? o.answered_by : undefined,
+    excerpt: isString(o.excerpt) ? o.excerpt : undefined,
   };
 }
 

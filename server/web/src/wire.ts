@@ -551,6 +551,12 @@ export interface DecisionCardView {
    */
   description?: string | null;
   /**
+   * What its first paragraph said when the card was opened (at most 160
+   * characters, `…` where cut): where it stood, once that paragraph is
+   * gone. Absent for cards opened before Margin kept it.
+   */
+  excerpt?: string | null;
+  /**
    * Id.
    */
   id: string;
