@@ -155,3 +155,39 @@ serverTest('a Planner whose link dropped shows as disconnected with its runs kep
   await waitFor(async () => (await state()) === 'working', TIMEOUT, 'the Planner working again');
   assert.deepEqual(page.pageErrors, []);
 });
+
+serverTest('a hidden tab closes its event stream and catches up on Chat when shown again', {}, async ({ server, onCleanup }) => {
+  const doc = await server.createDocument('alice', 'Background tab');
+  const page = await openPage(onCleanup, { token: server.tokens.alice, baseUrl: server.baseUrl });
+  await page.addInitScript(() => {
+    const Native = window.EventSource;
+    window.__feeds = [];
+    window.EventSource = class extends Native {
+      constructor(...args) {
+        super(...args);
+        window.__feeds.push(this);
+      }
+    };
+  });
+  await openDocument(page, server, doc.id);
+  const say = (text) => server.api('POST', `/documents/${doc.id}/chat`, { as: 'alice', body: { text } });
+  await say('before hiding');
+  await waitFor(async () => (await chatLines(page)).some((l) => l.text === 'before hiding'), TIMEOUT, 'the first line');
+
+  const setVisibility = (state) =>
+    page.evaluate((s) => {
+      Object.defineProperty(document, 'visibilityState', { value: s, configurable: true });
+      document.dispatchEvent(new Event('visibilitychange'));
+    }, state);
+  await setVisibility('hidden');
+  assert.deepEqual(await page.evaluate(() => window.__feeds.map((f) => f.readyState)), [2], 'the stream is closed while hidden');
+  await say('while hidden');
+  await page.waitForTimeout(300);
+  assert.equal((await chatLines(page)).some((l) => l.text === 'while hidden'), false, 'nothing arrives while hidden');
+
+  await setVisibility('visible');
+  await waitFor(async () => (await chatLines(page)).some((l) => l.text === 'while hidden'), TIMEOUT, 'the missed line once shown');
+  const texts = (await chatLines(page)).map((l) => l.text);
+  assert.deepEqual(texts, ['before hiding', 'while hidden'], 'each line once, in order');
+  assert.deepEqual(page.pageErrors, []);
+});

@@ -37,10 +37,24 @@ export class DocumentFeed {
 
   destroy(): void {
     this.destroyed = true;
+    this.pause();
+  }
+
+  /**
+   * Closes the stream while the tab is hidden: a browser keeps at most six
+   * connections to a server over HTTP/1.1, and a stream per background tab
+   * would soon hold them all. [`resume`] catches up from the last line.
+   */
+  pause(): void {
     this.source?.close();
     this.source = null;
     if (this.retry) clearTimeout(this.retry);
     this.retry = null;
+  }
+
+  /** Opens the stream again after [`pause`], from the last line shown. */
+  resume(): void {
+    if (!this.destroyed && !this.source && !this.retry) this.open();
   }
 
   private async retryOrGone(): Promise<void> {

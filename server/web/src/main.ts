@@ -416,7 +416,17 @@ function wire(): void {
   // Back on the list after a while elsewhere: documents may have been
   // shared with us, renamed or edited meanwhile.
   document.addEventListener('visibilitychange', () => {
-    if (document.visibilityState === 'visible' && document.body.dataset.view === 'home') void route();
+    const visible = document.visibilityState === 'visible';
+    if (visible && document.body.dataset.view === 'home') void route();
+    // A hidden tab holds no event stream (six connections per server is
+    // all a browser keeps); it catches up when shown again.
+    if (session && visible) {
+      session.feed.resume();
+      session.plan.resume();
+    } else if (session) {
+      session.feed.pause();
+      session.plan.pause();
+    }
   });
   window.addEventListener('focus', () => {
     if (document.body.dataset.view === 'home') void route();

@@ -81,6 +81,16 @@ export class PlanPanel {
     this.render();
   }
 
+  /** Closes the session's stream while the tab is hidden (see feed.ts). */
+  pause(): void {
+    this.stop();
+  }
+
+  /** Follows the session again, from a fresh snapshot. */
+  resume(): void {
+    if (!this.destroyed && this.session !== null && !this.source) void this.load();
+  }
+
   /** Closes the stream and forgets pending work for the current session. */
   private stop(): void {
     this.generation++;
