@@ -1,19 +1,56 @@
 //! Who watches a document's feed live (`GET /documents/{id}/events`, SPEC
-//! B1, B1a), and the wake-ups that make their streams look again: a Chat
-//! line appended, the document's Planner session changed, a machine of the
-//! document owner's linked or gone.
+//! B1, B1a), and the bells that make their streams look again: its Chat
+//! (a line appended), its Planner (the session stepped, started or left, a
+//! machine of the owner's linked or gone) and the document itself (renamed,
+//! archived, deleted, a member's role changed).
 //!
-//! A wake-up carries nothing. A woken stream reads what changed from where
-//! it is kept — Chat from storage, the Planner's view from the session
-//! registry — so a wake-up merged with another, or one that came before
-//! the stream looked, can delay a line but never lose or reorder one.
-//! Only documents someone watches have an entry; the last watcher's leaving
-//! removes it.
+//! A bell carries nothing but a count per kind. A woken stream reads what
+//! changed from where it is kept — Chat and the document from storage, the
+//! Planner's view from the session registry — and only for the kinds that
+//! rang, so the many steps of a Planner's turn cost its watchers no query.
+//! A ring merged with another, or one that came before the stream looked,
+//! can delay a line but never lose or reorder one. Only documents someone
+//! watches have an entry; the last watcher's leaving removes it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
+
+/// What changed for the people watching a document.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bell {
+    /// A Chat line was appended.
+    Chat,
+    /// Its Planner's view may have changed.
+    Planner,
+    /// The document's title, archive state or members changed, or it was
+    /// deleted.
+    Document,
+}
+
+/// How many times each bell has rung for a document: a stream compares
+/// the counts with those it last acted on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rung {
+    /// Chat lines appended.
+    pub chat: u64,
+    /// Planner changes.
+    pub planner: u64,
+    /// Changes to the document itself.
+    pub document: u64,
+}
+
+impl Rung {
+    fn ring(&mut self, bell: Bell) {
+        let count = match bell {
+            Bell::Chat => &mut self.chat,
+            Bell::Planner => &mut self.planner,
+            Bell::Document => &mut self.document,
+        };
+        *count = count.wrapping_add(1);
+    }
+}
 
 /// The documents watched on this server.
 #[derive(Clone, Default)]
@@ -25,13 +62,13 @@ struct Watched {
     /// The account id of the document's owner, whose machines' links
     /// decide whether its Planner is available.
     owner: String,
-    bell: watch::Sender<()>,
+    bells: watch::Sender<Rung>,
 }
 
 /// One stream's watch of one document; unwatches on drop.
 pub struct Watch {
     document: String,
-    bell: watch::Receiver<()>,
+    bells: watch::Receiver<Rung>,
     watchers: Watchers,
 }
 
@@ -48,27 +85,27 @@ impl Watchers {
             .entry(document.to_owned())
             .or_insert_with(|| Watched {
                 owner: owner.to_owned(),
-                bell: watch::Sender::new(()),
+                bells: watch::Sender::new(Rung::default()),
             });
         Watch {
             document: document.to_owned(),
-            bell: entry.bell.subscribe(),
+            bells: entry.bells.subscribe(),
             watchers: self.clone(),
         }
     }
 
-    /// Something people watching `document` see changed.
-    pub fn wake(&self, document: &str) {
+    /// Rings `bell` for those watching `document`.
+    pub fn ring(&self, document: &str, bell: Bell) {
         if let Some(watched) = self.lock().get(document) {
-            watched.bell.send_replace(());
+            watched.bells.send_modify(|rung| rung.ring(bell));
         }
     }
 
     /// A machine of account id `owner` linked or left: the Planner of
     /// every document it owns may have become available or gone.
-    pub fn wake_owner(&self, owner: &str) {
+    pub fn ring_owner(&self, owner: &str) {
         for watched in self.lock().values().filter(|w| w.owner == owner) {
-            watched.bell.send_replace(());
+            watched.bells.send_modify(|rung| rung.ring(Bell::Planner));
         }
     }
 
@@ -79,18 +116,18 @@ impl Watchers {
 }
 
 impl Watch {
-    /// Marks what there is as seen: a wake-up after this wakes
+    /// The counts now, marked seen: a ring after this wakes
     /// [`Watch::changed`] even if it comes before that is awaited.
-    pub fn seen(&mut self) {
-        self.bell.borrow_and_update();
+    pub fn seen(&mut self) -> Rung {
+        *self.bells.borrow_and_update()
     }
 
-    /// Waits for the next wake-up after [`Watch::seen`].
+    /// Waits for the next ring after [`Watch::seen`].
     pub async fn changed(&mut self) {
         // The sender lives as long as this receiver's entry, which this
         // watch keeps; an error can only mean it went, and then there is
         // nothing more to wait for.
-        if self.bell.changed().await.is_err() {
+        if self.bells.changed().await.is_err() {
             std::future::pending::<()>().await;
         }
     }
@@ -103,7 +140,7 @@ impl Drop for Watch {
         // exact. This receiver is still alive, so one means only it.
         if watched
             .get(&self.document)
-            .is_some_and(|w| w.bell.receiver_count() <= 1)
+            .is_some_and(|w| w.bells.receiver_count() <= 1)
         {
             watched.remove(&self.document);
         }
@@ -123,7 +160,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_wake_reaches_every_watcher_of_the_document_and_no_other() {
+    async fn a_ring_reaches_every_watcher_of_the_document_and_no_other() {
         let watchers = Watchers::default();
         let mut a = watchers.watch("d1", "ada");
         let mut b = watchers.watch("d1", "ada");
@@ -131,30 +168,38 @@ mod tests {
         for w in [&mut a, &mut b, &mut other] {
             w.seen();
         }
-        watchers.wake("d1");
+        watchers.ring("d1", Bell::Chat);
         assert!(rings(&mut a).await && rings(&mut b).await);
         assert!(!rings(&mut other).await);
     }
 
     #[tokio::test]
-    async fn a_wake_before_the_wait_is_not_lost() {
+    async fn a_ring_before_the_wait_is_not_lost_and_says_which_bell() {
         let watchers = Watchers::default();
         let mut a = watchers.watch("d1", "ada");
-        a.seen();
-        watchers.wake("d1");
+        let before = a.seen();
+        watchers.ring("d1", Bell::Planner);
+        watchers.ring("d1", Bell::Planner);
         assert!(rings(&mut a).await, "woken although the wait began later");
+        let after = a.seen();
+        assert_eq!(
+            (after.chat, after.planner, after.document),
+            (before.chat, before.planner + 2, before.document),
+            "two Planner rings merged into one wake-up, counted"
+        );
         assert!(!rings(&mut a).await, "and once");
     }
 
     #[tokio::test]
-    async fn an_owner_wake_reaches_the_documents_it_owns() {
+    async fn an_owner_ring_reaches_the_documents_it_owns() {
         let watchers = Watchers::default();
         let mut mine = watchers.watch("d1", "ada");
         let mut theirs = watchers.watch("d2", "bo");
         mine.seen();
         theirs.seen();
-        watchers.wake_owner("ada");
+        watchers.ring_owner("ada");
         assert!(rings(&mut mine).await);
+        assert_eq!(mine.seen().planner, 1);
         assert!(!rings(&mut theirs).await);
     }
 
@@ -167,6 +212,6 @@ mod tests {
         assert_eq!(watchers.watched(), 1);
         drop(b);
         assert_eq!(watchers.watched(), 0);
-        watchers.wake("d1");
+        watchers.ring("d1", Bell::Document);
     }
 }

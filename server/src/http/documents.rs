@@ -23,6 +23,7 @@ use crate::storage::{DocumentRow, StorageError};
 use crate::sync::command::JoinRefused;
 use crate::sync::hub::OutlineError;
 use crate::sync::{socket, Hub};
+use crate::watchers::Bell;
 
 pub async fn create(
     State(state): State<AppState>,
@@ -74,7 +75,7 @@ pub async fn rename(
         Err(StorageError::NotFound(_)) => return Err(AppError::document_not_found(&id)),
         Err(other) => return Err(other.into()),
     }
-    state.hub.watchers().wake(&id);
+    state.hub.watchers().ring(&id, Bell::Document);
     tracing::info!(document = %id, account = %account.name, "document renamed");
     Ok(Json(info(DocumentRow {
         title: title.to_owned(),

@@ -8,10 +8,10 @@
 //! On every (re)connect the stream sends the document and the Planner's
 //! view, then every Chat line after the cursor (`Last-Event-ID`, else
 //! `?after=`, else 0), a page at a time, then waits on the document's
-//! [`Watch`]. Woken, it reads the document and its Chat from storage and
-//! the view from the session registry, and sends what is new: nothing is
-//! sent that is not committed, and a wake-up lost or merged delays nothing
-//! beyond the next. Once the caller is no longer a member the stream ends
+//! [`Watch`]. Woken, it reads the document or its Chat from storage when
+//! their bell rang, and the view from the session registry, and sends what
+//! is new: nothing is sent that is not committed, and a wake-up lost or
+//! merged delays nothing beyond the next. Once the caller is no longer a member the stream ends
 //! (its reconnect gets the 404).
 //! In a cluster the call is relayed to the document's owner (where its
 //! Chat is appended and its Planner session runs); a client whose stream
@@ -35,7 +35,7 @@ use super::extract::Caller;
 use super::sse::{self, CursorQuery};
 use super::{AppError, AppState};
 use crate::storage::Account;
-use crate::watchers::Watch;
+use crate::watchers::{Rung, Watch};
 
 /// Most Chat lines read from storage at a time.
 const PAGE: i64 = 200;
@@ -71,6 +71,7 @@ pub async fn feed(
         shown: None,
         seen: None,
         caught_up: false,
+        heard: None,
     };
     let body = stream::unfold(Some(feed), |feed| async move {
         let mut feed = feed?;
@@ -96,6 +97,8 @@ struct Feed {
     seen: Option<(String, bool, Role)>,
     /// Whether the last read found no more lines waiting.
     caught_up: bool,
+    /// The bells' counts when the feed last looked; none before it did.
+    heard: Option<Rung>,
     /// Fires when the server stops.
     shutdown: CancellationToken,
 }
@@ -123,15 +126,17 @@ impl Feed {
                 }
             }
             // Seen before reading: what is committed after this wakes us.
-            self.watch.seen();
+            let rung = self.watch.seen();
+            let heard = self.heard.replace(rung);
+            let rang = |bell: fn(&Rung) -> u64| heard.is_none_or(|h| bell(&h) != bell(&rung));
             let mut frames = String::new();
-            if !self.document(&mut frames).await {
+            if rang(|r| r.document) && !self.document(&mut frames).await {
                 return None;
             }
+            // In memory: looked at on every wake-up, whichever bell rang.
             self.planner(&mut frames);
-            match self.chat(&mut frames).await {
-                Ok(()) => {}
-                Err(error) => {
+            if rang(|r| r.chat) || !self.caught_up {
+                if let Err(error) = self.chat(&mut frames).await {
                     warn!(document = %self.document, %error, "the document feed's Chat was not read");
                     return None;
                 }

@@ -205,7 +205,7 @@ impl Links {
                 .or_default()
                 .push(link.clone());
         }
-        self.inner.watchers.wake_owner(&machine.account.id);
+        self.inner.watchers.ring_owner(&machine.account.id);
         (link, rx)
     }
 
@@ -237,7 +237,7 @@ impl Links {
                 }
             }
         }
-        self.inner.watchers.wake_owner(&link.machine.account.id);
+        self.inner.watchers.ring_owner(&link.machine.account.id);
     }
 
     /// An open link of one of `account`'s machines (the oldest), if any: the
@@ -274,7 +274,7 @@ impl Links {
             Err(_) => Vec::new(),
         };
         for link in closers {
-            self.inner.watchers.wake_owner(&link.machine.account.id);
+            self.inner.watchers.ring_owner(&link.machine.account.id);
             link.closer.close(
                 close::REVOKED,
                 "machine revoked; pair it again to reconnect",

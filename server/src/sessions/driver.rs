@@ -36,6 +36,7 @@ use crate::cluster::Lease;
 use crate::link::{Link, LinkEnd};
 use crate::storage::{Account, StorageError};
 use crate::tools::{Ran, Recorder, ToolError, Tools};
+use crate::watchers::Bell;
 
 /// How often an idle session someone is viewing checks whether they left.
 const VIEWERS_EVERY: Duration = Duration::from_secs(5);
@@ -474,7 +475,10 @@ impl Driver {
         }
         self.session = next;
         self.shown.send_replace(Arc::new(self.session.clone()));
-        self.shared.hub.watchers().wake(self.session.document());
+        self.shared
+            .hub
+            .watchers()
+            .ring(self.session.document(), Bell::Planner);
     }
 
     /// Appends the step's Chat lines. What they announce is committed; a

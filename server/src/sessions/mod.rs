@@ -60,6 +60,7 @@ use crate::cluster::{Cluster, Lease, TakeRefused};
 use crate::link::{refusal, Link, LinkEnd, Links};
 use crate::storage::{Account, StorageError};
 use crate::sync::Hub;
+use crate::watchers::Bell;
 
 /// How many events each session keeps behind its snapshot by default
 /// (`SESSION_EVENTS_RETAINED`). A reader further behind resyncs.
@@ -170,7 +171,7 @@ impl Shared {
         if session.released() == Some(ReleaseReason::Trigger(ReleaseTrigger::Stop)) {
             registry.stopped.insert(session.document().to_owned());
         }
-        self.hub.watchers().wake(session.document());
+        self.hub.watchers().ring(session.document(), Bell::Planner);
         if registry.sessions.remove(id).is_some() {
             if registry
                 .documents
@@ -252,7 +253,7 @@ impl Shared {
             .documents
             .insert(session.document().to_owned(), id.clone());
         registry.stopped.remove(session.document());
-        self.hub.watchers().wake(session.document());
+        self.hub.watchers().ring(session.document(), Bell::Planner);
         registry
             .machines
             .entry(session.machine().to_owned())
@@ -759,7 +760,7 @@ impl Sessions {
     /// [`Sessions::document_reopened`], `@planner` starts nothing there.
     pub async fn document_closed(&self, document: &str, trigger: ReleaseTrigger) {
         self.shared.lock().closed.insert(document.to_owned());
-        self.shared.hub.watchers().wake(document);
+        self.shared.hub.watchers().ring(document, Bell::Planner);
         self.reset(document, trigger).await;
     }
 
@@ -799,7 +800,7 @@ impl Sessions {
     /// The document was unarchived: `@planner` starts turns there again.
     pub fn document_reopened(&self, document: &str) {
         self.shared.lock().closed.remove(document);
-        self.shared.hub.watchers().wake(document);
+        self.shared.hub.watchers().ring(document, Bell::Planner);
     }
 
     /// The document's Planner as people see it (SPEC B1a): its session's

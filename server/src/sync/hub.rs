@@ -24,7 +24,7 @@ use super::document;
 use super::load::{rebuilt, LoadError};
 use crate::cluster::{Cluster, Ownership};
 use crate::storage::{StorageError, Store};
-use crate::watchers::Watchers;
+use crate::watchers::{Bell, Watchers};
 
 /// Commands waiting for a document task; a full mailbox slows the
 /// connections that feed it (TCP backpressure), it never drops a frame.
@@ -195,7 +195,7 @@ impl Hub {
         text: &str,
     ) -> Result<ChatMessageView, StorageError> {
         let line = self.inner.store.append_chat(id, author, kind, text).await?;
-        self.inner.watchers.wake(id);
+        self.inner.watchers.ring(id, Bell::Chat);
         Ok(line)
     }
 
@@ -386,7 +386,7 @@ impl Hub {
     /// reads it there.
     pub async fn set_archived(&self, id: &str, archived: bool) {
         // Those following its feed see it archived (or not) at once.
-        self.inner.watchers.wake(id);
+        self.inner.watchers.ring(id, Bell::Document);
         let Some(mailbox) = self.loaded(id) else {
             return;
         };
@@ -412,7 +412,7 @@ impl Hub {
     /// on it is joined, forwarded ones included.
     pub async fn access_changed(&self, id: &str, account: &str, role: Option<Role>) {
         // Its feed tells the member their new role, or ends.
-        self.inner.watchers.wake(id);
+        self.inner.watchers.ring(id, Bell::Document);
         let Some(mailbox) = self.loaded(id) else {
             return;
         };
@@ -433,7 +433,7 @@ impl Hub {
     /// writing, and forgets the Planner's reads of it.
     pub async fn deleted(&self, id: &str) {
         // Its feed ends: the next read finds no document.
-        self.inner.watchers.wake(id);
+        self.inner.watchers.ring(id, Bell::Document);
         if let Some(mailbox) = self.loaded(id) {
             let (reply, answer) = oneshot::channel();
             if mailbox.send(Command::Delete { reply }).await.is_ok() {
