@@ -34,6 +34,7 @@ use super::documents::{info, visible};
 use super::extract::Caller;
 use super::sse::{self, CursorQuery};
 use super::{AppError, AppState};
+use crate::cluster::Lease;
 use crate::storage::Account;
 use crate::watchers::{Rung, Watch};
 
@@ -58,9 +59,23 @@ pub async fn feed(
     })?;
     visible(&state, &account, &id).await?;
     let owner = state.hub.store().document_owner(&id).await?;
+    // In a cluster the feed holds the document where it is served, like its
+    // task and its Planner session: every Chat line and Planner step then
+    // happens on this node, where it rings this feed's bells (SPEC C1, C2).
+    let lease = match state.hub.cluster() {
+        Some(cluster) => Some(
+            cluster
+                .hold(&id)
+                .await
+                .map_err(|refused| AppError::Unavailable(format!("{refused}; connect again")))?,
+        ),
+        None => None,
+    };
     // Watched before the first read: a line committed after it wakes us.
     let watch = state.hub.watchers().watch(&id, &owner.id);
     let feed = Feed {
+        lapsed: lease.as_ref().map(|lease| lease.holder.lapsed.clone()),
+        _lease: lease,
         shutdown: state.links.shutdown(),
         state,
         account,
@@ -101,6 +116,10 @@ struct Feed {
     heard: Option<Rung>,
     /// Fires when the server stops.
     shutdown: CancellationToken,
+    /// In a cluster: the document's lease, held while the feed is open…
+    _lease: Option<Lease>,
+    /// …and cancelled if this node lapses, when another may have taken it.
+    lapsed: Option<CancellationToken>,
 }
 
 impl Feed {
@@ -110,9 +129,12 @@ impl Feed {
     async fn next(&mut self) -> Option<Bytes> {
         loop {
             if self.caught_up {
+                let lapsed = self.lapsed.clone().unwrap_or_default();
                 let woken = tokio::select! {
                     () = self.watch.changed() => true,
                     () = self.shutdown.cancelled() => return None,
+                    // The client reconnects, and finds where the document went.
+                    () = lapsed.cancelled() => return None,
                     () = tokio::time::sleep(KEEP_ALIVE) => false,
                 };
                 if !woken {

@@ -605,6 +605,31 @@ on_postgres! {
         panic!("no live plan_updated through node 2; saw {seen:?}");
     }
 
+    async fn a_documents_feed_read_through_any_node_is_live(db) {
+        let PlannerScene { nodes, token, doc, mut link, .. } = planner_scene(&db).await;
+        // Node 0 owns the document; its feed is followed through node 2.
+        let mut feed = Sse::open(nodes[2].addr, &token, &format!("/documents/{doc}/events"), None)
+            .await
+            .unwrap_or_else(|(status, body)| panic!("{status}: {body}"));
+        nodes[1].say(&token, &doc, "@planner plan").await;
+        let (session, turn, _, _) = crate::turns::invoked(&mut link).await;
+        link.send_message(&margin_protocol::link::ClientMessage::Reply {
+            session,
+            turn,
+            text: "Planned.".into(),
+        })
+        .await;
+        let mut seen = Vec::new();
+        while let Some(event) = feed.next().await {
+            if event.event == "chat" && event.data.contains("\"Planned.\"") {
+                assert!(seen.iter().any(|e: &String| e.contains("@planner plan")), "the member's line first: {seen:?}");
+                return;
+            }
+            seen.push(format!("{}: {}", event.event, event.data));
+        }
+        panic!("no live reply through node 2; saw {seen:?}");
+    }
+
     async fn revoking_a_machine_through_any_node_ends_its_sessions_on_every_node(db) {
         let PlannerScene { nodes, token, doc, machine, mut link, .. } = planner_scene(&db).await;
         nodes[2].say(&token, &doc, "@planner look").await;
