@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod admin;
 pub mod chat;
 pub mod decisions;
 pub mod document_feed;

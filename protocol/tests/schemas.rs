@@ -23,6 +23,14 @@ use schemars::{schema_for, Schema};
 fn schemas() -> Vec<(&'static str, Schema)> {
     vec![
         ("ErrorBody", schema_for!(ErrorBody)),
+        (
+            "AccountSummary",
+            schema_for!(margin_protocol::admin::AccountSummary),
+        ),
+        (
+            "TokenSummary",
+            schema_for!(margin_protocol::admin::TokenSummary),
+        ),
         ("Me", schema_for!(Me)),
         ("CreateDocument", schema_for!(CreateDocument)),
         ("DocumentInfo", schema_for!(DocumentInfo)),

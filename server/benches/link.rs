@@ -1582,7 +1582,7 @@ async fn many_links(config: &Config, report: &mut Report) {
         "{} links were open at the end and detached in {:?}; after: {:?}",
         result.still_open, result.detach, result.mem_detached
     );
-    // A detached session is leased for PLANNER_ATTACH_GRACE_MS (60 s by
+    // A detached session is leased for MARGIN_PLANNER_ATTACH_GRACE_MS (60 s by
     // default) before it ends; wait that out and look again.
     let released_at = detach + config.after_detach;
     println!(

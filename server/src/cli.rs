@@ -1,5 +1,7 @@
-//! The command line: `serve`, `planner demo`, `account add`, `token add`,
-//! `machine pair`.
+//! The command line (SPEC O2): `serve`, `planner demo`, `account add|list`,
+//! `token add|list|revoke`, `machine pair|list|revoke`. Every environment
+//! variable it reads starts with `MARGIN_`; the few older names are still
+//! read, with a warning ([`read_old_environment_names`]).
 
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
@@ -15,8 +17,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::demo::{self, Demo, DemoError};
 use crate::serve::{start, wait_for_signal, Running, ServeError, ServeOptions};
-use crate::storage::{StorageError, Store};
+use crate::storage::{Account, StorageError, Store};
 use crate::telemetry::LogFormat;
+use margin_protocol::admin::{AccountSummary, TokenSummary};
+use margin_protocol::link::MachineInfo;
 
 /// Margin: a collaborative planning-document server.
 #[derive(Debug, Parser)]
@@ -40,16 +44,16 @@ enum Command {
         listen: SocketAddr,
         /// How long an idle Planner session with nobody viewing is kept, in ms
         /// (SPEC P3).
-        #[arg(long, env = "PLANNER_IDLE_MS", default_value_t = margin_planner::DEFAULT_IDLE.0)]
+        #[arg(long, env = "MARGIN_PLANNER_IDLE_MS", default_value_t = margin_planner::DEFAULT_IDLE.0)]
         planner_idle_ms: u64,
         /// How long a detached link's Planner sessions (or a dropped link's
         /// with nothing to keep) wait for the machine, in ms (SPEC L7).
-        #[arg(long, env = "PLANNER_ATTACH_GRACE_MS", default_value_t = margin_planner::DEFAULT_ATTACH_GRACE.0)]
+        #[arg(long, env = "MARGIN_PLANNER_ATTACH_GRACE_MS", default_value_t = margin_planner::DEFAULT_ATTACH_GRACE.0)]
         planner_attach_grace_ms: u64,
         /// How many events each Planner session keeps behind its snapshot
         /// for applications to replay; a cursor further back resyncs (SPEC
         /// E2).
-        #[arg(long, env = "SESSION_EVENTS_RETAINED", default_value_t = crate::sessions::DEFAULT_RETAINED, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, env = "MARGIN_SESSION_EVENTS_RETAINED", default_value_t = crate::sessions::DEFAULT_RETAINED, value_parser = clap::value_parser!(u64).range(1..))]
         session_events_retained: u64,
         /// How many Planner reads each document remembers (SPEC S5).
         #[arg(long, env = "MARGIN_REMEMBERED_READS", default_value_t = NonZeroUsize::new(margin_decisions::DEFAULT_READS).unwrap_or(NonZeroUsize::MIN))]
@@ -140,6 +144,30 @@ enum PlannerCommand {
 
 #[derive(Debug, Subcommand)]
 enum MachineCommand {
+    /// List an account's machines, newest first, and whether each is
+    /// revoked.
+    List {
+        /// The owner's account name.
+        account: String,
+        /// Print a JSON array (`MachineInfo` objects) instead of lines.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        database: Database,
+    },
+    /// Revoke a machine: every credential of it is refused from now on. A
+    /// server running now ends its sessions and closes its open link at
+    /// the link's next credential renewal (within a third of a
+    /// credential's lifetime, 5 minutes by default); `DELETE /machines/ID`
+    /// over HTTP does so at once.
+    Revoke {
+        /// The owner's account name.
+        account: String,
+        /// The machine's id (from `margin machine list`).
+        id: String,
+        #[command(flatten)]
+        database: Database,
+    },
     /// Pair a machine to an account; prints its credential as the last line,
     /// or writes it to a private file. The credential lasts 15 minutes;
     /// once the Planner links with it, the link keeps it renewed.
@@ -167,6 +195,14 @@ enum AccountCommand {
         #[command(flatten)]
         database: Database,
     },
+    /// List every account, by name.
+    List {
+        /// Print a JSON array (`AccountSummary` objects) instead of lines.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        database: Database,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -175,6 +211,26 @@ enum TokenCommand {
     Add {
         /// Account name.
         name: String,
+        #[command(flatten)]
+        database: Database,
+    },
+    /// List an account's tokens, oldest first. Tokens are stored only as
+    /// hashes, so none is shown: each is named by the start of its hash.
+    List {
+        /// Account name.
+        name: String,
+        /// Print a JSON array (`TokenSummary` objects) instead of lines.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        database: Database,
+    },
+    /// Revoke one of an account's tokens: it signs nobody in from now on.
+    Revoke {
+        /// Account name.
+        name: String,
+        /// The token's id (from `margin token list`).
+        id: String,
         #[command(flatten)]
         database: Database,
     },
@@ -222,6 +278,36 @@ pub enum CliError {
     /// A bad account name.
     #[error("invalid account name: {0}")]
     AccountName(String),
+    /// A bad account name for the demo Planner.
+    #[error("invalid account name for --demo-planner {name:?}: {why}")]
+    DemoAccount {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// No account has this name.
+    #[error("no account named {0:?}")]
+    NoAccount(String),
+    /// The account has no token with this id.
+    #[error("{account} has no token {id} (see `margin token list {account}`)")]
+    NoToken {
+        /// The account.
+        account: String,
+        /// The id given.
+        id: String,
+    },
+    /// The account has no machine with this id.
+    #[error("{account} has no machine {id} (see `margin machine list {account}`)")]
+    NoMachine {
+        /// The account.
+        account: String,
+        /// The id given.
+        id: String,
+    },
+    /// A listing could not be written as JSON.
+    #[error("cannot write JSON: {0}")]
+    Json(#[from] serde_json::Error),
     /// A bad machine name.
     #[error("invalid machine name: {0}")]
     MachineName(String),
@@ -282,6 +368,13 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             lease_renew_ms,
             demo_planner,
         } => {
+            // Everything that can be checked is checked before the port opens.
+            if let Some(account) = &demo_planner {
+                auth::valid_account_name(account).map_err(|why| CliError::DemoAccount {
+                    name: account.clone(),
+                    why,
+                })?;
+            }
             let store = database.open().await?;
             let mut options = ServeOptions::new(listen);
             options.hub.read_capacity = remembered_reads;
@@ -352,15 +445,86 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             println!("{token}");
             store.close().await;
         }
+        Command::Account {
+            command: AccountCommand::List { json, database },
+        } => {
+            let store = database.open().await?;
+            let accounts = store.accounts().await?;
+            store.close().await;
+            let listed: Vec<AccountSummary> = accounts
+                .into_iter()
+                .map(|(account, created_at)| AccountSummary {
+                    name: account.name,
+                    created_at,
+                })
+                .collect();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&listed)?);
+            } else {
+                for account in &listed {
+                    println!("{}\tcreated {}", account.name, when(account.created_at));
+                }
+            }
+        }
         Command::Token {
             command: TokenCommand::Add { name, database },
         } => {
             let store = database.open().await?;
-            let account = store.account_by_name(&name).await?;
+            let account = account_named(&store, &name).await?;
             let token = auth::issue_token(&store, &account).await?;
             println!("new token for {}", account.name);
             println!("{token}");
             store.close().await;
+        }
+        Command::Token {
+            command:
+                TokenCommand::List {
+                    name,
+                    json,
+                    database,
+                },
+        } => {
+            let store = database.open().await?;
+            let account = account_named(&store, &name).await?;
+            let tokens = store.tokens_of(&account).await?;
+            store.close().await;
+            let listed: Vec<TokenSummary> = tokens
+                .iter()
+                .map(|(hash, created_at)| TokenSummary {
+                    id: token_id(hash).to_owned(),
+                    created_at: *created_at,
+                })
+                .collect();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&listed)?);
+            } else {
+                for token in &listed {
+                    println!("{}\tissued {}", token.id, when(token.created_at));
+                }
+            }
+        }
+        Command::Token {
+            command: TokenCommand::Revoke { name, id, database },
+        } => {
+            let store = database.open().await?;
+            let account = account_named(&store, &name).await?;
+            let no_token = || CliError::NoToken {
+                account: account.name.clone(),
+                id: id.clone(),
+            };
+            let tokens = store.tokens_of(&account).await?;
+            let mut matching = tokens
+                .iter()
+                .filter(|(hash, _)| token_id(hash) == id.trim());
+            let (hash, _) = matching.next().ok_or_else(no_token)?;
+            match store.revoke_token(&account, hash).await {
+                Ok(()) => {}
+                // Revoked meanwhile by someone else: as if it never was.
+                Err(StorageError::NotFound(_)) => return Err(no_token()),
+                Err(other) => return Err(other.into()),
+            }
+            store.close().await;
+            println!("revoked token {} of {}", token_id(hash), account.name);
         }
         Command::Machine {
             command:
@@ -373,7 +537,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         } => {
             auth::valid_machine_name(&name).map_err(CliError::MachineName)?;
             let store = database.open().await?;
-            let owner = store.account_by_name(&account).await?;
+            let owner = account_named(&store, &account).await?;
             let ttl = auth::MACHINE_CREDENTIAL_TTL;
             let (machine, credential) =
                 auth::pair_machine(&store, &owner, name.trim(), ttl).await?;
@@ -399,6 +563,144 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 None => println!("{}", credential.secret),
             }
         }
+        Command::Machine {
+            command:
+                MachineCommand::List {
+                    account,
+                    json,
+                    database,
+                },
+        } => {
+            let store = database.open().await?;
+            let owner = account_named(&store, &account).await?;
+            let machines = store.machines_of(&owner).await?;
+            store.close().await;
+            let listed: Vec<MachineInfo> = machines
+                .into_iter()
+                .map(|m| MachineInfo {
+                    id: m.id,
+                    name: m.name,
+                    revoked: m.revoked,
+                })
+                .collect();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&listed)?);
+            } else {
+                for machine in &listed {
+                    let state = if machine.revoked { "revoked" } else { "paired" };
+                    println!("{}\t{}\t{state}", machine.id, machine.name);
+                }
+            }
+        }
+        Command::Machine {
+            command:
+                MachineCommand::Revoke {
+                    account,
+                    id,
+                    database,
+                },
+        } => {
+            let store = database.open().await?;
+            let owner = account_named(&store, &account).await?;
+            match store.revoke_machine(&owner, &id).await {
+                Ok(()) => {}
+                Err(StorageError::NotFound(_)) => {
+                    return Err(CliError::NoMachine {
+                        account: owner.name,
+                        id,
+                    })
+                }
+                Err(other) => return Err(other.into()),
+            }
+            store.close().await;
+            println!(
+                "revoked machine {id} of {}: its credentials are refused from now on",
+                owner.name
+            );
+        }
     }
     Ok(())
+}
+
+/// The account named `name`, or the error that names it.
+async fn account_named(store: &Store, name: &str) -> Result<Account, CliError> {
+    match store.account_by_name(name).await {
+        Ok(account) => Ok(account),
+        Err(StorageError::NotFound(_)) => Err(CliError::NoAccount(name.to_owned())),
+        Err(other) => Err(other.into()),
+    }
+}
+
+/// How a token is named in listings: the start of its hash.
+fn token_id(hash: &str) -> &str {
+    hash.get(..12).unwrap_or(hash)
+}
+
+/// A time for a listing: UTC, to the second.
+fn when(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rest = secs.rem_euclid(86_400);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// The proleptic Gregorian date of `days` since 1970-01-01 (Howard
+/// Hinnant's `civil_from_days`), so listings need no date crate.
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// The environment variables renamed to carry `MARGIN_`: (old, new).
+const RENAMED: [(&str, &str); 3] = [
+    ("PLANNER_IDLE_MS", "MARGIN_PLANNER_IDLE_MS"),
+    ("PLANNER_ATTACH_GRACE_MS", "MARGIN_PLANNER_ATTACH_GRACE_MS"),
+    ("SESSION_EVENTS_RETAINED", "MARGIN_SESSION_EVENTS_RETAINED"),
+];
+
+/// Reads the older environment names under their new ones, and says so:
+/// the warnings to print. Call before any thread starts (it sets
+/// environment variables).
+pub fn read_old_environment_names() -> Vec<String> {
+    let mut warnings = Vec::new();
+    for (old, new) in RENAMED {
+        let Some(value) = std::env::var_os(old) else {
+            continue;
+        };
+        if std::env::var_os(new).is_some() {
+            warnings.push(format!("{old} is deprecated and ignored: {new} is set too"));
+        } else {
+            std::env::set_var(new, value);
+            warnings.push(format!(
+                "{old} is deprecated; set {new} instead (read this time)"
+            ));
+        }
+    }
+    warnings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listings_say_dates_in_utc() {
+        assert_eq!(when(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(when(1_796_185_632_707), "2026-12-02 04:27:12 UTC");
+        assert_eq!(when(951_782_400_000), "2000-02-29 00:00:00 UTC");
+    }
 }

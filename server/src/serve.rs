@@ -37,14 +37,14 @@ pub struct ServeOptions {
     pub hub: HubSettings,
     /// Machine link timing.
     pub links: LinkSettings,
-    /// `PLANNER_IDLE_MS`: how long a Planner session with nothing to do and
+    /// `MARGIN_PLANNER_IDLE_MS`: how long a Planner session with nothing to do and
     /// nobody viewing is kept (SPEC P3).
     pub planner_idle: Duration,
-    /// `PLANNER_ATTACH_GRACE_MS`: how long a detached link's sessions, or a
+    /// `MARGIN_PLANNER_ATTACH_GRACE_MS`: how long a detached link's sessions, or a
     /// dropped link's sessions with nothing to keep, wait for the machine
     /// (SPEC L7).
     pub attach_grace: Duration,
-    /// `SESSION_EVENTS_RETAINED`: events each session keeps behind its
+    /// `MARGIN_SESSION_EVENTS_RETAINED`: events each session keeps behind its
     /// snapshot for replay (SPEC E2).
     pub session_events_retained: u64,
     /// Connection caps and the request-head timeout (SPEC A2).

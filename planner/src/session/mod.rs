@@ -62,19 +62,19 @@ use state::State;
 /// another capacity.
 pub const DEFAULT_RUN_CAPACITY: usize = 8;
 
-/// `PLANNER_ATTACH_GRACE_MS` by default: 60 seconds.
+/// `MARGIN_PLANNER_ATTACH_GRACE_MS` by default: 60 seconds.
 pub const DEFAULT_ATTACH_GRACE: Millis = Millis(60_000);
 
-/// `PLANNER_IDLE_MS` by default: 30 minutes.
+/// `MARGIN_PLANNER_IDLE_MS` by default: 30 minutes.
 pub const DEFAULT_IDLE: Millis = Millis::minutes(30);
 
 /// The server's settings for its sessions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timing {
-    /// `PLANNER_IDLE_MS`: how long a session with nothing to do and nobody
+    /// `MARGIN_PLANNER_IDLE_MS`: how long a session with nothing to do and nobody
     /// viewing is kept (SPEC P3).
     pub idle: Millis,
-    /// `PLANNER_ATTACH_GRACE_MS`: how long a detached link's session, or a
+    /// `MARGIN_PLANNER_ATTACH_GRACE_MS`: how long a detached link's session, or a
     /// dropped one with nothing to keep, waits for its machine (SPEC L7).
     pub attach_grace: Millis,
 }

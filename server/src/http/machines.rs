@@ -18,7 +18,6 @@ use super::throttle::Peer;
 use super::{AppError, AppState};
 use crate::auth::{self, MachineRefusal};
 use crate::link::socket;
-use crate::sessions::Whose;
 use crate::storage::{Machine, StorageError};
 
 fn info(machine: &Machine) -> MachineInfo {
@@ -76,7 +75,10 @@ pub async fn revoke(
         }
         Err(other) => return Err(other.into()),
     }
-    end_machine(&state, &id, ReleaseTrigger::MachineRevoked).await;
+    state
+        .sessions
+        .end_machine(&id, ReleaseTrigger::MachineRevoked)
+        .await;
     tracing::info!(machine = %id, account = %account.name, "machine revoked");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -100,24 +102,12 @@ pub async fn unpair(
         Ok(()) | Err(StorageError::NotFound(_)) => {}
         Err(other) => return Err(other.into()),
     }
-    end_machine(&state, &machine.id, ReleaseTrigger::MachineUnpaired).await;
-    tracing::info!(machine = %machine.id, account = %machine.account.name, "machine unpaired");
-    Ok(StatusCode::NO_CONTENT)
-}
-
-/// Ends a machine that no longer opens links: its sessions — linked or
-/// away — are released for `trigger`, then its open links are closed.
-async fn end_machine(state: &AppState, machine: &str, trigger: ReleaseTrigger) {
     state
         .sessions
-        .machines_ended(Whose::Machine(machine), trigger)
+        .end_machine(&machine.id, ReleaseTrigger::MachineUnpaired)
         .await;
-    state.links.revoke(machine);
-    if let Some(cluster) = state.hub.cluster() {
-        cluster
-            .machines_ended(Whose::Machine(machine), trigger)
-            .await;
-    }
+    tracing::info!(machine = %machine.id, account = %machine.account.name, "machine unpaired");
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// `GET /machine`: a machine's link, authenticated by its credential. A

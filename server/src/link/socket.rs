@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocket};
 use futures_util::{SinkExt, StreamExt};
+use margin_planner::ReleaseTrigger;
 use margin_protocol::link::{
     close, Capabilities, ClientMessage, ServerMessage, CLIENT_MESSAGE_TYPES, MAX_FEATURES,
     MAX_FEATURE_BYTES, MAX_RUN_CAPACITY, PROTOCOL_VERSION, RESUMABLE_SESSIONS,
@@ -24,7 +25,7 @@ use super::{Link, LinkEnd, Links, Terms};
 use crate::auth;
 use crate::cluster::Cluster;
 use crate::sessions::Sessions;
-use crate::storage::{Machine, Store};
+use crate::storage::{Machine, StorageError, Store};
 use crate::sync::conn::Closer;
 use crate::sync::socket::close_message;
 
@@ -98,8 +99,14 @@ pub async fn serve(
                 }
             }
             let Some((link, outbox)) = opened.as_mut() else { return };
-            if renew(&mut sink, &store, &machine, settings.credential_ttl).await.is_err() {
-                return;
+            match renew(&mut sink, &store, &machine, settings.credential_ttl).await {
+                Ok(()) => {}
+                Err(Renewal::Gone) => return,
+                Err(Renewal::Revoked) => {
+                    info!("the machine was revoked; ending its sessions and links");
+                    sessions.end_machine(&machine.id, ReleaseTrigger::MachineRevoked).await;
+                    return;
+                }
             }
             let every = settings.credential_renewal();
             let mut renewals = interval_at(Instant::now() + every, every);
@@ -142,8 +149,14 @@ pub async fn serve(
                         }
                     }
                     _ = renewals.tick() => {
-                        if renew(&mut sink, &store, &machine, settings.credential_ttl).await.is_err() {
-                            return;
+                        match renew(&mut sink, &store, &machine, settings.credential_ttl).await {
+                            Ok(()) => {}
+                            Err(Renewal::Gone) => return,
+                            Err(Renewal::Revoked) => {
+                                info!("the machine was revoked; ending its sessions and links");
+                                sessions.end_machine(&machine.id, ReleaseTrigger::MachineRevoked).await;
+                                return;
+                            }
                         }
                     }
                     _ = ticks.tick() => {
@@ -421,15 +434,24 @@ pub(crate) fn refusal(code: RefusalCode, message: impl Into<String>) -> ServerMe
     }
 }
 
-/// Issues a fresh credential for `machine` and sends it. Only a failed
-/// send is an error (the link is gone); a credential that cannot be issued
-/// is logged, and the machine keeps the ones it holds.
+/// Why the link stops after a renewal.
+enum Renewal {
+    /// The link is gone: the credential could not be sent.
+    Gone,
+    /// The machine was revoked where no link could hear it (the command
+    /// line, or a node that did not tell this one): it is ended now.
+    Revoked,
+}
+
+/// Issues a fresh credential for `machine` and sends it. A credential that
+/// cannot be issued for another reason is logged, and the machine keeps
+/// the ones it holds.
 async fn renew(
     sink: &mut futures_util::stream::SplitSink<WebSocket, Message>,
     store: &Store,
     machine: &Machine,
     ttl: Duration,
-) -> Result<(), axum::Error> {
+) -> Result<(), Renewal> {
     match auth::renew_machine_credential(store, machine, ttl).await {
         Ok(issued) => {
             debug!(expires_at = issued.expires_at, "credential renewed");
@@ -437,8 +459,9 @@ async fn renew(
                 credential: issued.secret,
                 expires_at: issued.expires_at,
             };
-            send(sink, &message).await
+            send(sink, &message).await.map_err(|_| Renewal::Gone)
         }
+        Err(auth::IssueError::Storage(StorageError::NotFound(_))) => Err(Renewal::Revoked),
         Err(error) => {
             warn!(%error, "cannot renew the machine's credential; trying again at the next renewal");
             Ok(())

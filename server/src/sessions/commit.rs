@@ -22,7 +22,7 @@ const QUEUE: usize = 4_096;
 /// How a session's writes keep storage bounded.
 #[derive(Clone, Copy, Debug)]
 pub struct Keeping {
-    /// Feed events kept behind each feed snapshot (`SESSION_EVENTS_RETAINED`).
+    /// Feed events kept behind each feed snapshot (`MARGIN_SESSION_EVENTS_RETAINED`).
     pub events: u64,
     /// Journal records between two domain snapshots; the records a domain
     /// snapshot holds are pruned.

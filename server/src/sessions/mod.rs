@@ -63,7 +63,7 @@ use crate::sync::Hub;
 use crate::watchers::Bell;
 
 /// How many events each session keeps behind its snapshot by default
-/// (`SESSION_EVENTS_RETAINED`). A reader further behind resyncs.
+/// (`MARGIN_SESSION_EVENTS_RETAINED`). A reader further behind resyncs.
 pub const DEFAULT_RETAINED: u64 = 10_000;
 
 /// Journal records between two domain snapshots.
@@ -794,6 +794,20 @@ impl Sessions {
         };
         for mailbox in mailboxes {
             release(mailbox, trigger).await;
+        }
+    }
+
+    /// Ends a machine that no longer opens links (unpaired or revoked, SPEC
+    /// P3): its sessions — linked or away — are released for `trigger`,
+    /// then its open links are closed, and in a cluster every other node
+    /// is told to do the same.
+    pub async fn end_machine(&self, machine: &str, trigger: ReleaseTrigger) {
+        self.machines_ended(Whose::Machine(machine), trigger).await;
+        self.shared.links.revoke(machine);
+        if let Some(cluster) = &self.shared.cluster {
+            cluster
+                .machines_ended(Whose::Machine(machine), trigger)
+                .await;
         }
     }
 

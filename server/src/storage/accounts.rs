@@ -68,6 +68,52 @@ impl Store {
         Ok(())
     }
 
+    /// Every account with when it was created, by name.
+    pub async fn accounts(&self) -> Result<Vec<(Account, i64)>, StorageError> {
+        let rows = sqlx::query("SELECT id, name, created_at FROM accounts ORDER BY name")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    Account {
+                        id: row.try_get("id")?,
+                        name: row.try_get("name")?,
+                    },
+                    super::int(row, "created_at")?,
+                ))
+            })
+            .collect()
+    }
+
+    /// `account`'s tokens as (hash, created at), oldest first. Only hashes
+    /// are stored: no token can be shown again.
+    pub async fn tokens_of(&self, account: &Account) -> Result<Vec<(String, i64)>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT hash, created_at FROM tokens WHERE account_id = $1 ORDER BY created_at, hash",
+        )
+        .bind(&account.id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| Ok((row.try_get("hash")?, super::int(row, "created_at")?)))
+            .collect()
+    }
+
+    /// Forgets `account`'s token whose hash is `hash`; `NotFound` when the
+    /// account has no such token.
+    pub async fn revoke_token(&self, account: &Account, hash: &str) -> Result<(), StorageError> {
+        let done = sqlx::query("DELETE FROM tokens WHERE hash = $1 AND account_id = $2")
+            .bind(hash)
+            .bind(&account.id)
+            .execute(self.writes())
+            .await?;
+        match done.rows_affected() {
+            0 => Err(StorageError::NotFound("token")),
+            _ => Ok(()),
+        }
+    }
+
     /// The account a token hash belongs to.
     pub async fn account_by_token(&self, token_hash: &str) -> Result<Account, StorageError> {
         let row = sqlx::query(

@@ -28,7 +28,7 @@ mod sessions;
 mod updates;
 
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Executor, Row};
@@ -119,6 +119,15 @@ pub enum StorageError {
     /// A URL that names no supported database.
     #[error("unsupported database URL (expected sqlite: or postgres:)")]
     UnsupportedUrl,
+    /// The database could not be reached when the store opened: where
+    /// (never with a password) and why.
+    #[error("cannot reach the database at {target}: {cause}")]
+    Unreachable {
+        /// What was tried: `PostgreSQL user@host:port/database`.
+        target: String,
+        /// Why it failed.
+        cause: String,
+    },
     /// The database failed.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
@@ -174,6 +183,7 @@ impl Store {
                 (sqlite_pool(url, 4, true).await?, writer)
             }
             Backend::Postgres => {
+                reach_postgres(url).await?;
                 let pool = AnyPoolOptions::new()
                     .max_connections(16)
                     .connect(url)
@@ -290,6 +300,55 @@ fn conflict_on_unique(err: sqlx::Error, what: impl FnOnce() -> String) -> Storag
 }
 
 /// Reads an `i64` column.
+/// How long opening a store waits for PostgreSQL to answer.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connects once to the PostgreSQL at `url`, so an operator who named the
+/// wrong one hears where and why within seconds — not a pool timing out
+/// half a minute later, naming neither.
+async fn reach_postgres(url: &str) -> Result<(), StorageError> {
+    use sqlx::postgres::{PgConnectOptions, PgConnection};
+    use sqlx::{ConnectOptions, Connection};
+    let options: PgConnectOptions =
+        url.parse()
+            .map_err(|e: sqlx::Error| StorageError::Unreachable {
+                target: "PostgreSQL".into(),
+                cause: format!("the URL does not parse ({})", cause(&e)),
+            })?;
+    let target = format!(
+        "PostgreSQL {}@{}:{}/{}",
+        options.get_username(),
+        options.get_host(),
+        options.get_port(),
+        options.get_database().unwrap_or(options.get_username()),
+    );
+    match tokio::time::timeout(CONNECT_TIMEOUT, options.connect()).await {
+        Ok(Ok(connection)) => {
+            let connection: PgConnection = connection;
+            let _ = connection.close().await;
+            Ok(())
+        }
+        Ok(Err(e)) => Err(StorageError::Unreachable {
+            target,
+            cause: cause(&e),
+        }),
+        Err(_) => Err(StorageError::Unreachable {
+            target,
+            cause: format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
+        }),
+    }
+}
+
+/// A connection error as an operator needs it: the OS's or the server's
+/// own words, without sqlx's wrapping.
+fn cause(error: &sqlx::Error) -> String {
+    match error {
+        sqlx::Error::Io(io) => io.to_string(),
+        sqlx::Error::Database(db) => db.message().to_owned(),
+        other => other.to_string(),
+    }
+}
+
 fn int(row: &AnyRow, column: &str) -> Result<i64, StorageError> {
     Ok(row.try_get::<i64, _>(column)?)
 }

@@ -6,6 +6,7 @@ mod harness;
 mod archive;
 mod assets;
 mod bounds;
+mod cli;
 mod cluster;
 mod connector;
 mod crash;
