@@ -15,10 +15,17 @@ import { test } from 'node:test';
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const repoRoot = path.resolve(here, '..', '..');
 
-/** Path of the margin binary: $MARGIN_BIN, or target/debug/margin in the repo. */
+/**
+ * Path of the margin binary: $MARGIN_BIN, else debug/margin under
+ * $CARGO_TARGET_DIR (relative to the repository, where cargo was run), else
+ * under the repository's target/.
+ */
 export function marginBin() {
   const fromEnv = process.env.MARGIN_BIN;
-  const bin = fromEnv ? path.resolve(fromEnv) : path.join(repoRoot, 'target', 'debug', 'margin');
+  const targetDir = process.env.CARGO_TARGET_DIR
+    ? path.resolve(repoRoot, process.env.CARGO_TARGET_DIR)
+    : path.join(repoRoot, 'target');
+  const bin = fromEnv ? path.resolve(fromEnv) : path.join(targetDir, 'debug', 'margin');
   if (!existsSync(bin)) {
     throw new Error(
       `margin binary not found at ${bin}; build it with \`cargo build -p margin-server --bin margin\` or set MARGIN_BIN`,
