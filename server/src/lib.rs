@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod demo;
 pub mod http;
 pub mod link;
+pub mod metrics;
 pub mod serve;
 pub mod sessions;
 pub mod storage;

@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use margin_decisions::{
     open_decisions, wire, Access, BatchError, DecisionCard, Key, Outcome, Strictness,
@@ -20,11 +21,12 @@ use margin_protocol::decisions::{
     AnswerBody, EditPlanInput, EditPlanOutput, OpenDecisionInput, OpenDecisionsInput,
     OpenDecisionsOutput, ReadDocumentOutput, ToolRefusal,
 };
-use margin_protocol::tools::{ToolCall, ToolOutput};
+use margin_protocol::tools::{ToolCall, ToolName, ToolOutput};
 use margin_protocol::RefusalCode;
 use tracing::{info, Instrument};
 use uuid::Uuid;
 
+use crate::metrics::COUNTERS;
 use crate::storage::{Account, SessionWrite, StorageError};
 use crate::sync::command::{CardsRefused, EditRefused, Ride, Rider};
 use crate::sync::hub::OutlineError;
@@ -271,6 +273,21 @@ impl Tools {
         recorder: Recorder,
     ) -> Ran {
         let recorder = Some(recorder);
+        let tool = call.name();
+        let started = Instant::now();
+        let ran = self.dispatch(account, document, call, recorder).await;
+        COUNTERS.tool_call(tool.as_str(), outcome(&ran.result), started.elapsed());
+        ran
+    }
+
+    /// The tool `call` names, run.
+    async fn dispatch(
+        &self,
+        account: &Account,
+        document: &str,
+        call: ToolCall,
+        recorder: Option<Recorder>,
+    ) -> Ran {
         let result = match call {
             ToolCall::ReadDocument(_) => self
                 .read_document(account, document)
@@ -554,5 +571,27 @@ where
         if let Ok(mut recorder) = self.recorder.lock() {
             recorder.committed();
         }
+    }
+}
+
+/// Runs `call`, counting it in `/metrics` as a call of `tool` by its
+/// outcome: what the HTTP tool routes do; a session's calls are counted in
+/// [`Tools::run`].
+pub async fn observed<T>(
+    tool: ToolName,
+    call: impl std::future::Future<Output = Result<T, ToolError>>,
+) -> Result<T, ToolError> {
+    let started = Instant::now();
+    let result = call.await;
+    COUNTERS.tool_call(tool.as_str(), outcome(&result), started.elapsed());
+    result
+}
+
+/// How a tool call ended, as `/metrics` labels it.
+fn outcome<T>(result: &Result<T, ToolError>) -> &'static str {
+    match result {
+        Ok(_) => "ok",
+        Err(ToolError::Refused(_)) => "refused",
+        Err(ToolError::Internal(_)) => "failed",
     }
 }

@@ -109,6 +109,11 @@ impl Watchers {
         }
     }
 
+    /// How many feeds watch documents here, for `/metrics`.
+    pub fn streams(&self) -> usize {
+        self.lock().values().map(|w| w.bells.receiver_count()).sum()
+    }
+
     #[cfg(test)]
     fn watched(&self) -> usize {
         self.lock().len()

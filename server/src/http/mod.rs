@@ -13,18 +13,16 @@ mod extract;
 mod internal;
 mod machines;
 mod members;
+mod ops;
 mod planner;
 mod sessions;
 mod sse;
 mod throttle;
 mod tools;
 
-use std::time::Duration;
-
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post};
-use axum::{Json, Router};
-use serde_json::json;
+use axum::Router;
 use tower_http::trace::TraceLayer;
 
 pub use error::AppError;
@@ -60,8 +58,9 @@ pub fn router(state: AppState) -> Router {
         .route("/", get(assets::index))
         .route("/assets/{file}", get(assets::asset))
         .route("/favicon.ico", get(assets::favicon))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
         .route("/internal/documents/{id}/sync", get(internal::sync))
         .route("/internal/machines/{id}/link", get(internal::machine_link))
         .route("/me", get(accounts::me))
@@ -152,39 +151,6 @@ fn tool_routes() -> Router<AppState> {
             extract::declared_length,
         ))
         .layer(DefaultBodyLimit::max(MAX_TOOL_BODY_BYTES))
-}
-
-async fn healthz(
-    axum::extract::State(state): axum::extract::State<AppState>,
-) -> Result<Json<serde_json::Value>, AppError> {
-    tokio::time::timeout(Duration::from_secs(5), state.hub.store().ping())
-        .await
-        .map_err(|_| AppError::Internal("database ping timed out".into()))??;
-    Ok(Json(json!({ "status": "ok" })))
-}
-
-/// Whether this server can take traffic (SPEC O1): its database answers
-/// and, in a cluster, it holds a live registration and is not draining. A
-/// load balancer sends new connections only to a node that says so.
-async fn readyz(
-    axum::extract::State(state): axum::extract::State<AppState>,
-) -> Result<Json<serde_json::Value>, AppError> {
-    tokio::time::timeout(Duration::from_secs(5), state.hub.store().ping())
-        .await
-        .map_err(|_| AppError::Unavailable("the database did not answer within 5 s".into()))?
-        .map_err(|e| AppError::Unavailable(format!("the database failed: {e}")))?;
-    match state.hub.cluster() {
-        None => Ok(Json(json!({ "status": "ready" }))),
-        Some(cluster) if cluster.ready() => Ok(Json(json!({
-            "status": "ready",
-            "node": cluster.incarnation().node,
-            "advertise": cluster.advertise(),
-        }))),
-        Some(_) => Err(AppError::Unavailable(
-            "this node is not serving: it is draining, or its lease lapsed and it is joining the cluster again"
-                .into(),
-        )),
-    }
 }
 
 async fn not_found() -> AppError {

@@ -12,7 +12,8 @@ use margin_protocol::decisions::{
 
 use super::extract::{Caller, JsonBody};
 use super::{AppError, AppState};
-use crate::tools::{ToolError, Tools};
+use crate::tools::{observed, ToolError, Tools};
+use margin_protocol::tools::ToolName;
 use margin_protocol::RefusalCode;
 
 impl From<ToolError> for AppError {
@@ -33,7 +34,11 @@ pub async fn read_document(
     Path(id): Path<String>,
 ) -> Result<Json<ReadDocumentOutput>, AppError> {
     Ok(Json(
-        Tools::new(state.hub).read_document(&account, &id).await?,
+        observed(
+            ToolName::ReadDocument,
+            Tools::new(state.hub).read_document(&account, &id),
+        )
+        .await?,
     ))
 }
 
@@ -44,9 +49,11 @@ pub async fn edit_plan(
     JsonBody(input): JsonBody<EditPlanInput>,
 ) -> Result<Json<EditPlanOutput>, AppError> {
     Ok(Json(
-        Tools::new(state.hub)
-            .edit_plan(&account, &id, input, &account.name, None)
-            .await?,
+        observed(
+            ToolName::EditPlan,
+            Tools::new(state.hub).edit_plan(&account, &id, input, &account.name, None),
+        )
+        .await?,
     ))
 }
 
@@ -57,9 +64,11 @@ pub async fn open_decisions(
     JsonBody(input): JsonBody<OpenDecisionsInput>,
 ) -> Result<Json<OpenDecisionsOutput>, AppError> {
     Ok(Json(
-        Tools::new(state.hub)
-            .open_decisions(&account, &id, input, None)
-            .await?,
+        observed(
+            ToolName::OpenDecisions,
+            Tools::new(state.hub).open_decisions(&account, &id, input, None),
+        )
+        .await?,
     ))
 }
 
@@ -70,9 +79,11 @@ pub async fn open_decision(
     JsonBody(input): JsonBody<OpenDecisionInput>,
 ) -> Result<Json<OpenDecisionsOutput>, AppError> {
     Ok(Json(
-        Tools::new(state.hub)
-            .open_decision(&account, &id, input, None)
-            .await?,
+        observed(
+            ToolName::OpenDecision,
+            Tools::new(state.hub).open_decision(&account, &id, input, None),
+        )
+        .await?,
     ))
 }
 
@@ -83,8 +94,10 @@ pub async fn ask(
     JsonBody(input): JsonBody<OpenDecisionInput>,
 ) -> Result<Json<OpenDecisionsOutput>, AppError> {
     Ok(Json(
-        Tools::new(state.hub)
-            .ask(&account, &id, input, None)
-            .await?,
+        observed(
+            ToolName::Ask,
+            Tools::new(state.hub).ask(&account, &id, input, None),
+        )
+        .await?,
     ))
 }

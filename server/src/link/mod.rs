@@ -258,6 +258,15 @@ impl Links {
         self.close(link);
     }
 
+    /// How many links are open, for `/metrics`.
+    pub fn count(&self) -> usize {
+        self.inner
+            .open
+            .lock()
+            .map(|open| open.values().map(Vec::len).sum())
+            .unwrap_or(0)
+    }
+
     /// Whether link `id` is still open.
     pub fn is_open(&self, id: u64) -> bool {
         self.inner

@@ -34,6 +34,7 @@ use super::record::Recording;
 use super::Shared;
 use crate::cluster::Lease;
 use crate::link::{Link, LinkEnd};
+use crate::metrics::COUNTERS;
 use crate::storage::{Account, StorageError};
 use crate::tools::{Ran, Recorder, ToolError, Tools};
 use crate::watchers::Bell;
@@ -453,7 +454,10 @@ impl Driver {
         }
         let mut written = write_of(&next, &step, &self.feed, self.shared.keeping)?;
         written.write.lease = self.lease.as_ref().map(Lease::fence);
-        if let Err(error) = self.shared.journal.commit(written.write.clone()).await {
+        let started = std::time::Instant::now();
+        let committed = self.shared.journal.commit(written.write.clone()).await;
+        COUNTERS.session_commit.observe(started.elapsed());
+        if let Err(error) = committed {
             warn!(%error, "session step not committed; nothing of it was revealed");
             if let StorageError::LeaseLost { .. } = error {
                 self.moved = true;

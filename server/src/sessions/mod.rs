@@ -817,6 +817,24 @@ impl Sessions {
         self.shared.hub.watchers().ring(document, Bell::Planner);
     }
 
+    /// How many sessions run here in each state their view names, for
+    /// `/metrics`.
+    pub fn states(&self) -> std::collections::BTreeMap<&'static str, usize> {
+        let shown: Vec<Arc<PlannerSession>> = self
+            .shared
+            .lock()
+            .sessions
+            .values()
+            .map(|live| live.shown.borrow().clone())
+            .collect();
+        let mut states = std::collections::BTreeMap::new();
+        let now = now();
+        for session in shown.iter().filter(|s| s.released().is_none()) {
+            *states.entry(session.view(now).state.as_str()).or_default() += 1;
+        }
+        states
+    }
+
     /// The document's Planner as people see it (SPEC B1a): its session's
     /// view, or with none what a `@planner` would find — a machine of
     /// `owner`'s linked, the last session stopped, or nothing.

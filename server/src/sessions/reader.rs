@@ -3,6 +3,7 @@
 //! for the next commit. Every event after the cursor is delivered, in
 //! order and once, or the reader is told to resync — never a silent gap.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::feed::{Entry, Feed, Ring};
+use crate::metrics::COUNTERS;
 use crate::storage::Store;
 
 /// How long a reader waits in silence before a keep-alive comment, so
@@ -33,7 +35,7 @@ pub enum Delivery {
     End,
 }
 
-/// A read of one session's events.
+/// A read of one session's events (counted in `/metrics` while it lasts).
 pub struct Reader {
     store: Store,
     session: String,
@@ -59,6 +61,7 @@ impl Reader {
         let resync = (after > current).then(|| {
             format!("cursor {after} is ahead of this session's log, which ends at {current}")
         });
+        COUNTERS.session_streams.fetch_add(1, Ordering::Relaxed);
         Reader {
             store,
             session,
@@ -132,5 +135,11 @@ impl Reader {
                 () = tokio::time::sleep(KEEP_ALIVE) => return Delivery::KeepAlive,
             }
         }
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        COUNTERS.session_streams.fetch_sub(1, Ordering::Relaxed);
     }
 }

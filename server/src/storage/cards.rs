@@ -32,6 +32,17 @@ impl Store {
         Ok(())
     }
 
+    /// How many cards, of every document, wait on an answer (open or
+    /// reopened), for `/metrics`.
+    pub async fn open_decision_count(&self) -> Result<i64, StorageError> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS open FROM decision_cards WHERE state IN ('open', 'reopened')",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        int(&row, "open")
+    }
+
     /// Every card of document `id`, oldest first.
     pub async fn cards(&self, id: &str) -> Result<Vec<StoredCard>, StorageError> {
         let sql = format!(

@@ -10,6 +10,8 @@ use margin_protocol::Role;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::metrics::COUNTERS;
+
 /// Identifies one sync connection within the server.
 pub type ConnId = u64;
 
@@ -118,7 +120,11 @@ impl Outbox {
                 mpsc::error::TrySendError::Full(_) => Refused::Full,
                 mpsc::error::TrySendError::Closed(_) => Refused::Closed,
             }
-        })
+        })?;
+        COUNTERS
+            .outbox_bytes
+            .fetch_add(bytes(size), Ordering::Relaxed);
+        Ok(())
     }
 }
 
@@ -127,8 +133,25 @@ impl OutboxReader {
     pub async fn recv(&mut self) -> Option<Bytes> {
         let frame = self.rx.recv().await?;
         self.queued.fetch_sub(frame.len(), Ordering::AcqRel);
+        COUNTERS
+            .outbox_bytes
+            .fetch_sub(bytes(frame.len()), Ordering::Relaxed);
         Some(frame)
     }
+}
+
+impl Drop for OutboxReader {
+    fn drop(&mut self) {
+        // Frames never written leave the fan-out queue with the connection.
+        let left = self.queued.swap(0, Ordering::AcqRel);
+        COUNTERS
+            .outbox_bytes
+            .fetch_sub(bytes(left), Ordering::Relaxed);
+    }
+}
+
+fn bytes(size: usize) -> i64 {
+    i64::try_from(size).unwrap_or(i64::MAX)
 }
 
 /// The document task's end of a connection.

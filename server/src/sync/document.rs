@@ -37,6 +37,7 @@ use super::load::rebuilt;
 use super::messages;
 use super::writes;
 use crate::cluster::{Lease, Ownership, TakeRefused};
+use crate::metrics::COUNTERS;
 use crate::storage::{Epoch, Riding, SessionWrite, StorageError, Store, StoredCard};
 
 /// The origin of the server's own changes; connections count from 1.
@@ -688,10 +689,15 @@ impl DocumentTask {
                 sessions: &sessions,
                 edited_by: effects.edited_by.as_deref(),
             };
+            let started = Instant::now();
             self.revision = self
                 .store
                 .append_with(&self.id, self.epoch, self.revision, &changes, riding)
                 .await?;
+            COUNTERS.document_commit.observe(started.elapsed());
+            COUNTERS
+                .updates_committed
+                .fetch_add(changes.len() as u64, std::sync::atomic::Ordering::Relaxed);
             for (rider, _, _) in &effects.riders {
                 if let Ok(mut ride) = rider.0.lock() {
                     ride.committed();

@@ -180,6 +180,18 @@ impl Hub {
         &self.inner.store
     }
 
+    /// How many documents have a task here, and how many sync connections
+    /// they hold: what `/metrics` reports.
+    pub fn load(&self) -> (usize, usize) {
+        let documents = self.inner.docs.lock().map_or(0, |docs| docs.len());
+        let connections = self
+            .inner
+            .viewers
+            .lock()
+            .map_or(0, |viewers| viewers.values().sum());
+        (documents, connections)
+    }
+
     /// Who follows each document's feed.
     pub fn watchers(&self) -> &Watchers {
         &self.inner.watchers

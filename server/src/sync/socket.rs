@@ -10,6 +10,7 @@ use tracing::{debug, Instrument};
 
 use super::command::{Command, JoinRefused};
 use super::hub::Joined;
+use crate::metrics::COUNTERS;
 
 /// How long a close frame may wait behind a client that is not reading.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -46,6 +47,7 @@ pub async fn serve(socket: WebSocket, id: String, account: String, joined: Joine
                 }
             }
             if let Some((code, reason)) = closer.reason() {
+                COUNTERS.closed(code);
                 let farewell = sink.send(close_message(code, &reason));
                 let _ = tokio::time::timeout(CLOSE_TIMEOUT, farewell).await;
             }

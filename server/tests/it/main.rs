@@ -20,6 +20,7 @@ mod http;
 mod keeping;
 mod link;
 mod members;
+mod metrics;
 mod plans;
 mod releases;
 mod repairs;

@@ -1,0 +1,101 @@
+//! `/metrics` as an operator's scraper reads it (SPEC O1): after a scripted
+//! session — a person typing, a Planner linking, reading the document,
+//! opening a decision and replying, a feed open — the gauges say what is
+//! live and the counters have moved, on both backends.
+
+use std::time::Duration;
+
+use margin_protocol::link::{ClientMessage, ServerMessage};
+use margin_protocol::tools::ToolOutput;
+use serde_json::json;
+
+use crate::harness::Sse;
+use crate::on_both_backends;
+use crate::turns::{call, invoked, Scene};
+
+/// The exposition's value for `series` (name and labels, as printed).
+fn value(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| {
+            line.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no series {series} in:\n{text}"))
+}
+
+async fn scrape(s: &Scene) -> String {
+    let response = reqwest::get(format!("http://{}/metrics", s.server.addr))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let kind = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(kind.starts_with("text/plain; version=0.0.4"), "{kind}");
+    response.text().await.unwrap()
+}
+
+/// Scrapes until `ok` holds of the exposition (gauges follow the work a
+/// moment after it is acknowledged).
+async fn scrape_until(s: &Scene, ok: impl Fn(&str) -> bool) -> String {
+    for _ in 0..200 {
+        let text = scrape(s).await;
+        if ok(&text) {
+            return text;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the metrics never got there:\n{}", scrape(s).await);
+}
+
+on_both_backends! {
+    async fn metrics_follow_a_scripted_session(db) {
+        // Scene::new types one paragraph through a live sync connection.
+        let s = Scene::new(&db).await;
+        let before = scrape_until(&s, |t| value(t, "margin_updates_committed_total") >= 1.0).await;
+        assert!(value(&before, "margin_commit_seconds_count{of=\"document\"}") >= 1.0);
+        assert_eq!(value(&before, "margin_machine_links"), 0.0);
+
+        let mut link = s.planner().await;
+        s.say("@planner look").await;
+        let (session, turn, _, _) = invoked(&mut link).await;
+        let working = scrape_until(&s, |t| value(t, "margin_planner_sessions{state=\"working\"}") == 1.0).await;
+        assert_eq!(value(&working, "margin_machine_links"), 1.0);
+        assert!(value(&working, "margin_commit_seconds_count{of=\"session\"}") >= 1.0);
+
+        let read = call(&mut link, &session, &turn, "read_document", json!({})).await;
+        let ServerMessage::ToolResult { output: Some(ToolOutput::ReadDocument(read)), .. } = read else { panic!("{read:?}") };
+        let digest = read.outline[0].digest.clone();
+        let opened = call(&mut link, &session, &turn, "open_decisions", json!({
+            "revision": read.revision,
+            "cards": [{"key": "region", "question": "Which region?", "response": "free_text",
+                       "passages": [{"index": 0, "digest": digest}]}],
+        })).await;
+        assert!(matches!(opened, ServerMessage::ToolResult { error: None, .. }), "{opened:?}");
+        // At a stale revision `open_decision` is refused (SPEC D9).
+        let refused = call(&mut link, &session, &turn, "open_decision", json!({
+            "revision": 0,
+            "card": {"key": "late", "question": "Late?", "response": "yes_no",
+                     "passages": [{"index": 0, "digest": read.outline[0].digest}]},
+        })).await;
+        assert!(matches!(refused, ServerMessage::ToolResult { error: Some(_), .. }), "{refused:?}");
+
+        let mut feed = Sse::open(s.server.addr, &s.token, &format!("/documents/{}/events", s.doc), None).await.unwrap();
+        feed.next().await.unwrap();
+        link.send_message(&ClientMessage::Reply { session, turn, text: "Asked.".into() }).await;
+        let after = scrape_until(&s, |t| value(t, "margin_planner_sessions{state=\"available\"}") == 1.0).await;
+        assert_eq!(value(&after, "margin_tool_call_seconds_count{tool=\"read_document\",outcome=\"ok\"}"), 1.0);
+        assert_eq!(value(&after, "margin_tool_call_seconds_count{tool=\"open_decisions\",outcome=\"ok\"}"), 1.0);
+        assert_eq!(value(&after, "margin_tool_call_seconds_count{tool=\"open_decision\",outcome=\"refused\"}"), 1.0);
+        assert_eq!(value(&after, "margin_open_decisions"), 1.0);
+        assert_eq!(value(&after, "margin_event_streams{feed=\"document\"}"), 1.0);
+        assert_eq!(value(&after, "margin_planner_sessions{state=\"working\"}"), 0.0);
+        assert!(value(&after, "margin_updates_committed_total") > value(&before, "margin_updates_committed_total"), "the card's mirror is committed too");
+        drop(feed);
+        scrape_until(&s, |t| value(t, "margin_event_streams{feed=\"document\"}") == 0.0).await;
+    }
+}
