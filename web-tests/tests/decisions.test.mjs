@@ -1,4 +1,4 @@
-// B1, D, E3: decision cards rendered beside their paragraph in the browser
+// SPEC B1, D, E3: decision cards rendered beside their paragraph in the browser
 // editor, opened through the Planner tools endpoint and acted on by people.
 
 import assert from 'node:assert/strict';

@@ -1,4 +1,4 @@
-// B1, B2: the browser editor served at `/`, driven in Debian's Chromium.
+// SPEC B1, B2: the browser editor served at `/`, driven in Debian's Chromium.
 
 import assert from 'node:assert/strict';
 import { mkdir } from 'node:fs/promises';

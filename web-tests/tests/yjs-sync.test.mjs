@@ -1,4 +1,4 @@
-// S1–S4, W2, A1: the unmodified npm `yjs` + `y-websocket` client against a real margin server.
+// SPEC S1–S4, W2, A1: the unmodified npm `yjs` + `y-websocket` client against a real margin server.
 
 import assert from 'node:assert/strict';
 import { serverTest, waitFor, sleep, withTimeout } from '../lib/server.mjs';
