@@ -15,6 +15,7 @@ pub mod documents;
 pub mod error;
 pub mod link;
 pub mod refusal;
+pub mod schema;
 pub mod sessions;
 pub mod sync;
 pub mod tools;

@@ -13,6 +13,7 @@ mod extract;
 mod internal;
 mod machines;
 mod members;
+pub mod openapi;
 mod ops;
 mod planner;
 mod sessions;
@@ -61,6 +62,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
+        .route("/openapi.json", get(openapi::serve))
         .route("/internal/documents/{id}/sync", get(internal::sync))
         .route("/internal/machines/{id}/link", get(internal::machine_link))
         .route("/me", get(accounts::me))

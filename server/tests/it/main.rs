@@ -21,6 +21,7 @@ mod keeping;
 mod link;
 mod members;
 mod metrics;
+mod openapi;
 mod plans;
 mod releases;
 mod repairs;
