@@ -29,3 +29,6 @@ export const {
 
 /** The built demo Planner example, run with `node`. */
 export const demoPlannerScript = path.join(sdkDir, 'dist', 'examples', 'demo-planner.js');
+
+/** The built LLM Planner example, run with `node`. */
+export const llmPlannerScript = path.join(sdkDir, 'dist', 'examples', 'llm-planner.js');

@@ -8,30 +8,19 @@
 // the held file beside its credential (SPEC D2, D3, U1–U6, L3, L8).
 
 import assert from 'node:assert/strict';
-import { execFile, spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { promisify } from 'node:util';
 import { serverTest, waitFor, withTimeout } from '../lib/server.mjs';
 import { documentWith, decisions } from '../lib/doc.mjs';
 import { demoPlannerScript } from '../lib/sdk.mjs';
+import { pairToFile, startExample } from '../lib/example.mjs';
 
 const PATIENCE = 10000;
 
 /** Starts the demo Planner; its output is kept for a failure report. */
 function startDemo(server, credential, onCleanup) {
-  const child = spawn(process.execPath, [demoPlannerScript, '--server', server.baseUrl, '--credential', credential], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const demo = { child, output: '' };
-  for (const stream of [child.stdout, child.stderr]) stream.on('data', (d) => (demo.output += d));
-  demo.exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
-  onCleanup(async () => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-    await demo.exited;
-  });
-  return demo;
+  return startExample(demoPlannerScript, ['--server', server.baseUrl, '--credential', credential], onCleanup);
 }
 
 async function say(server, docId, text) {
@@ -65,9 +54,7 @@ serverTest('the TypeScript demo Planner opens a card per open question, keeps it
   const dir = await mkdtemp(path.join(os.tmpdir(), 'margin-ts-demo-'));
   onCleanup(() => rm(dir, { recursive: true, force: true }));
   const credential = path.join(dir, 'laptop.credential');
-  const paired = await promisify(execFile)(server.bin, ['machine', 'pair', 'alice', 'laptop', '--credential-file', credential, '--data', server.dataDir], {
-    timeout: PATIENCE,
-  });
+  const paired = await pairToFile(server, 'alice', 'laptop', credential);
   assert.ok(!paired.stdout.includes('mgm_'), 'the secret goes to the file, not the terminal');
   const { doc } = await documentWith(server, 'Plan', ['We launch in March.', 'Which region first?', 'Pricing: TBD.']);
 
