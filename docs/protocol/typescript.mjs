@@ -1,0 +1,82 @@
+// TypeScript types from the JSON Schemas beside this file (generated from the
+// margin-protocol crate), shared by every TypeScript package that speaks
+// Margin's wire: the editor (server/web/types.mjs) and the connector SDK
+// (sdk/typescript/types.mjs). The wire shapes are defined once, in Rust;
+// this module only turns their schemas into types, the same way for both.
+//
+// It imports nothing outside Node: each caller passes the `compile` of its
+// own json-schema-to-typescript (a dev dependency of that package), because
+// a bare import here would be resolved from docs/, which has no
+// node_modules.
+import { readFile, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** The folder holding the committed schemas. */
+export const SCHEMAS = dirname(fileURLToPath(import.meta.url));
+
+/**
+ * The TypeScript source declaring each schema of `names` (e.g.
+ * `['ErrorBody', 'ServerMessage']`) and every definition they refer to,
+ * each once. `banner` opens the file. A definition two schemas spell
+ * differently is an error: one name must mean one shape.
+ */
+export async function wireTypes({ compile, names, banner }) {
+  // One root schema whose definitions are every named schema and everything
+  // they refer to: shared definitions (Role, RunView, …) come out once.
+  const defs = {};
+  const from = {};
+  const define = (key, value, where) => {
+    if (key in defs && shape(defs[key]) !== shape(value)) {
+      throw new Error(`${key} is defined differently in ${from[key]} and ${where}`);
+    }
+    defs[key] = value;
+    from[key] = where;
+  };
+  for (const name of names) {
+    const file = `${name}.schema.json`;
+    const schema = JSON.parse(await readFile(join(SCHEMAS, file), 'utf8'));
+    const { $defs = {}, $schema: _, ...own } = schema;
+    for (const [key, value] of Object.entries($defs)) define(key, value, file);
+    define(name, { ...own, title: name }, file);
+  }
+  const root = {
+    $schema: 'https://json-schema.org/draft/2020-12/schema',
+    title: 'Wire',
+    type: 'object',
+    properties: Object.fromEntries(names.map((name) => [name, { $ref: `#/$defs/${name}` }])),
+    additionalProperties: false,
+    $defs: defs,
+  };
+  const ts = await compile(root, 'Wire', {
+    bannerComment: banner,
+    unreachableDefinitions: true,
+    additionalProperties: false,
+    format: true,
+    style: { singleQuote: true, printWidth: 120 },
+  });
+  // The root only gathers the others.
+  return ts.replace(/export interface Wire \{[^}]*\}\n\n?/s, '');
+}
+
+/** A definition's shape: what it says, less the title a root schema adds. */
+function shape({ title: _, ...rest }) {
+  return JSON.stringify(rest);
+}
+
+/**
+ * Writes `text` to `out` (shown as `label`), or with `check` fails (exit 1)
+ * when `out` holds anything else, printing `fix`: what brings it up to date.
+ */
+export async function writeOrCheck({ out, label, text, check, fix }) {
+  if (check) {
+    const current = await readFile(out, 'utf8').catch(() => '');
+    if (current !== text) {
+      console.error(`${label} is stale: ${fix}`);
+      process.exit(1);
+    }
+    return;
+  }
+  await writeFile(out, text);
+  console.log(`wrote ${label}`);
+}

@@ -1,0 +1,114 @@
+// The demo Planner example of the TypeScript SDK
+// (sdk/typescript/examples/demo-planner.ts), run as a person runs it — `node
+// dist/examples/demo-planner.js --server URL --credential FILE` with a
+// machine paired by `margin machine pair … --credential-file FILE` — against
+// a real server, as the Rust demo is tested (server/tests/it/connector.rs):
+// a card per open question, a three-step plan, a reply; a second turn
+// replays the cards; killed and started again, it resumes its session from
+// the held file beside its credential (SPEC D2, D3, U1–U6, L3, L8).
+
+import assert from 'node:assert/strict';
+import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { serverTest, waitFor, withTimeout } from '../lib/server.mjs';
+import { documentWith, decisions } from '../lib/doc.mjs';
+import { demoPlannerScript } from '../lib/sdk.mjs';
+import { pairToFile, startExample } from '../lib/example.mjs';
+
+const PATIENCE = 10000;
+
+/** Starts the demo Planner; its output is kept for a failure report. */
+function startDemo(server, credential, onCleanup) {
+  return startExample(demoPlannerScript, ['--server', server.baseUrl, '--credential', credential], onCleanup);
+}
+
+async function say(server, docId, text) {
+  const res = await server.api('POST', `/documents/${docId}/chat`, { as: 'alice', body: { text } });
+  assert.equal(res.status, 201, JSON.stringify(res.body));
+}
+
+async function replies(server, docId, count) {
+  return waitFor(
+    async () => {
+      const res = await server.api('GET', `/documents/${docId}/chat`, { as: 'alice' });
+      const texts = res.body.messages.filter((m) => m.kind === 'planner').map((m) => m.text);
+      return texts.length >= count && texts;
+    },
+    PATIENCE,
+    `${count} Planner repl${count === 1 ? 'y' : 'ies'} in Chat`,
+  );
+}
+
+async function view(server, docId) {
+  return (await server.api('GET', `/documents/${docId}/planner`, { as: 'alice' })).body;
+}
+
+async function plan(server, session) {
+  const res = await server.api('GET', `/sessions/${session}`, { as: 'alice' });
+  assert.equal(res.status, 200, JSON.stringify(res.body));
+  return res.body.plan;
+}
+
+serverTest('the TypeScript demo Planner opens a card per open question, keeps its plan, replays its cards, and resumes after a kill', {}, async ({ server, onCleanup }) => {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'margin-ts-demo-'));
+  onCleanup(() => rm(dir, { recursive: true, force: true }));
+  const credential = path.join(dir, 'laptop.credential');
+  const paired = await pairToFile(server, 'alice', 'laptop', credential);
+  assert.ok(!paired.stdout.includes('mgm_'), 'the secret goes to the file, not the terminal');
+  const { doc } = await documentWith(server, 'Plan', ['We launch in March.', 'Which region first?', 'Pricing: TBD.']);
+
+  let demo = startDemo(server, credential, onCleanup);
+  try {
+    await waitFor(async () => (await view(server, doc.id)).state === 'available', PATIENCE, 'the demo to link');
+    await say(server, doc.id, '@planner please review');
+    assert.deepEqual(await replies(server, doc.id, 1), ['I read the plan and found 2 open questions: added 2 decisions.']);
+    const cards = await decisions(server, 'alice', doc.id);
+    assert.deepEqual(cards.map((c) => [c.question, c.response, c.state]).sort(), [
+      ['Decide what is still TBD: Pricing: TBD.', 'free_text', 'open'],
+      ['Which region first?', 'free_text', 'open'],
+    ]);
+    const first = await view(server, doc.id);
+    assert.deepEqual(first.runs.map((r) => [r.name, r.status]), [['Review the plan for open questions', 'completed']]);
+    // Read, capturing, done: three accepted updates in one turn.
+    const marked = await plan(server, first.session);
+    assert.equal(marked.revision, 3);
+    assert.deepEqual(marked.steps.map((s) => [s.id, s.status]), [
+      ['read', 'completed'],
+      ['capture', 'completed'],
+      ['answers', 'pending'],
+    ]);
+
+    // The same text again: its keys replay the cards (SPEC D3), no twins.
+    await say(server, doc.id, '@planner once more');
+    assert.equal((await replies(server, doc.id, 2))[1], 'I read the plan and found 2 open questions: 2 decisions already in the document.');
+    assert.equal((await decisions(server, 'alice', doc.id)).length, 2);
+    assert.equal((await stat(credential)).mode & 0o777, 0o600, 'the renewed credential file is private');
+    const held = JSON.parse(await readFile(path.join(dir, 'laptop.sessions.json'), 'utf8'));
+    assert.deepEqual(held, { [first.session]: [] }, 'the session is held beside the credential');
+
+    // Killed, and started again: it resumes the same session, plan and all.
+    demo.child.kill('SIGKILL');
+    await withTimeout(demo.exited, PATIENCE, 'the demo to die');
+    demo = startDemo(server, credential, onCleanup);
+    await waitFor(
+      async () => {
+        const v = await view(server, doc.id);
+        return v.connected && !v.disconnected && v.session === first.session && v;
+      },
+      PATIENCE,
+      'the restarted demo to resume its session',
+    );
+    await say(server, doc.id, '@planner again');
+    assert.equal((await replies(server, doc.id, 3))[2], 'I read the plan and found 2 open questions: 2 decisions already in the document.');
+    assert.equal((await view(server, doc.id)).session, first.session);
+    assert.equal((await plan(server, first.session)).revision, 9, 'each turn went on from the plan handed back');
+
+    // Ctrl-C detaches and exits cleanly.
+    demo.child.kill('SIGTERM');
+    assert.deepEqual(await withTimeout(demo.exited, PATIENCE, 'the demo to exit'), { code: 0, signal: null });
+  } catch (e) {
+    process.stderr.write(`\n----- demo Planner output -----\n${demo.output}\n-------------------------------\n`);
+    throw e;
+  }
+});
