@@ -58,7 +58,7 @@ pub(super) struct Driver {
     account: Account,
     shared: Arc<Shared>,
     /// What people see (`GET /documents/{id}/planner`).
-    shown: watch::Sender<Arc<PlannerSession>>,
+    shown: watch::Sender<Option<Arc<PlannerSession>>>,
     /// No timeout before this (a commit failed).
     pause: Option<Instant>,
     /// In a cluster: its share of the document's lease, which every
@@ -76,7 +76,7 @@ impl Driver {
         link: Option<Link>,
         account: Account,
         shared: Arc<Shared>,
-        shown: watch::Sender<Arc<PlannerSession>>,
+        shown: watch::Sender<Option<Arc<PlannerSession>>>,
         lease: Option<Lease>,
     ) -> Self {
         Driver {
@@ -478,7 +478,8 @@ impl Driver {
             self.feed = written.feed;
         }
         self.session = next;
-        self.shown.send_replace(Arc::new(self.session.clone()));
+        self.shown
+            .send_replace(Some(Arc::new(self.session.clone())));
         self.shared
             .hub
             .watchers()

@@ -148,7 +148,9 @@ struct Live {
     machine: String,
     account: String,
     mailbox: mpsc::Sender<Input>,
-    shown: watch::Receiver<Arc<PlannerSession>>,
+    /// The session as last committed; none until a new session's start
+    /// is (nothing shows a session before that, not even its id).
+    shown: watch::Receiver<Option<Arc<PlannerSession>>>,
 }
 
 impl Shared {
@@ -224,7 +226,8 @@ impl Shared {
 
     /// Starts a driver for `session`, whose first step is `first`, on
     /// `link` (none: the machine is away) with its feed at `feed`, and
-    /// registers it.
+    /// registers it. A session taken back from its journal is shown at
+    /// once (it is committed); a new one once its start is.
     #[allow(clippy::too_many_arguments)]
     fn spawn(
         self: &Arc<Self>,
@@ -235,10 +238,11 @@ impl Shared {
         link: Option<Link>,
         feed: SessionSnapshot,
         lease: Option<Lease>,
+        stored: bool,
     ) -> (mpsc::Sender<Input>, oneshot::Receiver<()>) {
         let (mailbox, inputs) = mpsc::channel(MAILBOX);
         let (ready_tx, ready) = oneshot::channel();
-        let (shown_tx, shown) = watch::channel(Arc::new(session.clone()));
+        let (shown_tx, shown) = watch::channel(stored.then(|| Arc::new(session.clone())));
         let id = session.id().to_owned();
         registry.sessions.insert(
             id.clone(),
@@ -253,7 +257,9 @@ impl Shared {
             .documents
             .insert(session.document().to_owned(), id.clone());
         registry.stopped.remove(session.document());
-        self.hub.watchers().ring(session.document(), Bell::Planner);
+        if stored {
+            self.hub.watchers().ring(session.document(), Bell::Planner);
+        }
         registry
             .machines
             .entry(session.machine().to_owned())
@@ -352,7 +358,13 @@ impl Sessions {
                     .documents
                     .get(document)
                     .and_then(|id| registry.sessions.get(id))
-                    .filter(|live| live.shown.borrow().released().is_none())
+                    // One whose start is not committed yet is starting.
+                    .filter(|live| {
+                        live.shown
+                            .borrow()
+                            .as_ref()
+                            .is_none_or(|session| session.released().is_none())
+                    })
                     .map(|live| live.mailbox.clone());
                 match live {
                     Some(mailbox) => Some(mailbox),
@@ -421,6 +433,7 @@ impl Sessions {
             Some(link),
             feed,
             lease.take(),
+            false,
         );
         Some(mailbox)
     }
@@ -825,7 +838,7 @@ impl Sessions {
             .lock()
             .sessions
             .values()
-            .map(|live| live.shown.borrow().clone())
+            .filter_map(|live| live.shown.borrow().clone())
             .collect();
         let mut states = std::collections::BTreeMap::new();
         let now = now();
@@ -845,7 +858,7 @@ impl Sessions {
                 .documents
                 .get(document)
                 .and_then(|id| registry.sessions.get(id))
-                .map(|live| live.shown.borrow().clone());
+                .and_then(|live| live.shown.borrow().clone());
             let closed = registry.closed.contains(document);
             (shown, registry.stopped.contains(document), closed)
         };

@@ -203,7 +203,7 @@ async fn take_back(
             return Err(UNREADABLE);
         }
         let account = machine.account.clone();
-        let (_, ready) = shared.spawn(&mut registry, next, step, account, None, feed, lease);
+        let (_, ready) = shared.spawn(&mut registry, next, step, account, None, feed, lease, true);
         ready
     };
     // Serving starts once what the restart did is committed.

@@ -156,7 +156,7 @@ impl ResumeAnswered {
                 .flatten()
                 .filter(|id| !named.contains(*id))
                 .filter_map(|id| registry.sessions.get(id))
-                .filter(|live| live.shown.borrow().is_away())
+                .filter(|live| live.shown.borrow().as_ref().is_some_and(|s| s.is_away()))
                 .map(|live| live.mailbox.clone())
                 .collect()
         };

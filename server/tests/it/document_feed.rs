@@ -155,6 +155,10 @@ on_both_backends! {
         let (session, turn, _, _) = invoked(&mut link).await;
         let working = until_state(&mut feed, PlannerState::Working).await;
         assert_eq!(working.session.as_deref(), Some(session.as_str()));
+        // A session is named only once its start is committed: its snapshot
+        // reads at once (W2a).
+        let (status, _) = s.server.get(Some(&s.token), &format!("/sessions/{session}")).await;
+        assert_eq!(status, 200);
         link.send_message(&ClientMessage::Run {
             session: session.clone(),
             run: "r1".into(),
