@@ -55,7 +55,7 @@ use margin_protocol::link::{PlannerState, PlannerView, RunView};
 use margin_protocol::sessions::SessionEvent;
 use serde::{Deserialize, Serialize};
 
-use crate::ids::{Millis, RequestId, RunId};
+use crate::ids::{Millis, RequestId, RunId, TurnId};
 use state::State;
 
 /// Most runs a session keeps live at once unless its machine declares
@@ -329,6 +329,11 @@ impl PlannerSession {
     /// Whether a turn is running.
     pub fn replying(&self) -> bool {
         self.state.turn.is_some()
+    }
+
+    /// The running turn's id, if a turn is running.
+    pub fn turn(&self) -> Option<&TurnId> {
+        self.state.turn.as_ref().map(|turn| &turn.id)
     }
 
     /// Whether a Stop was asked and not yet confirmed.

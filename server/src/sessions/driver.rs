@@ -566,8 +566,17 @@ impl Driver {
         )));
         let recorder: Recorder = recording.clone();
         let tools = Tools::new(self.shared.hub.clone());
+        // Inside the session's span: the call's log lines name the session,
+        // its document, the turn and the call.
+        let span = tracing::info_span!(
+            "tool_call",
+            tool = name.as_str(),
+            call = %call.0,
+            turn = self.session.turn().map(|t| t.0.as_str()).unwrap_or_default(),
+        );
         let Ran { result, answered } = tools
             .run(&self.account, self.session.document(), tool, recorder)
+            .instrument(span)
             .await;
         let committed = recording.lock().ok().and_then(|mut r| r.take_committed());
         if let (Ok(_), Some((next, step, written))) = (&result, committed) {

@@ -91,6 +91,58 @@ async fn an_unreachable_database_fails_within_seconds_naming_where_and_why_once(
 }
 
 #[tokio::test]
+async fn json_logs_are_one_object_a_line_with_the_ids_as_fields() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let mut child = Command::new(BIN)
+        .args([
+            "--log-format",
+            "json",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data",
+            data,
+        ])
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let line = lines.next_line().await.unwrap().expect("a log line");
+            if line.contains("listening") {
+                return line;
+            }
+        }
+    })
+    .await
+    .expect("the server logged that it listens");
+    let entry: Value =
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not one JSON object ({e}): {line}"));
+    assert_eq!(
+        (entry["level"].as_str(), entry["fields"]["message"].as_str()),
+        (Some("INFO"), Some("listening"))
+    );
+    assert!(
+        entry["fields"]["addr"]
+            .as_str()
+            .unwrap()
+            .starts_with("127.0.0.1:"),
+        "{entry}"
+    );
+    assert!(
+        entry["timestamp"].is_string() && entry["target"].is_string(),
+        "{entry}"
+    );
+    child.kill().await.unwrap();
+}
+
+#[tokio::test]
 async fn serve_checks_the_demo_account_name_before_it_listens() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().to_str().unwrap();
