@@ -127,7 +127,7 @@ pub fn router(state: AppState) -> Router {
             internal::to_owner,
         ))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(TraceLayer::new_for_http())
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
         .with_state(state)
 }
 
@@ -153,6 +153,17 @@ fn tool_routes() -> Router<AppState> {
             extract::declared_length,
         ))
         .layer(DefaultBodyLimit::max(MAX_TOOL_BODY_BYTES))
+}
+
+/// The span a request's log lines carry: its method and path — which name
+/// the document or session it is about — never its query, where a
+/// browser's event stream or socket carries its token.
+fn request_span<B>(request: &axum::http::Request<B>) -> tracing::Span {
+    tracing::info_span!(
+        "request",
+        method = %request.method(),
+        path = request.uri().path(),
+    )
 }
 
 async fn not_found() -> AppError {

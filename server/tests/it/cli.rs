@@ -128,15 +128,58 @@ async fn json_logs_are_one_object_a_line_with_the_ids_as_fields() {
         (entry["level"].as_str(), entry["fields"]["message"].as_str()),
         (Some("INFO"), Some("listening"))
     );
-    assert!(
-        entry["fields"]["addr"]
-            .as_str()
-            .unwrap()
-            .starts_with("127.0.0.1:"),
-        "{entry}"
-    );
+    let addr = entry["fields"]["addr"].as_str().unwrap().to_owned();
+    assert!(addr.starts_with("127.0.0.1:"), "{entry}");
     assert!(
         entry["timestamp"].is_string() && entry["target"].is_string(),
+        "{entry}"
+    );
+
+    // A request's lines carry its span: method and path, never the query
+    // where a browser's stream carries its token.
+    let made = margin(&["account", "add", "ada", "--data", data], None, &[]).await;
+    let token = made.stdout.lines().last().unwrap().trim().to_owned();
+    let http = reqwest::Client::new();
+    let created: Value = http
+        .post(format!("http://{addr}/documents"))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({"title": "Plan"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let feed = http
+        .get(format!(
+            "http://{addr}/documents/{}/events?token={token}",
+            created["id"].as_str().unwrap()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(feed.status(), 200);
+    drop(feed);
+    let created_line = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let line = lines.next_line().await.unwrap().expect("a log line");
+            assert!(!line.contains(&token), "a token in the logs: {line}");
+            if line.contains("document created") {
+                return line;
+            }
+        }
+    })
+    .await
+    .expect("the server logged the new document");
+    let entry: Value = serde_json::from_str(&created_line).unwrap();
+    assert_eq!(entry["fields"]["document"], created["id"], "{entry}");
+    assert_eq!(
+        (
+            entry["span"]["name"].as_str(),
+            entry["span"]["method"].as_str(),
+            entry["span"]["path"].as_str()
+        ),
+        (Some("request"), Some("POST"), Some("/documents")),
         "{entry}"
     );
     child.kill().await.unwrap();
