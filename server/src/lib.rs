@@ -14,6 +14,7 @@ pub mod link;
 pub mod metrics;
 pub mod serve;
 pub mod sessions;
+pub mod sockets;
 pub mod storage;
 pub mod sync;
 pub mod telemetry;

@@ -22,12 +22,13 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tracing::{debug, Instrument};
 
 use super::Cluster;
+use crate::sockets;
 use crate::storage::Node;
 use crate::sync::command::JoinRefused;
 use crate::sync::hub::Joined;
@@ -137,9 +138,7 @@ async fn connect(
         HeaderValue::from_str(account).map_err(|_| address())?,
     );
     headers.insert(ROLE_HEADER, HeaderValue::from_static(role.as_str()));
-    let config = WebSocketConfig::default()
-        .max_message_size(Some(MAX_OWNER_FRAME))
-        .max_frame_size(Some(MAX_OWNER_FRAME));
+    let config = sockets::opening(MAX_OWNER_FRAME);
     let connecting = tokio_tungstenite::connect_async_with_config(request, Some(config), true);
     // An owner that cannot answer within its lease's span (it paused) is
     // looked up again: by then it may have lapsed.
@@ -169,16 +168,21 @@ pub async fn pipe(client: WebSocket, upstream: Box<Upstream>, id: String, node: 
     async move {
         let (mut client_tx, mut client_rx) = client.split();
         let (mut up_tx, mut up_rx) = (*upstream).split();
-        let inbound = async {
-            while let Some(message) = client_rx.next().await {
-                let Ok(message) = message else { break };
-                let closing = matches!(message, ws::Message::Close(_));
-                if up_tx.send(to_upstream(message)).await.is_err() || closing {
-                    break;
+        // Each direction is a task of its own, so traffic one way never
+        // polls the other way's socket again.
+        let mut inbound = tokio::spawn(
+            async move {
+                while let Some(message) = client_rx.next().await {
+                    let Ok(message) = message else { break };
+                    let closing = matches!(message, ws::Message::Close(_));
+                    if up_tx.send(to_upstream(message)).await.is_err() || closing {
+                        break;
+                    }
                 }
+                let _ = up_tx.close().await;
             }
-            let _ = up_tx.close().await;
-        };
+            .in_current_span(),
+        );
         let outbound = async {
             let farewell = loop {
                 match up_rx.next().await {
@@ -207,8 +211,8 @@ pub async fn pipe(client: WebSocket, upstream: Box<Upstream>, id: String, node: 
         };
         // Either side ending ends both.
         tokio::select! {
-            _ = inbound => {}
-            _ = outbound => {}
+            _ = &mut inbound => {}
+            _ = outbound => inbound.abort(),
         }
         debug!("forwarded connection ended");
     }

@@ -19,6 +19,7 @@ use serde::Deserialize;
 use super::extract::{Caller, JsonBody};
 use super::{AppError, AppState};
 use crate::cluster::forward::{self, RouteError, SyncRoute};
+use crate::sockets;
 use crate::storage::{DocumentRow, StorageError};
 use crate::sync::command::JoinRefused;
 use crate::sync::hub::OutlineError;
@@ -194,9 +195,7 @@ pub async fn sync(
 ) -> Result<Response, AppError> {
     let document = visible(&state, &account, &id).await?;
     let hub = state.hub.clone();
-    Ok(upgrade
-        .max_message_size(MAX_MESSAGE_BYTES)
-        .max_frame_size(MAX_MESSAGE_BYTES)
+    Ok(sockets::serving(upgrade, MAX_MESSAGE_BYTES)
         .on_failed_upgrade(|error| tracing::debug!(%error, "sync upgrade failed"))
         .on_upgrade(move |ws| serve_sync(ws, hub, document.id, account.name, document.role)))
 }

@@ -16,6 +16,7 @@ use super::{AppError, AppState};
 use crate::cluster::calls;
 use crate::cluster::forward::{ACCOUNT_HEADER, ROLE_HEADER};
 use crate::link::{self, Terms};
+use crate::sockets;
 use crate::sync::command::JoinRefused;
 use crate::sync::socket;
 
@@ -50,9 +51,7 @@ pub async fn sync(
         Err(JoinRefused::Deleted) => return Err(AppError::document_not_found(&id)),
         Err(refused) => return Err(AppError::Unavailable(refused.to_string())),
     };
-    Ok(upgrade
-        .max_message_size(MAX_MESSAGE_BYTES)
-        .max_frame_size(MAX_MESSAGE_BYTES)
+    Ok(sockets::serving(upgrade, MAX_MESSAGE_BYTES)
         .on_failed_upgrade(|error| tracing::debug!(%error, "forwarded sync upgrade failed"))
         .on_upgrade(move |ws| socket::serve(ws, id, account, joined)))
 }
@@ -202,8 +201,8 @@ pub async fn machine_link(
         });
     }
     let (links, sessions) = (state.links.clone(), state.sessions.clone());
-    Ok(upgrade
-        .max_message_size(margin_protocol::link::MAX_FRAME_BYTES)
-        .max_frame_size(margin_protocol::link::MAX_FRAME_BYTES)
-        .on_upgrade(move |ws| link::relayed::serve(ws, links, sessions, machine, terms)))
+    Ok(
+        sockets::serving(upgrade, margin_protocol::link::MAX_FRAME_BYTES)
+            .on_upgrade(move |ws| link::relayed::serve(ws, links, sessions, machine, terms)),
+    )
 }

@@ -18,6 +18,7 @@ use super::throttle::Peer;
 use super::{AppError, AppState};
 use crate::auth::{self, MachineRefusal};
 use crate::link::socket;
+use crate::sockets;
 use crate::storage::{Machine, StorageError};
 
 fn info(machine: &Machine) -> MachineInfo {
@@ -123,9 +124,7 @@ pub async fn link(
     let (links, sessions) = (state.links.clone(), state.sessions.clone());
     let store = state.hub.store().clone();
     let cluster = state.hub.cluster().cloned();
-    Ok(upgrade
-        .max_message_size(MAX_FRAME_BYTES)
-        .max_frame_size(MAX_FRAME_BYTES)
+    Ok(sockets::serving(upgrade, MAX_FRAME_BYTES)
         .on_upgrade(move |ws| socket::serve(ws, links, sessions, store, machine, cluster)))
 }
 

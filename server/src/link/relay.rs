@@ -28,13 +28,14 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 use tracing::{debug, info, warn};
 
 use super::{Link, LinkEnd, Terms};
 use crate::cluster::{Cluster, TakeRefused};
 use crate::sessions::{resume_refusal, ResumeAnswered, Sessions};
+use crate::sockets;
 use crate::storage::{Machine, Node};
 
 /// How often a link looks for nodes it has no relay to yet.
@@ -463,9 +464,7 @@ async fn open(
     headers.insert(RUN_CAPACITY_HEADER, value(&terms.run_capacity.to_string())?);
     headers.insert(RESUMABLE_HEADER, value(&terms.resumable.to_string())?);
     headers.insert(PLANNING_HEADER, value(&terms.planning.to_string())?);
-    let config = WebSocketConfig::default()
-        .max_message_size(Some(margin_protocol::link::MAX_FRAME_BYTES * 64))
-        .max_frame_size(Some(margin_protocol::link::MAX_FRAME_BYTES * 64));
+    let config = sockets::opening(margin_protocol::link::MAX_FRAME_BYTES * 64);
     let connecting = tokio_tungstenite::connect_async_with_config(request, Some(config), true);
     match tokio::time::timeout(cluster.lease_ttl(), connecting).await {
         Ok(Ok((ws, _))) => Ok(ws),

@@ -17,6 +17,7 @@ use tracing::{debug, Instrument};
 use super::socket::{dispatch, parse, refusal};
 use super::{LinkEnd, Links, Terms};
 use crate::sessions::Sessions;
+use crate::sockets;
 use crate::storage::Machine;
 use crate::sync::conn::Closer;
 use crate::sync::socket::close_message;
@@ -38,7 +39,8 @@ pub async fn serve(
     async move {
         let closer = Closer::default();
         let (link, mut outbox) = links.open(&machine, terms, closer.clone());
-        let (mut sink, mut stream) = socket.split();
+        let (mut sink, stream) = socket.split();
+        let mut stream = sockets::read_ahead(stream);
         let shutdown = links.shutdown();
         debug!(link = link.id, "machine link relayed here");
         loop {
@@ -57,7 +59,7 @@ pub async fn serve(
                     }
                     None => break,
                 },
-                message = stream.next() => match message {
+                message = stream.recv() => match message {
                     Some(Ok(Message::Text(text))) => match parse(&text) {
                         Ok(ClientMessage::Detach {}) => {
                             closer.close(close::DETACHED, "detached");

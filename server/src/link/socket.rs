@@ -25,6 +25,7 @@ use super::{Link, LinkEnd, Links, Terms};
 use crate::auth;
 use crate::cluster::Cluster;
 use crate::sessions::Sessions;
+use crate::sockets::{self, Inbound};
 use crate::storage::{Machine, StorageError, Store};
 use crate::sync::conn::Closer;
 use crate::sync::socket::close_message;
@@ -52,7 +53,8 @@ pub async fn serve(
         let mut relays: Option<Relays> = None;
         let mut relay_events = None;
         let mut local_resume = None;
-        let (mut sink, mut stream) = socket.split();
+        let (mut sink, stream) = socket.split();
+        let mut stream = sockets::read_ahead(stream);
         let settings = links.settings();
         let shutdown = links.shutdown();
         let outcome = async {
@@ -170,7 +172,7 @@ pub async fn serve(
                             return;
                         }
                     }
-                    frame = stream.next() => {
+                    frame = stream.recv() => {
                         let text = match frame {
                             Some(Ok(Message::Text(text))) => text.to_string(),
                             Some(Ok(Message::Binary(_))) => {
@@ -311,9 +313,9 @@ pub(super) async fn dispatch(
 }
 
 /// The next text frame; `None` when the link ends first.
-async fn next_text(stream: &mut futures_util::stream::SplitStream<WebSocket>) -> Option<String> {
+async fn next_text(stream: &mut Inbound<Result<Message, axum::Error>>) -> Option<String> {
     loop {
-        match stream.next().await? {
+        match stream.recv().await? {
             Ok(Message::Text(text)) => return Some(text.to_string()),
             Ok(Message::Ping(_) | Message::Pong(_)) => continue,
             Ok(Message::Binary(_)) => return Some(String::new()),

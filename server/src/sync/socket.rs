@@ -29,30 +29,38 @@ pub async fn serve(socket: WebSocket, id: String, account: String, joined: Joine
         } = joined;
         debug!(conn, "connected");
 
-        let writer = async {
-            loop {
-                let frame = tokio::select! {
-                    biased;
-                    _ = closer.closed() => break,
-                    frame = outbox.recv() => match frame {
-                        Some(frame) => frame,
-                        None => break,
-                    },
-                };
-                // A client that stops reading blocks this send; the task's
-                // close (too slow, shutdown) must still get through.
-                tokio::select! {
-                    sent = sink.send(Message::Binary(frame)) => if sent.is_err() { break },
-                    _ = closer.closed() => break,
+        // The writer is a task of its own: in one task with the reader, every
+        // frame sent would poll the reader again, and each poll of a
+        // tungstenite socket refills its read buffer.
+        let writer_closer = closer.clone();
+        let writer = tokio::spawn(
+            async move {
+                let closer = writer_closer;
+                loop {
+                    let frame = tokio::select! {
+                        biased;
+                        _ = closer.closed() => break,
+                        frame = outbox.recv() => match frame {
+                            Some(frame) => frame,
+                            None => break,
+                        },
+                    };
+                    // A client that stops reading blocks this send; the task's
+                    // close (too slow, shutdown) must still get through.
+                    tokio::select! {
+                        sent = sink.send(Message::Binary(frame)) => if sent.is_err() { break },
+                        _ = closer.closed() => break,
+                    }
                 }
+                if let Some((code, reason)) = closer.reason() {
+                    COUNTERS.closed(code);
+                    let farewell = sink.send(close_message(code, &reason));
+                    let _ = tokio::time::timeout(CLOSE_TIMEOUT, farewell).await;
+                }
+                let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.close()).await;
             }
-            if let Some((code, reason)) = closer.reason() {
-                COUNTERS.closed(code);
-                let farewell = sink.send(close_message(code, &reason));
-                let _ = tokio::time::timeout(CLOSE_TIMEOUT, farewell).await;
-            }
-            let _ = tokio::time::timeout(CLOSE_TIMEOUT, sink.close()).await;
-        };
+            .in_current_span(),
+        );
 
         let reader = async {
             loop {
@@ -88,7 +96,10 @@ pub async fn serve(socket: WebSocket, id: String, account: String, joined: Joine
                 }
             }
         };
-        tokio::join!(reader, writer);
+        reader.await;
+        // The writer ends once the closer fires, which every way out of the
+        // reader does; a writer that panicked has nothing left to close.
+        let _ = writer.await;
         drop(membership);
         debug!(conn, "disconnected");
     }
