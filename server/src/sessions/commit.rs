@@ -8,10 +8,9 @@
 
 use margin_planner::{PlannerSession, Step};
 use margin_protocol::sessions::{SessionSnapshot, SessionState};
-use tokio::sync::{mpsc, oneshot};
 use tokio_util::task::TaskTracker;
-use tracing::warn;
 
+use crate::storage::group::{Bounds, Commits, Group};
 use crate::storage::{Backend, SessionOwner, SessionWrite, StorageError, Store, StoredEvent};
 
 /// Most writes committed in one transaction.
@@ -115,15 +114,13 @@ fn encode<T: serde::Serialize>(value: &T) -> Result<String, StorageError> {
     serde_json::to_string(value).map_err(|e| StorageError::Corrupt(format!("session write: {e}")))
 }
 
-type Queued = (SessionWrite, oneshot::Sender<Result<(), StorageError>>);
-
 /// Commits sessions' writes; cheap to clone.
 ///
 /// SQLite has one writer: writes queue for one task that commits whatever
-/// waits in one transaction. PostgreSQL commits many transactions at once
-/// and flushes its log for all of them together, so there each write is
-/// its own transaction, committed by its session's driver: one session's
-/// commit never waits for another's.
+/// waits in one transaction (`storage::group`). PostgreSQL commits many
+/// transactions at once and flushes its log for all of them together, so
+/// there each write is its own transaction, committed by its session's
+/// driver: one session's commit never waits for another's.
 #[derive(Clone)]
 pub struct Journal {
     lane: Lane,
@@ -131,8 +128,21 @@ pub struct Journal {
 
 #[derive(Clone)]
 enum Lane {
-    Queued(mpsc::Sender<Queued>),
+    Queued(Group<SessionWrites>),
     Direct(Store),
+}
+
+/// Sessions' writes, committed together.
+struct SessionWrites(Store);
+
+impl Commits for SessionWrites {
+    type Write = SessionWrite;
+    type Landed = ();
+
+    async fn commit(&self, writes: &[SessionWrite]) -> Result<Vec<()>, StorageError> {
+        self.0.commit_sessions(writes).await?;
+        Ok(vec![(); writes.len()])
+    }
 }
 
 impl Journal {
@@ -141,11 +151,16 @@ impl Journal {
     pub fn start(store: Store, tracker: &TaskTracker) -> Self {
         let lane = match store.backend() {
             Backend::Postgres => Lane::Direct(store),
-            Backend::Sqlite => {
-                let (queue, writes) = mpsc::channel(QUEUE);
-                tracker.spawn(run(store, writes));
-                Lane::Queued(queue)
-            }
+            Backend::Sqlite => Lane::Queued(Group::start(
+                SessionWrites(store),
+                "session journal",
+                Bounds {
+                    queue: QUEUE,
+                    writes: BATCH,
+                    weight: usize::MAX,
+                },
+                Some(tracker),
+            )),
         };
         Journal { lane }
     }
@@ -153,66 +168,9 @@ impl Journal {
     /// Commits `write` (on SQLite with whatever other sessions queued
     /// meanwhile).
     pub async fn commit(&self, write: SessionWrite) -> Result<(), StorageError> {
-        let queue = match &self.lane {
-            Lane::Direct(store) => {
-                return store.commit_sessions(std::slice::from_ref(&write)).await
-            }
-            Lane::Queued(queue) => queue,
-        };
-        let (done, answer) = oneshot::channel();
-        queue
-            .send((write, done))
-            .await
-            .map_err(|_| StorageError::Durability("the session journal stopped".into()))?;
-        answer
-            .await
-            .map_err(|_| StorageError::Durability("the session journal stopped".into()))?
-    }
-}
-
-async fn run(store: Store, mut writes: mpsc::Receiver<Queued>) {
-    while let Some(first) = writes.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < BATCH {
-            match writes.try_recv() {
-                Ok(queued) => batch.push(queued),
-                Err(_) => break,
-            }
+        match &self.lane {
+            Lane::Direct(store) => store.commit_sessions(std::slice::from_ref(&write)).await,
+            Lane::Queued(group) => group.commit(write).await,
         }
-        let (rows, dones): (Vec<SessionWrite>, Vec<_>) = batch.into_iter().unzip();
-        match store.commit_sessions(&rows).await {
-            Ok(()) => {
-                for done in dones {
-                    let _ = done.send(Ok(()));
-                }
-            }
-            // One write's fence (or the database) failed the batch: each
-            // is tried alone, so only the one at fault fails.
-            Err(error) if rows.len() > 1 => {
-                warn!(%error, writes = rows.len(), "session batch not committed; committing one by one");
-                for (write, done) in rows.iter().zip(dones) {
-                    let _ = done.send(store.commit_sessions(std::slice::from_ref(write)).await);
-                }
-            }
-            Err(error) => {
-                for done in dones {
-                    let _ = done.send(Err(clone_error(&error)));
-                }
-            }
-        }
-    }
-}
-
-/// A storage error for each of the writes a failed batch held.
-fn clone_error(error: &StorageError) -> StorageError {
-    match error {
-        StorageError::JournalMoved { expected, found } => StorageError::JournalMoved {
-            expected: *expected,
-            found: *found,
-        },
-        StorageError::LeaseLost { document } => StorageError::LeaseLost {
-            document: document.clone(),
-        },
-        other => StorageError::Durability(other.to_string()),
     }
 }

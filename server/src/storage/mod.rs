@@ -14,14 +14,18 @@
 //! SQLite's busy handler for up to tens of milliseconds — an editor's
 //! append waiting behind a compaction's snapshot did exactly that (S3).
 //! Its reader connections are `query_only`, so a write sent the wrong way
-//! fails loudly instead of racing.
+//! fails loudly instead of racing. Editors' appends there are committed in
+//! groups (`append_group`): every append waiting when the writer frees up
+//! commits in one round trip to it and one fsync.
 
 mod accounts;
+mod append_group;
 mod cards;
 mod chat;
 mod claim;
 mod cluster;
 mod documents;
+pub mod group;
 mod machines;
 mod members;
 mod sessions;
@@ -153,6 +157,8 @@ pub struct Store {
     /// Writes: on SQLite a one-connection pool of its own, on PostgreSQL
     /// the same pool as reads.
     writer: AnyPool,
+    /// On SQLite, commits editors' appends in groups (`append_group`).
+    committer: Option<group::Group<append_group::Appends>>,
     backend: Backend,
     /// SQLite on a file: the file a server's [`Claim`] locks.
     lock_path: Option<std::path::PathBuf>,
@@ -192,9 +198,19 @@ impl Store {
                 (pool.clone(), pool)
             }
         };
+        let committer = match backend {
+            Backend::Sqlite => Some(group::Group::start(
+                append_group::Appends(writer.clone()),
+                "document append",
+                append_group::BOUNDS,
+                None,
+            )),
+            Backend::Postgres => None,
+        };
         Ok(Store {
             pool,
             writer,
+            committer,
             backend,
             lock_path: match backend {
                 Backend::Sqlite => claim::sqlite_lock_path(url),

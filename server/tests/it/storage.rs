@@ -63,6 +63,28 @@ on_both_backends! {
         assert_eq!(store.load_state(&doc.id, None).await.unwrap().updates, vec![vec![1]]);
     }
 
+    async fn an_append_that_fails_part_way_writes_nothing_and_the_next_one_lands(db) {
+        // On SQLite an append is one multi-statement round trip: a statement
+        // failing in its middle must not leave its transaction open to be
+        // committed by the next write.
+        let store = db.open().await;
+        let ada = store.create_account("ada").await.unwrap();
+        let doc = store.create_document(&ada, "Plan").await.unwrap();
+        let epoch = store.claim_document(&doc.id).await.unwrap();
+        store.append_updates(&doc.id, epoch, 0, &[vec![1]]).await.unwrap();
+        let raw = sqlx::AnyPool::connect(&db.url()).await.unwrap();
+        let stray = "INSERT INTO document_updates (document_id, revision, data) VALUES ($1, 3, $2)";
+        sqlx::query(stray).bind(&doc.id).bind(vec![9u8]).execute(&raw).await.unwrap();
+        let failed = store.append_updates(&doc.id, epoch, 1, &[vec![2], vec![3]]).await;
+        assert!(failed.is_err(), "{failed:?}");
+        sqlx::query("DELETE FROM document_updates WHERE revision = 3").execute(&raw).await.unwrap();
+        raw.close().await;
+        assert_eq!(store.revision(&doc.id).await.unwrap(), 1);
+        assert_eq!(store.log_len(&doc.id).await.unwrap(), 1, "the failed append left a row");
+        assert_eq!(store.append_updates(&doc.id, epoch, 1, &[vec![4]]).await.unwrap(), 2);
+        assert_eq!(store.load_state(&doc.id, None).await.unwrap().updates, vec![vec![1], vec![4]]);
+    }
+
     async fn compaction_replaces_covered_rows_and_never_goes_back(db) {
         let store = db.open().await;
         let ada = store.create_account("ada").await.unwrap();
