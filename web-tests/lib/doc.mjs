@@ -73,6 +73,27 @@ export async function expand(page, key) {
 }
 
 /**
+ * Opens a card's "Add an option or criterion" section as a person does:
+ * point at the card, click the toggle. The toggle shows only while the card
+ * is pointed at or focused, and a card can move under the pointer while the
+ * stack settles (a busy machine), so both are tried again until it is open.
+ */
+export async function openMore(cardLocator) {
+  const more = cardLocator.locator('.card-more');
+  await waitFor(
+    async () => {
+      if (await more.evaluate((d) => d.open)) return true;
+      await cardLocator.hover();
+      await more.locator('summary').click({ timeout: 1000 }).catch(() => {});
+      return more.evaluate((d) => d.open);
+    },
+    TIMEOUT,
+    "a card's add-option section to open",
+    100,
+  );
+}
+
+/**
  * Fills a card's text field and waits until it holds the value (a live
  * re-render of the card in between could otherwise drop what was typed).
  */

@@ -13,6 +13,7 @@ import {
   documentWith,
   expand,
   fillField,
+  openMore,
   openDecisions,
   openDocument,
   paragraph,
@@ -135,8 +136,7 @@ serverTest('answering, discarding, reopening and adding options from the page re
   assert.equal((await decisions(server, 'alice', doc.id)).find((d) => d.id === ids.region).state, 'reopened');
 
   // Bob adds an option and a criterion; alice sees who added the option.
-  await card(bob, 'region').hover();
-  await card(bob, 'region').locator('.card-more summary').click();
+  await openMore(card(bob, 'region'));
   await fillField(card(bob, 'region').locator('.add-option input'), 'Both at once');
   await card(bob, 'region').locator('.add-option-submit').click();
   await card(bob, 'region').locator('label.choice', { hasText: 'Both at once' }).waitFor();
@@ -278,8 +278,7 @@ serverTest('hostile card text renders as literal text', {}, async ({ server, onC
   assert.deepEqual(await c.locator('.choice-label').allTextContents(), [HOSTILE, '<script>window.__pwned=2</script>']);
 
   // A person's hostile option and criterion, and a hostile answer, are text as well.
-  await c.hover();
-  await c.locator('.card-more summary').click();
+  await openMore(c);
   await fillField(c.locator('.add-option input'), `<img src=y onerror="window.__pwned=3">`);
   await c.locator('.add-option-submit').click();
   await fillField(c.locator('.add-criterion input'), `<i>${HOSTILE}</i>`);
