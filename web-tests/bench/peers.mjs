@@ -246,6 +246,16 @@ function closeAll(clients) {
   for (const c of clients) if (c) c.close();
 }
 
+/** Close codes of the clients the server closed during the run, counted. */
+function closesOf(clients) {
+  const out = {};
+  for (const c of clients) {
+    const raw = c.client ?? c;
+    if (raw.closed) out[raw.closeCode] = (out[raw.closeCode] ?? 0) + 1;
+  }
+  return out;
+}
+
 /** Receivers for `endpoint`, document index `doc`, feeding `del`. */
 function receiversFor(cfg, endpoint, doc, n, del, offset = 0) {
   const out = [];
@@ -275,10 +285,12 @@ async function idle(cfg, server) {
   await sleep(cfg.settleMs);
   const after = rssMiB(server.pid);
   const open = clients.filter((c) => !c.closed).length;
+  const closes = closesOf(clients);
   closeAll(clients);
   return {
     conns: cfg.idleConns,
     open,
+    closes,
     rssBeforeMiB: before,
     rssAfterMiB: after,
     kibPerConn: ((after - before) * 1024) / cfg.idleConns,
@@ -326,6 +338,7 @@ async function manyDocs(cfg, server) {
     const rssEnd = rssMiB(server.pid);
     return {
       docs: D, receiversPerDoc: R, edits: total,
+      closes: closesOf([...receivers, ...writers]),
       rssConnectedMiB: rssConnected, rssEndMiB: rssEnd,
       ...del.summary(),
       serverCpuSec: load.serverCpuSec,
@@ -372,6 +385,7 @@ async function openLoop(cfg, server, rate) {
     const s = del.summary();
     return {
       rate, edits: N, receivers: cfg.receivers,
+      closes: closesOf([...receivers, writer]),
       sentPerSec: N / sendSec,
       ...s,
       serverCpuSec: load.serverCpuSec,
@@ -406,6 +420,7 @@ async function closedLoop(cfg, server, window) {
     const s = del.summary();
     return {
       window, edits: N, receivers: cfg.receivers, sent,
+      closes: closesOf([...receivers, writer]),
       fanned: del.fanned,
       fannedPerSec: del.fanned / ((del.lastFanned - t0) / 1000),
       deliveriesPerSec: del.delivered / ((del.lastDelivery - t0) / 1000),
@@ -644,6 +659,7 @@ async function main() {
           const [first] = metricsFor(scenario);
           console.log(`${first[1]} ${fmt[first[3]](r[first[0]])}` +
             (r.missing ? `, missing ${r.missing}` : '') +
+            (r.closes && Object.keys(r.closes).length ? `, closed by server ${JSON.stringify(r.closes)}` : '') +
             `, other CPU ${fmt.f0(r.otherCpuPct)}%, harness ${fmt.f0(r.harnessCpuPct)}%, ${fmt.f1(r.wallSec)} s`);
         } catch (e) {
           console.log(`FAILED: ${e.message ?? e}`);
