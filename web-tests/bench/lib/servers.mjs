@@ -227,7 +227,7 @@ async function startYsweet(cfg) {
   }
   const { child, log, matched } = spawnUntil(
     cfg.ysweetBin, args, { RUST_LOG: cfg.serverLog, Y_SWEET_STORE: undefined },
-    /Listening on ws:\/\//, 'y-sweet serve',
+    /ys:\/\/127\.0\.0\.1:\d+|Listening on ws:\/\//, 'y-sweet serve',
   );
   await matched;
   const base = `http://127.0.0.1:${port}`;
