@@ -48,9 +48,9 @@
 //   open-200,closed-64,closed-1024,join    REPEAT=3
 //   IDLE_CONNS=5000 IDLE_DOCS=50 SETTLE_MS=2000
 //   MANY_DOCS=500 MANY_RECEIVERS=3 MANY_SECONDS=20
-//   RECEIVERS=50 OPEN_SECONDS=5 CLOSED_EDITS=5000 CLOSED_SECONDS=15
+//   RECEIVERS=50 OPEN_SECONDS=5 CLOSED_EDITS=5000 CLOSED_SECONDS=10
 //   JOIN_PARAGRAPHS=10000 JOINS=20
-//   DRAIN_MS=10000     after the last edit, how long to wait for deliveries
+//   DRAIN_MS=5000      after the last edit, how long to wait for deliveries
 //   CONNECT_CONCURRENCY=100   sockets opening at once
 //   SOURCE_ADDRS=16    client sockets bind 127.0.0.1..127.0.0.N round robin
 //   MAX_CONNECTIONS=20000   Margin's connection caps (all / per address)
@@ -108,10 +108,10 @@ function config() {
     receivers: num('RECEIVERS', 50),
     openSeconds: num('OPEN_SECONDS', 5),
     closedEdits: num('CLOSED_EDITS', 5000),
-    closedSeconds: num('CLOSED_SECONDS', 15),
+    closedSeconds: num('CLOSED_SECONDS', 10),
     joinParagraphs: num('JOIN_PARAGRAPHS', 10000),
     joins: num('JOINS', 20),
-    drainMs: num('DRAIN_MS', 10000),
+    drainMs: num('DRAIN_MS', 5000),
     connectConcurrency: num('CONNECT_CONCURRENCY', 100),
     sourceAddrs: num('SOURCE_ADDRS', 16),
     maxConnections: num('MAX_CONNECTIONS', 20000),
@@ -426,6 +426,8 @@ async function closedLoop(cfg, server, window) {
       deliveriesPerSec: del.delivered / ((del.lastDelivery - t0) / 1000),
       completed: del.fanned === N,
       ...s,
+      // Of the edits sent before the time ran out (not of CLOSED_EDITS).
+      missing: sent * cfg.receivers - s.delivered,
       serverCpuSec: load.serverCpuSec,
       cpuUsPerDelivery: (1e6 * load.serverCpuSec) / s.delivered,
       _load: load,
