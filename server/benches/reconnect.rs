@@ -722,29 +722,35 @@ impl StormFigures {
         })
     }
 
-    /// p50 and p99 of TCP connect, `welcome`, the resume step and done.
-    fn spreads(&self) -> [(f64, f64); 4] {
-        [&self.connected, &self.welcome, &self.step(), &self.done].map(|s| (p50(s), p99(s)))
+    /// The figures the running log and the table both show, formatted:
+    /// ok, failed, TCP connect, SYN retried, `welcome`, the resume step,
+    /// done (each of those four p50 / p99 ms), all done ms, server CPU
+    /// ms, bench CPU ms, other CPU, listen overflows.
+    fn cells(&self) -> [String; 12] {
+        let [connect, welcome, step, done] =
+            [&self.connected, &self.welcome, &self.step(), &self.done]
+                .map(|s| format!("{:.1} / {:.1}", p50(s), p99(s)));
+        [
+            (self.machines - self.failed).to_string(),
+            self.failed.to_string(),
+            connect,
+            self.retried().to_string(),
+            welcome,
+            step,
+            done,
+            format!("{:.1}", ms(self.wall())),
+            format!("{:.0}", self.cpu.server * 1e3),
+            format!("{:.0}", self.cpu.client * 1e3),
+            self.cpu.other_pct(),
+            self.tcp[OVERFLOWS].to_string(),
+        ]
     }
 
     fn print(&self, label: &str) {
-        let [connect, welcome, _, done] = self.spreads();
+        let [ok, failed, connect, retried, welcome, step, done, wall, server, bench, other, overflows] =
+            self.cells();
         eprintln!(
-            "  {label}: {} ok, {} failed; TCP connect p50 {:.1} ms p99 {:.1} ms ({} took a SYN retry); welcome p50 {:.1} ms p99 {:.1} ms; done p50 {:.1} ms p99 {:.1} ms; all done {:.1} ms; server CPU {:.0} ms, bench CPU {:.0} ms, other {}; listen overflows {}, SYN retransmits {}",
-            self.machines - self.failed,
-            self.failed,
-            connect.0,
-            connect.1,
-            self.retried(),
-            welcome.0,
-            welcome.1,
-            done.0,
-            done.1,
-            ms(self.wall()),
-            self.cpu.server * 1e3,
-            self.cpu.client * 1e3,
-            self.cpu.other_pct(),
-            self.tcp[OVERFLOWS],
+            "  {label}: {ok} ok, {failed} failed; TCP connect p50 / p99 {connect} ms ({retried} took a SYN retry); welcome {welcome} ms; resume step {step} ms; done {done} ms; all done {wall} ms; server CPU {server} ms, bench CPU {bench} ms, other {other}; listen overflows {overflows}, SYN retransmits {}",
             self.tcp[SYN_RETRANS],
         );
         for e in &self.errors {
@@ -753,26 +759,7 @@ impl StormFigures {
     }
 
     fn row(&self, round: &str, label: &str) {
-        let [connect, welcome, step, done] = self.spreads();
-        println!(
-            "| {round} | {label} | {} | {} | {:.1} / {:.1} | {} | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} | {:.0} | {:.0} | {} | {} |",
-            self.machines - self.failed,
-            self.failed,
-            connect.0,
-            connect.1,
-            self.retried(),
-            welcome.0,
-            welcome.1,
-            step.0,
-            step.1,
-            done.0,
-            done.1,
-            ms(self.wall()),
-            self.cpu.server * 1e3,
-            self.cpu.client * 1e3,
-            self.cpu.other_pct(),
-            self.tcp[OVERFLOWS],
-        );
+        println!("| {round} | {label} | {} |", self.cells().join(" | "));
     }
 }
 
