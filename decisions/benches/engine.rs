@@ -1,4 +1,4 @@
-//! Decision-engine benchmarks (docs/performance.md, "Decisions engine").
+//! Decision-engine benchmarks (server/benches/results/decisions.md).
 //!
 //! `cargo bench -p margin-decisions --bench engine`
 //!

@@ -2,8 +2,8 @@
 //! snapshots in the background without blocking editors): an editor's edit
 //! latency on a large document while the server compacts that document's
 //! update log, against the same editor's latency, in the same run, while no
-//! compaction runs. Results and how to read them: `docs/performance.md`,
-//! "Compaction and editors (S3)".
+//! compaction runs. Results and how to read them:
+//! `server/benches/results/compaction.md`.
 //!
 //! ```sh
 //! cargo bench -p margin-server --bench compaction
@@ -74,7 +74,6 @@ use std::time::{Duration, Instant};
 use futures_util::stream::SplitSink;
 use futures_util::{SinkExt, StreamExt};
 use margin_decisions::FRAGMENT_NAME;
-use margin_server::auth;
 use margin_server::storage::Store;
 use sqlx::any::AnyPoolOptions;
 use sqlx::AnyPool;
@@ -90,8 +89,11 @@ use yrs::updates::decoder::{Decode, DecoderV1};
 use yrs::updates::encoder::Encode;
 use yrs::{ClientID, Doc, ReadTxn, StateVector, Text, Transact, Update, XmlFragment};
 
-use support::margin::Margin;
-use support::{describe, env_or, margin_bin, percentile, CpuSnap, CpuUse, ServerCpu};
+use support::accounts::owner;
+use support::cpu::{settle, CpuSnap, CpuUse, ServerCpu};
+use support::knobs::{env_or, under_cargo_bench};
+use support::margin::{margin_bin, Margin};
+use support::report::{describe, percentile, table_head};
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -104,12 +106,8 @@ const PATIENCE: Duration = Duration::from_secs(60);
 
 #[tokio::main]
 async fn main() {
-    // `cargo bench` passes `--bench`; `cargo test --benches` does not, and
-    // this is no test.
-    if std::env::args().any(|a| a == "--bench") {
+    if under_cargo_bench("compaction") {
         bench().await;
-    } else {
-        println!("compaction bench: skipped (run it with `cargo bench -p margin-server --bench compaction`)");
     }
 }
 
@@ -168,16 +166,8 @@ async fn bench() {
         ),
     };
     let store = Store::open(&url).await.expect("the bench's store");
-    let account = store
-        .create_account("compaction")
-        .await
-        .expect("an account");
-    let token = auth::issue_token(&store, &account).await.expect("a token");
-    let document = store
-        .create_document(&account, "Compaction plan")
-        .await
-        .expect("a document")
-        .id;
+    let owner = owner(&store, "compaction", Some("Compaction plan")).await;
+    let (token, document) = (owner.token, owner.document.expect("a document"));
     let margin = Margin::start(&bin, data.path(), &args).await;
     println!(
         "storage: {}",
@@ -218,7 +208,7 @@ async fn bench() {
     let mut all = Windows::default();
     let mut seen = 0;
     for rep in 0..knobs.repeat {
-        support::settle(knobs.quiet_wait).await;
+        settle(knobs.quiet_wait).await;
         emptied(&store, &document).await;
         let base = store.revision(&document).await.expect("the revision");
         let run = editor.run(&observer, &poller, &knobs, base, cpu).await;
@@ -249,8 +239,7 @@ async fn bench() {
     drop(editor);
     drop(observer);
     let stopped = margin.terminate().await;
-    let (took, log) = (stopped.took.as_secs_f64(), stopped.log_line());
-    println!("margin stopped in {took:.1} s ({}); {log}", stopped.status);
+    println!("margin {}", stopped.summary());
 }
 
 /// Waits until the document's log is empty (every change is in the
@@ -591,10 +580,7 @@ impl Windows {
             quantiles(&self.took),
         );
         println!();
-        println!(
-            "| edit → acknowledgement, {paragraphs} paragraphs, all runs | edits | p50 ms | p99 ms | max ms |"
-        );
-        println!("|---|---|---|---|---|");
+        println!("{}", table_head(&format!("| edit → acknowledgement, {paragraphs} paragraphs, all runs | edits | p50 ms | p99 ms | max ms |")));
         let compacting_name = format!("compacting (first {window_ms} ms after a trigger)");
         for (name, count, [p50, p99, max]) in [
             ("idle (no compaction)", self.idle.len(), idle),

@@ -5,6 +5,7 @@
 //! the tally of acknowledged updates lost (must be 0) and how long each
 //! document owned by the killed node took to be served again (failover:
 //! from the kill to a fresh client's completed handshake on another node).
+//! Results and how to read them: `server/benches/results/cluster.md`.
 //!
 //! ```sh
 //! cargo build --release -p margin-server --bin margin
@@ -39,27 +40,22 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use margin_server::auth;
 use margin_server::storage::Store;
 
-use support::margin::Margin;
+use support::accounts::owner;
+use support::knobs::{env_or, under_cargo_bench};
+use support::margin::{margin_bin, Margin};
 use support::postgres::Scratch;
+use support::report::{describe, percentile};
 use support::sync::SyncSocket;
-use support::{describe, env_or, margin_bin, percentile};
 
 /// How long a client waits for a node to serve it before trying another.
 const PATIENCE: Duration = Duration::from_secs(10);
 
 #[tokio::main]
 async fn main() {
-    // `cargo bench` passes `--bench`; `cargo test --benches` does not, and
-    // this is no test.
-    if std::env::args().any(|a| a == "--bench") {
+    if under_cargo_bench("failover") {
         bench().await;
-    } else {
-        println!(
-            "failover bench: skipped (run it with `cargo bench -p margin-server --bench failover`)"
-        );
     }
 }
 
@@ -136,8 +132,8 @@ async fn bench() {
     let scratch = Scratch::new("failover").await;
     let url = scratch.url.clone();
     let store = Store::open(&url).await.expect("the bench's store");
-    let account = store.create_account("failover").await.expect("an account");
-    let token = auth::issue_token(&store, &account).await.expect("a token");
+    let owner = owner(&store, "failover", None).await;
+    let (account, token) = (owner.account, owner.token);
     let mut ids = Vec::new();
     for d in 0..documents {
         let doc = store

@@ -1,8 +1,8 @@
 //! Session feed benchmark (SPEC E2; issue #6, performance): one Planner
 //! session's events fanned out as Server-Sent Events by the real `margin`
 //! binary over loopback, and replayed from a cursor, with a peer figure from
-//! the same run. Results and how to read them: `docs/performance.md`,
-//! "Session feed (SSE)".
+//! the same run. Results and how to read them:
+//! `server/benches/results/feed.md`.
 //!
 //! ```sh
 //! cargo build --release -p margin-server --bin margin   # -> target/release/margin
@@ -94,7 +94,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -112,8 +112,6 @@ use margin_protocol::link::{
     ClientMessage, RunStatus, ServerMessage, PROTOCOL_VERSION, RESUMABLE_SESSIONS,
 };
 use margin_protocol::sessions::{SessionEvent, SessionRun};
-use margin_server::auth;
-use margin_server::storage::Store;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -124,11 +122,13 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
-use support::margin::Margin;
-use support::{
-    describe, env_or, loadavg, machine_busy_ticks, margin_bin, open_files_limit, percentile,
-    CpuSnap, CpuUse, ServerCpu, PEER_THREAD, TICKS_PER_SECOND,
-};
+use support::accounts::{members, Wanted};
+use support::cpu::{settle, CpuSnap, CpuUse, ServerCpu};
+use support::knobs::{env_or, require_open_files, under_cargo_bench, Parts};
+use support::margin::{margin_bin, Margin};
+use support::peers;
+use support::process::{loadavg, rss_kib};
+use support::report::{paired, percentile, print_summary, ratio, table_head, ReportFrame};
 
 const MARGIN: &str = "margin";
 const PEER: &str = "peer";
@@ -140,19 +140,11 @@ const PEER_BATCH: usize = 1_000;
 const READ_CHUNK: usize = 16 * 1024;
 
 fn main() {
-    // `cargo bench` passes `--bench`; `cargo test --benches` does not, and
-    // this is no test.
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("feed bench: skipped (run it with `cargo bench -p margin-server --bench feed`)");
+    if !under_cargo_bench("feed") {
         return;
     }
     let config = Config::from_env();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .thread_name("bench-client")
-        .enable_all()
-        .build()
-        .expect("cannot build the bench's tokio runtime");
-    runtime.block_on(run(config));
+    peers::client_runtime().block_on(run(config));
 }
 
 // ---------------------------------------------------------------- config
@@ -178,8 +170,8 @@ struct Config {
 impl Config {
     fn from_env() -> Config {
         let bin = margin_bin("feed");
-        let parts: String = env_or("PARTS", "fanout,replay".to_owned());
-        let part = |name: &str| parts.split(',').any(|p| p.trim() == name);
+        let parts = Parts::from_env("fanout,replay");
+        let part = |name: &str| parts.has(name);
         let config = Config {
             bin,
             fanout: part("fanout"),
@@ -199,17 +191,12 @@ impl Config {
         };
         // The subscribers' sockets, and as many again when the peer (in
         // this process) serves them.
-        let needed = 2 * config.subscribers as u64 + 256;
-        match open_files_limit() {
-            Some(limit) if config.fanout && limit < needed => {
-                eprintln!(
-                    "feed bench: SUBSCRIBERS={} needs about {needed} open files, the limit is {limit}\n\
-                     raise it first:  ulimit -n 8192   (or run with fewer SUBSCRIBERS)",
-                    config.subscribers
-                );
-                std::process::exit(2);
-            }
-            _ => {}
+        if config.fanout {
+            require_open_files(
+                "feed",
+                2 * config.subscribers as u64 + 256,
+                &format!("SUBSCRIBERS={}", config.subscribers),
+            );
         }
         config
     }
@@ -220,7 +207,6 @@ impl Config {
 async fn run(config: Config) {
     let mut report = Report::default();
     report.environment(&config);
-    println!("{}", report.env_lines.join("\n"));
     let (peer, peer_state) = start_peer();
     if config.fanout {
         fan_out(&config, peer, &mut report).await;
@@ -228,12 +214,11 @@ async fn run(config: Config) {
     if config.replay {
         replays(&config, peer, &mut report).await;
     }
-    report.logs.push(format!(
+    report.frame.logs.push(format!(
         "peer: {} frames lost by lagging subscribers (broadcast overrun)",
         peer_state.lagged.load(Ordering::Relaxed)
     ));
-    println!("\n==================== summary ====================\n");
-    println!("{}", report.render());
+    print_summary(&report.render());
 }
 
 // ---------------------------------------------------------------- the server process
@@ -418,42 +403,6 @@ async fn generate(machine: &Machine, session: &str, sent: &Sent, rate: Option<u6
 
 // ---------------------------------------------------------------- servers under test
 
-/// One bench account: its token, its machine's credential, its document.
-struct Account {
-    token: String,
-    credential: String,
-    document: String,
-}
-
-/// Writes the account into the store in `data` before any server runs on
-/// it, as `margin account add` and `margin machine pair` do.
-async fn prepare(data: &Path) -> Account {
-    let url = Store::sqlite_url_in(data).expect("cannot create the bench's data folder");
-    let store = Store::open(&url)
-        .await
-        .unwrap_or_else(|e| panic!("cannot open the bench store at {url}: {e}"));
-    let account = store.create_account("feed").await.expect("account");
-    let token = auth::issue_token(&store, &account).await.expect("token");
-    let (_, credential) = auth::pair_machine(
-        &store,
-        &account,
-        "feed laptop",
-        auth::MACHINE_CREDENTIAL_TTL,
-    )
-    .await
-    .expect("machine");
-    let document = store
-        .create_document(&account, "Feed plan")
-        .await
-        .expect("document");
-    store.close().await;
-    Account {
-        token,
-        credential: credential.secret,
-        document: document.id,
-    }
-}
-
 /// A server with one session to follow, and its generator.
 struct Target {
     server: &'static str,
@@ -476,13 +425,21 @@ impl Target {
             .prefix("margin-feed-")
             .tempdir()
             .expect("cannot make a temp dir");
-        let account = prepare(data.path()).await;
+        // The account, its machine and its document, written before the
+        // server opens the store (as `margin account add` and `margin
+        // machine pair` do).
+        let account = members(data.path(), 1, |_| Wanted {
+            name: "feed".into(),
+            machine: Some("feed laptop".into()),
+            document: Some("Feed plan".into()),
+        })
+        .await
+        .remove(0);
+        let credential = account.credential.expect("a machine");
+        let document = account.document.expect("a document");
         let margin = Margin::start(&config.bin, data.path(), args).await;
-        let mut machine = Machine::connect(
-            &format!("ws://{}/machine", margin.addr),
-            Some(&account.credential),
-        )
-        .await;
+        let mut machine =
+            Machine::connect(&format!("ws://{}/machine", margin.addr), Some(&credential)).await;
         let hello = ClientMessage::Hello {
             protocol_version: PROTOCOL_VERSION,
             features: vec![RESUMABLE_SESSIONS.into()],
@@ -499,7 +456,7 @@ impl Target {
         let posted = reqwest::Client::new()
             .post(format!(
                 "http://{}/documents/{}/chat",
-                margin.addr, account.document
+                margin.addr, document
             ))
             .bearer_auth(&account.token)
             .json(&json!({ "text": "@planner go" }))
@@ -582,17 +539,14 @@ impl Target {
     }
 
     fn rss_kib(&self) -> Option<u64> {
-        let (margin, _) = self.margin.as_ref()?;
-        let status = std::fs::read_to_string(format!("/proc/{}/status", margin.pid)).ok()?;
-        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-        line.split_whitespace().nth(1)?.parse().ok()
+        rss_kib(self.margin.as_ref()?.0.pid)
     }
 
     /// Stops a Margin server; what it logged goes to the report.
     async fn finish(mut self, report: &mut Report) {
         let refusals = self.machine.refusals();
         if !refusals.is_empty() {
-            report.logs.push(format!(
+            report.frame.logs.push(format!(
                 "{} refused {} run reports, first: {}",
                 self.server,
                 refusals.len(),
@@ -602,7 +556,7 @@ impl Target {
         drop(self.machine);
         if let Some((margin, _data)) = self.margin.take() {
             let stopped = margin.terminate().await;
-            report.logs.push(format!(
+            report.frame.logs.push(format!(
                 "margin (session {}): shutdown {} in {} ms; {}",
                 self.session,
                 stopped.status,
@@ -1011,98 +965,46 @@ async fn peer_events(
 /// Starts the peer on its own runtime in this process (as many worker
 /// threads as CPUs, like `margin`'s); returns its address and state.
 fn start_peer() -> (SocketAddr, Arc<PeerState>) {
-    let (tx, rx) = std::sync::mpsc::channel();
     let state = Arc::new(PeerState::default());
     let shared = state.clone();
-    std::thread::Builder::new()
-        .name(PEER_THREAD.into())
-        .spawn(move || {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(std::thread::available_parallelism().map_or(2, |n| n.get()))
-                .thread_name(PEER_THREAD)
-                .enable_all()
-                .build()
-                .expect("cannot build the peer's runtime");
-            runtime.block_on(async move {
-                // The accept backlog `margin` uses (`ACCEPT_BACKLOG`, 4096).
-                let socket = tokio::net::TcpSocket::new_v4().expect("peer socket");
-                socket.set_reuseaddr(true).expect("peer SO_REUSEADDR");
-                socket
-                    .bind(SocketAddr::from(([127, 0, 0, 1], 0)))
-                    .expect("peer cannot bind");
-                let listener = socket.listen(4096).expect("peer cannot listen");
-                tx.send(listener.local_addr().expect("peer address"))
-                    .expect("bench gone");
-                let app = axum::Router::new()
-                    .route(
-                        "/machine",
-                        get(
-                            |ws: WebSocketUpgrade, State(state): State<Arc<PeerState>>| async move {
-                                ws.on_upgrade(move |socket| peer_link(socket, state))
-                            },
-                        ),
-                    )
-                    .route(
-                        "/sessions/{sid}",
-                        get(
-                            |State(state): State<Arc<PeerState>>, Segment(sid): Segment<String>| async move {
-                                let cursor = state.feed(&sid).log.lock().expect("peer log lock").len();
-                                axum::Json(json!({ "cursor": cursor }))
-                            },
-                        ),
-                    )
-                    .route("/sessions/{sid}/events", get(peer_events))
-                    .with_state(state);
-                let served = if std::env::var("PEER_NODELAY").is_ok_and(|v| v == "1") {
-                    let listener = listener.tap_io(|tcp| {
-                        let _ = tcp.set_nodelay(true);
-                    });
-                    axum::serve(listener, app).await
-                } else {
-                    axum::serve(listener, app).await
-                };
-                served.expect("the peer stopped");
+    let addr = peers::spawn(move |listener| async move {
+        let app = axum::Router::new()
+            .route(
+                "/machine",
+                get(
+                    |ws: WebSocketUpgrade, State(state): State<Arc<PeerState>>| async move {
+                        ws.on_upgrade(move |socket| peer_link(socket, state))
+                    },
+                ),
+            )
+            .route(
+                "/sessions/{sid}",
+                get(
+                    |State(state): State<Arc<PeerState>>, Segment(sid): Segment<String>| async move {
+                        let cursor = state.feed(&sid).log.lock().expect("peer log lock").len();
+                        axum::Json(json!({ "cursor": cursor }))
+                    },
+                ),
+            )
+            .route("/sessions/{sid}/events", get(peer_events))
+            .with_state(state);
+        let served = if peers::nodelay() {
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
             });
-        })
-        .expect("cannot start the peer thread");
-    (rx.recv().expect("the peer did not start"), shared)
-}
-
-// ---------------------------------------------------------------- /proc
-
-/// Waits (up to `budget`) until the machine has been nearly idle for a
-/// second: under a quarter of a core busy.
-async fn quiet(budget: Duration) {
-    let deadline = Instant::now() + budget;
-    loop {
-        let before = machine_busy_ticks();
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let busy = machine_busy_ticks().saturating_sub(before) as f64 / TICKS_PER_SECOND;
-        if busy < 0.25 {
-            return;
-        }
-        if Instant::now() >= deadline {
-            println!(
-                "  (machine still busy: {busy:.2} cores; going ahead; load {})",
-                loadavg()
-            );
-            return;
-        }
-    }
+            axum::serve(listener, app).await
+        } else {
+            axum::serve(listener, app).await
+        };
+        served.expect("the peer stopped");
+    });
+    (addr, shared)
 }
 
 // ---------------------------------------------------------------- statistics
 
 fn ms(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1e3)
-}
-
-fn ratio(a: f64, b: f64) -> String {
-    if b > 0.0 {
-        format!("{:.2}", a / b)
-    } else {
-        "—".into()
-    }
 }
 
 // ---------------------------------------------------------------- part 1: fan-out
@@ -1218,7 +1120,7 @@ async fn fan_out_run(config: &Config, target: &Target, rate: Option<u64>) -> Fan
             Err(e) => errors.push(format!("subscribe: {e}")),
         }
     }
-    quiet(config.quiet_wait).await;
+    settle(config.quiet_wait.as_secs_f64()).await;
     let snap = CpuSnap::take(target.cpu);
     let generated = generate(&target.machine, &target.session, &sent, rate).await;
     let mut tallies = Vec::with_capacity(followers.len());
@@ -1348,7 +1250,7 @@ async fn replays(config: &Config, peer: SocketAddr, report: &mut Report) {
     ];
     let mut lasts = Vec::new();
     for target in &targets {
-        quiet(config.quiet_wait).await;
+        settle(config.quiet_wait.as_secs_f64()).await;
         let snap = CpuSnap::take(target.cpu);
         let began = Instant::now();
         generate(&target.machine, &target.session, &Sent::new(n), None).await;
@@ -1371,7 +1273,7 @@ async fn replays(config: &Config, peer: SocketAddr, report: &mut Report) {
             generation.cpu.server * 1e3,
         );
         if last != target.base + n as u64 {
-            report.logs.push(format!(
+            report.frame.logs.push(format!(
                 "{}: the log ended at {last}, not {} + {n}: other events were written",
                 target.server, target.base
             ));
@@ -1389,7 +1291,7 @@ async fn replays(config: &Config, peer: SocketAddr, report: &mut Report) {
                 if readers == 0 {
                     continue;
                 }
-                quiet(config.quiet_wait).await;
+                settle(config.quiet_wait.as_secs_f64()).await;
                 let from = (last.saturating_sub(behind), last);
                 let run = replay_run(target, reader, readers, from, rep).await;
                 println!("  {}", run.line());
@@ -1478,53 +1380,43 @@ async fn replay_run(
 
 #[derive(Default)]
 struct Report {
-    env_lines: Vec<String>,
+    frame: ReportFrame,
     fan: Vec<FanRun>,
     generation: Vec<Generation>,
     replay: Vec<ReplayRun>,
-    logs: Vec<String>,
 }
 
 impl Report {
     fn environment(&mut self, config: &Config) {
-        let [machine, margin] = describe(&config.bin);
-        self.env_lines = vec![
-            machine,
-            margin,
-            format!(
-                "config: SUBSCRIBERS={} EVENTS={} RATE={} BURST={} REPEAT={} REPLAY_EVENTS={} RETAINED={} EDGE={} REPLAY_READS={} CATCH_UP={} BEHIND={} QUIET_WAIT_SECONDS={} PEER_NODELAY={} parts:{}{}",
-                config.subscribers,
-                config.events,
-                config.rate,
-                u8::from(config.burst),
-                config.repeat,
-                config.replay_events,
-                config.retained,
-                config.edge,
-                config.replay_reads,
-                config.catch_up,
-                config.behind,
-                config.quiet_wait.as_secs(),
-                std::env::var("PEER_NODELAY").unwrap_or_else(|_| "0".into()),
-                if config.fanout { " fanout" } else { "" },
-                if config.replay { " replay" } else { "" },
-            ),
-        ];
+        self.frame = ReportFrame::start(
+            &config.bin,
+format!(
+            "config: SUBSCRIBERS={} EVENTS={} RATE={} BURST={} REPEAT={} REPLAY_EVENTS={} RETAINED={} EDGE={} REPLAY_READS={} CATCH_UP={} BEHIND={} QUIET_WAIT_SECONDS={} PEER_NODELAY={} parts:{}{}",
+            config.subscribers,
+            config.events,
+            config.rate,
+            u8::from(config.burst),
+            config.repeat,
+            config.replay_events,
+            config.retained,
+            config.edge,
+            config.replay_reads,
+            config.catch_up,
+            config.behind,
+            config.quiet_wait.as_secs(),
+            std::env::var("PEER_NODELAY").unwrap_or_else(|_| "0".into()),
+            if config.fanout { " fanout" } else { "" },
+            if config.replay { " replay" } else { "" },
+        ),
+        );
     }
 
     fn render(&self) -> String {
         let mut out = String::new();
-        for line in &self.env_lines {
-            let _ = writeln!(out, "{line}  ");
-        }
+        self.frame.open(&mut out);
         self.render_fan(&mut out);
         self.render_replay(&mut out);
-        if !self.logs.is_empty() {
-            let _ = writeln!(out);
-            for line in &self.logs {
-                let _ = writeln!(out, "{line}  ");
-            }
-        }
+        self.frame.close(&mut out);
         out
     }
 
@@ -1538,11 +1430,7 @@ impl Report {
             "\n### Fan-out: {} SSE subscribers on one session, {} events\n",
             first.subscribers, first.events
         );
-        let _ = writeln!(out, "| rep | server | mode | subscribed in ms | sent/s | deliveries/s | events/s to all | first send → last delivery ms | drain ms | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | mean ms | complete | missing | gaps | dups | wrong | server CPU | server µs/delivery | client CPU | other CPU | server RSS KiB |");
-        let _ = writeln!(
-            out,
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-        );
+        let _ = writeln!(out, "{}", table_head("| rep | server | mode | subscribed in ms | sent/s | deliveries/s | events/s to all | first send → last delivery ms | drain ms | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | mean ms | complete | missing | gaps | dups | wrong | server CPU | server µs/delivery | client CPU | other CPU | server RSS KiB |"));
         for r in &self.fan {
             let _ = writeln!(
                 out,
@@ -1575,16 +1463,13 @@ impl Report {
                 r.server, r.mode, r.rep, r.untimed, r.errors
             );
         }
-        let _ = writeln!(out, "\n| rep | mode | Margin/peer deliveries/s | Margin/peer p50 | Margin/peer p99 | Margin/peer max | Margin/peer server µs/delivery |");
-        let _ = writeln!(out, "|---|---|---|---|---|---|---|");
-        for m in self.fan.iter().filter(|r| r.server == MARGIN) {
-            let Some(p) = self
-                .fan
-                .iter()
-                .find(|r| r.server == PEER && r.mode == m.mode && r.rep == m.rep)
-            else {
-                continue;
-            };
+        let _ = writeln!(out, "\n{}", table_head("| rep | mode | Margin/peer deliveries/s | Margin/peer p50 | Margin/peer p99 | Margin/peer max | Margin/peer server µs/delivery |"));
+        let pairs = paired(
+            &self.fan,
+            |r| r.server == MARGIN,
+            |m, p| p.server == PEER && p.mode == m.mode && p.rep == m.rep,
+        );
+        for (m, p) in pairs {
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {} | {} | {} | {} |",
@@ -1604,8 +1489,7 @@ impl Report {
             return;
         }
         let _ = writeln!(out, "\n### Replay\n");
-        let _ = writeln!(out, "| server | reports written unpaced | written in ms | all committed in ms | committed events/s | server CPU s |");
-        let _ = writeln!(out, "|---|---|---|---|---|---|");
+        let _ = writeln!(out, "{}", table_head("| server | reports written unpaced | written in ms | all committed in ms | committed events/s | server CPU s |"));
         for g in &self.generation {
             let _ = writeln!(
                 out,
@@ -1618,11 +1502,7 @@ impl Report {
                 g.cpu.server
             );
         }
-        let _ = writeln!(out, "\n| rep | server | reader | readers | after | events read | first byte ms (p50) | per reader ms (p50) | all done ms | events/s | MB/s | complete | missing | gaps | dups | server CPU ms | other CPU |");
-        let _ = writeln!(
-            out,
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-        );
+        let _ = writeln!(out, "\n{}", table_head("| rep | server | reader | readers | after | events read | first byte ms (p50) | per reader ms (p50) | all done ms | events/s | MB/s | complete | missing | gaps | dups | server CPU ms | other CPU |"));
         for r in &self.replay {
             let _ = writeln!(
                 out,
@@ -1654,16 +1534,13 @@ impl Report {
                 r.server, r.reader, r.rep, r.errors
             );
         }
-        let _ = writeln!(out, "\n| rep | reader | Margin/peer events/s | Margin/peer all done | Margin/peer first byte |");
-        let _ = writeln!(out, "|---|---|---|---|---|");
-        for m in self.replay.iter().filter(|r| r.server == MARGIN) {
-            let Some(p) = self
-                .replay
-                .iter()
-                .find(|r| r.server == PEER && r.reader == m.reader && r.rep == m.rep)
-            else {
-                continue;
-            };
+        let _ = writeln!(out, "\n{}", table_head("| rep | reader | Margin/peer events/s | Margin/peer all done | Margin/peer first byte |"));
+        let pairs = paired(
+            &self.replay,
+            |r| r.server == MARGIN,
+            |m, p| p.server == PEER && p.reader == m.reader && p.rep == m.rep,
+        );
+        for (m, p) in pairs {
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {} | {} |",

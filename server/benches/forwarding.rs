@@ -3,7 +3,7 @@
 //! document (their sockets forwarded to the owner) against receivers on the
 //! owner itself, in the same run and for the same edits; the CPU each node
 //! spends; and what a node's lease upkeep costs per document it owns.
-//! Results and how to read them: `docs/performance.md`, "Several servers".
+//! Results and how to read them: `server/benches/results/cluster.md`.
 //!
 //! ```sh
 //! cargo build --release -p margin-server --bin margin
@@ -41,27 +41,26 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use margin_server::auth;
 use margin_server::storage::Store;
 use sqlx::Row;
 use tokio::sync::watch;
 use yrs::{ClientID, ReadTxn, Transact};
 
-use support::margin::Margin;
+use support::accounts::owner;
+use support::cpu::{CpuSnap, ServerCpu};
+use support::knobs::{env_or, under_cargo_bench};
+use support::margin::{margin_bin, Margin};
 use support::postgres::Scratch;
+use support::process::rss_kib;
+use support::report::{describe, percentile};
 use support::sync::SyncSocket;
-use support::{describe, env_or, margin_bin, percentile, rss_kib, CpuSnap, ServerCpu};
 
 const PATIENCE: Duration = Duration::from_secs(30);
 
 #[tokio::main]
 async fn main() {
-    // `cargo bench` passes `--bench`; `cargo test --benches` does not, and
-    // this is no test.
-    if std::env::args().any(|a| a == "--bench") {
+    if under_cargo_bench("forwarding") {
         bench().await;
-    } else {
-        println!("forwarding bench: skipped (run it with `cargo bench -p margin-server --bench forwarding`)");
     }
 }
 
@@ -79,16 +78,9 @@ async fn bench() {
     let mut scratch = Scratch::new("forwarding").await;
     let (url, schema) = (scratch.url.clone(), scratch.schema.clone());
     let store = Store::open(&url).await.expect("the bench's store");
-    let account = store
-        .create_account("forwarding")
-        .await
-        .expect("an account");
-    let token = auth::issue_token(&store, &account).await.expect("a token");
-    let doc = store
-        .create_document(&account, "Forwarded plan")
-        .await
-        .expect("a document")
-        .id;
+    let owner = owner(&store, "forwarding", Some("Forwarded plan")).await;
+    let (account, token) = (owner.account, owner.token);
+    let doc = owner.document.expect("a document");
     let data = tempfile::tempdir().expect("a temp data dir");
     let args: Vec<String> = ["--database-url", &url, "--cluster"]
         .iter()
@@ -177,23 +169,21 @@ async fn bench() {
     let idle_connections: usize = env_or("IDLE_CONNECTIONS", 300);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (a0, b0) = (rss(&a), rss(&b));
-    let mut idle = Vec::new();
-    for _ in 0..idle_connections {
-        idle.push(
-            SyncSocket::connect(&sync(&a, &doc), PATIENCE)
-                .await
-                .expect("an idle client"),
-        );
-    }
+    let idle_clients = |url: String| async move {
+        let mut clients = Vec::new();
+        for _ in 0..idle_connections {
+            clients.push(
+                SyncSocket::connect(&url, PATIENCE)
+                    .await
+                    .expect("an idle client"),
+            );
+        }
+        clients
+    };
+    let mut idle = idle_clients(sync(&a, &doc)).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (a1, b1) = (rss(&a), rss(&b));
-    for _ in 0..idle_connections {
-        idle.push(
-            SyncSocket::connect(&sync(&b, &doc), PATIENCE)
-                .await
-                .expect("an idle client"),
-        );
-    }
+    idle.extend(idle_clients(sync(&b, &doc)).await);
     tokio::time::sleep(Duration::from_secs(1)).await;
     let (a2, b2) = (rss(&a), rss(&b));
     let per = |kib: i64| kib as f64 * 1024.0 / idle_connections as f64 / 1024.0;
@@ -252,12 +242,7 @@ async fn bench() {
     }
     for node in [a, b] {
         let stopped = node.terminate().await;
-        println!(
-            "a node stopped in {:.1} s ({}); {}",
-            stopped.took.as_secs_f64(),
-            stopped.status,
-            stopped.log_line()
-        );
+        println!("a node {}", stopped.summary());
     }
     drop(store);
     scratch.drop_schema().await;

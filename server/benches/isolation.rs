@@ -1,6 +1,6 @@
 //! Session isolation benchmark (issue #11): one session's slow tool calls
 //! must not hold up another session of the same machine. Results and how
-//! to read them: `docs/performance.md`, "Session isolation".
+//! to read them: `server/benches/results/isolation.md`.
 //!
 //! ```sh
 //! cargo bench -p margin-server --bench isolation
@@ -49,8 +49,11 @@ use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 
-use support::margin::Margin;
-use support::{describe, env_or, margin_bin, percentile, CpuSnap, ServerCpu};
+use support::cpu::{settle, CpuSnap, CpuUse, ServerCpu};
+use support::knobs::env_or;
+use support::margin::{margin_bin, Margin};
+use support::report::{describe, percentile, table_head};
+use support::sync::viewer;
 
 /// Most edits one `edit_plan` takes.
 const EDITS_PER_CALL: usize = 64;
@@ -120,17 +123,7 @@ async fn bench() {
     // from storage.
     let open: u8 = env_or("OPEN", 1);
     let _viewer = if open == 1 {
-        let url = format!(
-            "ws://{}/documents/{}/sync?token={}",
-            margin.addr, setup.big, setup.big_token
-        );
-        let (mut sync, _) = tokio_tungstenite::connect_async(url)
-            .await
-            .expect("a sync connection to document A");
-        // Read and drop what the server sends; stay connected.
-        Some(tokio::spawn(async move {
-            while let Some(Ok(_)) = sync.next().await {}
-        }))
+        Some(viewer(margin.addr, &setup.big, &setup.big_token).await)
     } else {
         None
     };
@@ -172,7 +165,7 @@ async fn bench() {
     let mut idle = Vec::new();
     let mut loaded = Vec::new();
     for rep in 0..repeat {
-        support::settle(env_or("QUIET_WAIT_SECONDS", 60.0)).await;
+        settle(env_or("QUIET_WAIT_SECONDS", 60.0)).await;
         let run = measure((&link_a, &a), (&link, &b), rate, seconds, window, cpu).await;
         run.print(rep);
         idle.extend(run.idle);
@@ -183,8 +176,10 @@ async fn bench() {
     let p = |v: &[u64], q: f64| percentile(v, q) as f64 / 1e6;
     let delta = p(&loaded, 99.0) - p(&idle, 99.0);
     println!();
-    println!("| B's read_document, all runs | calls | p50 ms | p99 ms | max ms |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "{}",
+        table_head("| B's read_document, all runs | calls | p50 ms | p99 ms | max ms |")
+    );
     for (name, v) in [
         ("A idle", &idle),
         (&*format!("A reading {blocks} blocks in a loop"), &loaded),
@@ -202,12 +197,7 @@ async fn bench() {
         if delta <= 2.0 { "met" } else { "NOT met" }
     );
     let stopped = margin.terminate().await;
-    println!(
-        "margin stopped in {:.1} s ({}); {}",
-        stopped.took.as_secs_f64(),
-        stopped.status,
-        stopped.log_line()
-    );
+    println!("margin {}", stopped.summary());
 }
 
 /// An account and its token, made with the binary's own CLI (so any
@@ -240,42 +230,32 @@ async fn prepare(
     token: String,
     other: Option<String>,
 ) -> Setup {
-    let pair = |token: String, name: &'static str| {
-        let http = http.clone();
-        let base = base.to_owned();
-        async move {
-            let paired: serde_json::Value = http
-                .post(format!("{base}/machines"))
-                .bearer_auth(&token)
-                .json(&json!({"name": name}))
-                .send()
-                .await
-                .expect("pairing")
-                .json()
-                .await
-                .expect("a paired machine");
-            paired["credential"]
-                .as_str()
-                .expect("a credential")
-                .to_owned()
-        }
-    };
-    let document = |token: String, title: &'static str| {
+    // POST `path` with `body` as `token`; the answer's string `field`.
+    let made = |token: String, path: &'static str, body: serde_json::Value, field: &'static str| {
         let http = http.clone();
         let base = base.to_owned();
         async move {
             let made: serde_json::Value = http
-                .post(format!("{base}/documents"))
+                .post(format!("{base}{path}"))
                 .bearer_auth(&token)
-                .json(&json!({"title": title}))
+                .json(&body)
                 .send()
                 .await
-                .expect("a document")
+                .unwrap_or_else(|e| panic!("POST {path}: {e}"))
                 .json()
                 .await
-                .expect("a document");
-            made["id"].as_str().expect("an id").to_owned()
+                .unwrap_or_else(|e| panic!("POST {path}'s answer: {e}"));
+            made[field]
+                .as_str()
+                .unwrap_or_else(|| panic!("POST {path}: no {field}"))
+                .to_owned()
         }
+    };
+    let pair = |token: String, name: &'static str| {
+        made(token, "/machines", json!({"name": name}), "credential")
+    };
+    let document = |token: String, title: &'static str| {
+        made(token, "/documents", json!({"title": title}), "id")
     };
     let credential = pair(token.clone(), "laptop").await;
     let small = document(token.clone(), "B").await;
@@ -537,7 +517,7 @@ struct Run {
     loaded: Vec<u64>,
     a_reads: u64,
     seconds: f64,
-    cpu: support::CpuUse,
+    cpu: CpuUse,
 }
 
 impl Run {

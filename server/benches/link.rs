@@ -1,6 +1,6 @@
 //! Machine-link benchmark (issue #4, Performance): the real `margin` binary
 //! over loopback, with a peer figure from the same run. Results and how to
-//! read them: `docs/performance.md`, "Machine link".
+//! read them: `server/benches/results/link.md`.
 //!
 //! ```sh
 //! cargo build --release -p margin-server --bin margin   # -> target/release/margin
@@ -88,7 +88,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -100,12 +99,8 @@ use margin_protocol::link::{
     Capabilities, ClientMessage, PlannerView, ServerMessage, PROTOCOL_VERSION,
 };
 use margin_protocol::tools::ToolOutput;
-use margin_server::auth;
-use margin_server::storage::Store;
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::process::{Child, Command};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
@@ -114,11 +109,13 @@ use tokio_util::sync::CancellationToken;
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// Row labels.
-use support::margin::Margin;
-use support::{
-    describe, env_or, loadavg, margin_bin, open_files_limit, percentile, CpuSnap, CpuUse,
-    ServerCpu, PEER_THREAD,
-};
+use support::accounts::{members, Member, Wanted};
+use support::cpu::{settle, CpuSnap, CpuUse, ServerCpu};
+use support::knobs::{env_or, require_open_files, under_cargo_bench, Parts};
+use support::margin::{margin_bin, Margin};
+use support::peers::{self, PeerProcess};
+use support::process::{loadavg, Mem, TcpCounters};
+use support::report::{paired, percentile, print_summary, ratio, table_head, ReportFrame};
 
 const MARGIN_CLOSED: &str = "margin, doc not open";
 const MARGIN_OPEN: &str = "margin, doc open";
@@ -127,10 +124,7 @@ const PEER: &str = "peer";
 const PATIENCE: Duration = Duration::from_secs(60);
 
 fn main() {
-    // `cargo bench` passes `--bench`; `cargo test --benches` does not, and
-    // this is no test.
-    if !std::env::args().any(|a| a == "--bench") {
-        println!("link bench: skipped (run it with `cargo bench -p margin-server --bench link`)");
+    if !under_cargo_bench("link") {
         return;
     }
     if std::env::var("LINK_BENCH_PEER").is_ok_and(|v| v == "serve") {
@@ -138,12 +132,7 @@ fn main() {
         return;
     }
     let config = Config::from_env();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .thread_name("bench-client")
-        .enable_all()
-        .build()
-        .expect("cannot build the bench's tokio runtime");
-    runtime.block_on(run(config));
+    peers::client_runtime().block_on(run(config));
 }
 
 // ---------------------------------------------------------------- config
@@ -168,11 +157,11 @@ struct Config {
 impl Config {
     fn from_env() -> Config {
         let bin = margin_bin("link");
-        let parts: String = env_or("PARTS", "rtt,links".to_owned());
+        let parts = Parts::from_env("rtt,links");
         let config = Config {
             bin,
-            rtt: parts.split(',').any(|p| p.trim() == "rtt"),
-            links: parts.split(',').any(|p| p.trim() == "links"),
+            rtt: parts.has("rtt"),
+            links: parts.has("links"),
             rate: env_or("RATE", 1000u64).max(1),
             seconds: env_or("SECONDS", 10.0f64).max(0.1),
             warmup: env_or("WARMUP", 500usize),
@@ -186,18 +175,11 @@ impl Config {
             relinks: env_or("RELINKS", 1usize),
         };
         if config.links {
-            let needed = config.link_count as u64 + 256;
-            match open_files_limit() {
-                Some(limit) if limit < needed => {
-                    eprintln!(
-                        "link bench: LINKS={} needs about {needed} open files, the limit is {limit}\n\
-                         raise it first:  ulimit -n 8192   (or run with a smaller LINKS)",
-                        config.link_count
-                    );
-                    std::process::exit(2);
-                }
-                _ => {}
-            }
+            require_open_files(
+                "link",
+                config.link_count as u64 + 256,
+                &format!("LINKS={}", config.link_count),
+            );
         }
         config
     }
@@ -208,78 +190,29 @@ impl Config {
 async fn run(config: Config) {
     let mut report = Report::default();
     report.environment(&config);
-    println!("{}", report.env_lines.join("\n"));
     if config.rtt {
         round_trips(&config, &mut report).await;
     }
     if config.links {
         many_links(&config, &mut report).await;
     }
-    println!("\n==================== summary ====================\n");
-    println!("{}", report.render());
+    print_summary(&report.render());
 }
 
 // ---------------------------------------------------------------- setup
 
-/// A bench account: its token, its paired machine's credential, and its
-/// document when one was made.
-#[derive(Clone, Debug)]
-struct Member {
-    token: String,
-    credential: String,
-    document: Option<String>,
-}
-
-/// Writes `count` accounts (each with a token and a paired machine, and a
-/// document when `documents`) straight into the store in `data`, before any
-/// server runs on it — the way `margin account add` and `margin machine
-/// pair` do, without a process per account.
-async fn prepare(data: &Path, prefix: &str, count: usize, documents: bool) -> Vec<Member> {
-    let url = Store::sqlite_url_in(data).expect("cannot create the bench's data folder");
-    let store = Store::open(&url)
-        .await
-        .unwrap_or_else(|e| panic!("cannot open the bench store at {url}: {e}"));
-    let members = futures_util::stream::iter(0..count)
-        .map(|i| {
-            let store = store.clone();
-            async move {
-                let name = format!("{prefix}{i:05}");
-                let account = store
-                    .create_account(&name)
-                    .await
-                    .unwrap_or_else(|e| panic!("creating account {name}: {e}"));
-                let token = auth::issue_token(&store, &account)
-                    .await
-                    .unwrap_or_else(|e| panic!("issuing a token for {name}: {e}"));
-                let (_, credential) = auth::pair_machine(
-                    &store,
-                    &account,
-                    &format!("{name} laptop"),
-                    auth::MACHINE_CREDENTIAL_TTL,
-                )
-                .await
-                .unwrap_or_else(|e| panic!("pairing a machine to {name}: {e}"));
-                let document = if documents {
-                    let row = store
-                        .create_document(&account, &format!("{name}'s plan"))
-                        .await
-                        .unwrap_or_else(|e| panic!("creating a document for {name}: {e}"));
-                    Some(row.id)
-                } else {
-                    None
-                };
-                Member {
-                    token,
-                    credential: credential.secret,
-                    document,
-                }
-            }
-        })
-        .buffered(4)
-        .collect::<Vec<_>>()
-        .await;
-    store.close().await;
-    members
+/// Writes `count` accounts, each with a token, a paired machine and a
+/// document, into the store in `data` before any server runs on it.
+async fn prepare(data: &Path, prefix: &str, count: usize) -> Vec<Member> {
+    members(data, count, |i| {
+        let name = format!("{prefix}{i:05}");
+        Wanted {
+            machine: Some(format!("{name} laptop")),
+            document: Some(format!("{name}'s plan")),
+            name,
+        }
+    })
+    .await
 }
 
 // ---------------------------------------------------------------- HTTP
@@ -510,7 +443,7 @@ async fn call(
 async fn serve_peer(listener: TcpListener, output: Arc<ToolOutput>) {
     // Margin's listener leaves Nagle on (axum's default); so does the peer,
     // unless PEER_NODELAY=1.
-    let nodelay = std::env::var("PEER_NODELAY").is_ok_and(|v| v == "1");
+    let nodelay = peers::nodelay();
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
@@ -560,160 +493,26 @@ async fn serve_peer(listener: TcpListener, output: Arc<ToolOutput>) {
     }
 }
 
-/// The peer's listener on a free loopback port, with the accept backlog
-/// `margin` uses (`ACCEPT_BACKLOG` in `server/src/serve.rs`, 4096; tokio's
-/// `TcpListener::bind` would ask for 128). Call within a runtime.
-fn peer_listener() -> TcpListener {
-    let socket = tokio::net::TcpSocket::new_v4().expect("peer socket");
-    socket.set_reuseaddr(true).expect("peer SO_REUSEADDR");
-    socket
-        .bind(SocketAddr::from(([127, 0, 0, 1], 0)))
-        .expect("peer cannot bind");
-    socket.listen(4096).expect("peer cannot listen")
-}
-
-fn peer_workers() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get())
-}
-
 /// Starts the peer on its own runtime in this process (as many worker
 /// threads as CPUs, like `margin`'s); returns its address.
 fn start_peer(output: Value) -> SocketAddr {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        .name(PEER_THREAD.into())
-        .spawn(move || {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(peer_workers())
-                .thread_name(PEER_THREAD)
-                .enable_all()
-                .build()
-                .expect("cannot build the peer's runtime");
-            runtime.block_on(async move {
-                let listener = peer_listener();
-                tx.send(listener.local_addr().expect("peer address"))
-                    .expect("bench gone");
-                serve_peer(
-                    listener,
-                    Arc::new(serde_json::from_value(output).expect("a tool output")),
-                )
-                .await;
-            });
-        })
-        .expect("cannot start the peer thread");
-    rx.recv().expect("the peer did not start")
+    let output: ToolOutput = serde_json::from_value(output).expect("a tool output");
+    peers::spawn(move |listener| serve_peer(listener, Arc::new(output)))
 }
 
 /// `LINK_BENCH_PEER=serve`: this binary as a peer *process*, so its memory
 /// can be read on its own (part 3's peer figure). Prints its address and
 /// serves until stdin closes.
 fn peer_process() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(peer_workers())
-        .enable_all()
-        .build()
-        .expect("cannot build the peer's runtime");
-    runtime.block_on(async {
-        let listener = peer_listener();
-        println!(
-            "peer listening on {}",
-            listener.local_addr().expect("peer address")
-        );
-        // Exit when the bench closes our stdin (or goes away).
-        std::thread::spawn(|| {
-            let mut line = String::new();
-            while std::io::stdin().read_line(&mut line).is_ok_and(|n| n > 0) {}
-            std::process::exit(0);
-        });
-        let empty = ToolOutput::ReadDocument(ReadDocumentOutput {
-            revision: 0,
-            outline: Vec::new(),
-        });
-        serve_peer(listener, Arc::new(empty)).await;
+    let empty = ToolOutput::ReadDocument(ReadDocumentOutput {
+        revision: 0,
+        outline: Vec::new(),
     });
-}
-
-/// The peer as a child process: its pid and address.
-struct PeerProcess {
-    child: Child,
-    pid: u32,
-    addr: SocketAddr,
-}
-
-impl PeerProcess {
-    async fn start() -> PeerProcess {
-        let exe = std::env::current_exe().expect("the bench's own path");
-        let mut child = Command::new(exe)
-            .arg("--bench")
-            .env("LINK_BENCH_PEER", "serve")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("cannot start the peer process");
-        let pid = child.id().expect("the peer exited at once");
-        let stdout = child.stdout.take().expect("peer stdout is piped");
-        let mut lines = BufReader::new(stdout).lines();
-        let addr = tokio::time::timeout(Duration::from_secs(10), async {
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(addr) = line.strip_prefix("peer listening on ") {
-                    return addr
-                        .parse::<SocketAddr>()
-                        .expect("peer printed a bad address");
-                }
-            }
-            panic!("the peer process exited before listening");
-        })
-        .await
-        .expect("the peer process did not start within 10 s");
-        PeerProcess { child, pid, addr }
-    }
-
-    async fn stop(mut self) {
-        drop(self.child.stdin.take());
-        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
-            .await
-            .is_err()
-        {
-            let _ = self.child.kill().await;
-        }
-    }
-}
-
-// ---------------------------------------------------------------- /proc
-
-#[derive(Clone, Copy, Debug, Default)]
-struct Mem {
-    rss_kib: u64,
-    anon_kib: u64,
-    pss_kib: u64,
-    hwm_kib: u64,
-    threads: u64,
-}
-
-fn status_field(status: &str, name: &str) -> u64 {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(name))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
-fn mem(pid: u32) -> Mem {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
-    Mem {
-        rss_kib: status_field(&status, "VmRSS:"),
-        anon_kib: status_field(&status, "RssAnon:"),
-        hwm_kib: status_field(&status, "VmHWM:"),
-        threads: status_field(&status, "Threads:"),
-        pss_kib: status_field(&rollup, "Pss:"),
-    }
+    peers::serve_as_child(|listener| serve_peer(listener, Arc::new(empty)));
 }
 
 /// Waits (up to `budget`) until the machine has been nearly idle for a
-/// second ([`support::settle`]); meanwhile `turns` answer their heartbeats
+/// second ([`settle`]); meanwhile `turns` answer their heartbeats
 /// (a link left silent for three is closed, rightly). Returns the last
 /// second's busy share, in cores.
 async fn quiet(budget: Duration, turns: &mut [Turn]) -> f64 {
@@ -722,7 +521,7 @@ async fn quiet(budget: Duration, turns: &mut [Turn]) -> f64 {
         std::future::pending::<()>().await
     };
     tokio::select! {
-        busy = support::settle(budget.as_secs_f64()) => busy,
+        busy = settle(budget.as_secs_f64()) => busy,
         () = heartbeats => unreachable!("answering heartbeats never ends"),
     }
 }
@@ -792,7 +591,14 @@ impl RttRun {
         1e6 * self.cpu.server / self.results.max(1) as f64
     }
 
+    /// p50, p90, p99, p99.9, max and mean round trip, in ms.
+    fn latencies(&self) -> [String; 6] {
+        let [p50, p90, p99, p999, max] = [50.0, 90.0, 99.0, 99.9, 100.0].map(|p| ms(self.p(p)));
+        [p50, p90, p99, p999, max, ms(self.mean())]
+    }
+
     fn line(&self) -> String {
+        let [p50, p90, p99, p999, max, mean] = self.latencies();
         format!(
             "{} {:<14} rep {}: sent {} ({:.0}/s), results {} ({:.0}/s), refused {}, missing {}; \
              rtt p50 {} p90 {} p99 {} p99.9 {} max {} mean {} ms; schedule lag p99 {} max {} ms; \
@@ -806,12 +612,12 @@ impl RttRun {
             self.achieved_rate,
             self.refused,
             self.missing,
-            ms(self.p(50.0)),
-            ms(self.p(90.0)),
-            ms(self.p(99.0)),
-            ms(self.p(99.9)),
-            ms(self.p(100.0)),
-            ms(self.mean()),
+            p50,
+            p90,
+            p99,
+            p999,
+            max,
+            mean,
             ms(self.lag_p99),
             ms(self.lag_max),
             self.cpu.pct(self.cpu.server),
@@ -1021,21 +827,11 @@ async fn margin_turn(
 ) -> (Turn, Value, usize, Option<tokio::task::JoinHandle<()>>) {
     let document = member.document.clone().expect("document made");
     let viewer = if viewer {
-        let url = format!(
-            "ws://{}/documents/{document}/sync?token={}",
-            margin.addr, member.token
-        );
-        let (mut sync, _) = tokio_tungstenite::connect_async(url)
-            .await
-            .expect("sync connection to the document");
-        // Read and drop what the server sends; stay connected.
-        Some(tokio::spawn(async move {
-            while let Some(Ok(_)) = sync.next().await {}
-        }))
+        Some(support::sync::viewer(margin.addr, &document, &member.token).await)
     } else {
         None
     };
-    let mut ws = connect(margin.addr, Some(&member.credential))
+    let mut ws = connect(margin.addr, member.credential.as_deref())
         .await
         .expect("link to margin");
     hello(&mut ws).await.expect("margin's welcome");
@@ -1105,7 +901,7 @@ async fn round_trips(config: &Config, report: &mut Report) {
     println!("\n== part 1: tool-call round trip (read_document in a live turn) ==");
     let dir = tempfile::tempdir().expect("cannot make a temp dir");
     // Two accounts: one document nobody has open, one open in an "editor".
-    let members = prepare(dir.path(), "rtt", 2, true).await;
+    let members = prepare(dir.path(), "rtt", 2).await;
     let margin = Margin::start(&config.bin, dir.path(), &[]).await;
     println!(
         "margin {} listening on {} (pid {})",
@@ -1196,9 +992,10 @@ async fn round_trips(config: &Config, report: &mut Report) {
     if let Some(viewer) = viewer {
         viewer.abort();
     }
-    report.rtt_server_mem = mem(margin.pid);
+    report.rtt_server_mem = Mem::of(margin.pid);
     let stopped = margin.terminate().await;
     report
+        .frame
         .logs
         .push(format!("round-trip server: {}", stopped.log_line()));
     println!(
@@ -1315,26 +1112,6 @@ struct Burst {
 
 const TCP_COUNTERS: [&str; 3] = ["ListenOverflows", "TCPReqQFullDoCookies", "TCPSynRetrans"];
 
-/// The machine's `TcpExt` counters named in [`TCP_COUNTERS`].
-fn tcp_counters() -> [u64; 3] {
-    let netstat = std::fs::read_to_string("/proc/net/netstat").unwrap_or_default();
-    let mut lines = netstat.lines().filter(|l| l.starts_with("TcpExt:"));
-    let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
-        return [0; 3];
-    };
-    let pairs: Vec<(&str, u64)> = names
-        .split_whitespace()
-        .zip(values.split_whitespace())
-        .map(|(n, v)| (n, v.parse().unwrap_or(0)))
-        .collect();
-    TCP_COUNTERS.map(|want| {
-        pairs
-            .iter()
-            .find(|(n, _)| *n == want)
-            .map_or(0, |(_, v)| *v)
-    })
-}
-
 /// Spawns one [`idle_machine`] per credential, all at once, and waits for
 /// every `welcome` (or failure). The tasks keep running until `stop`.
 async fn burst(
@@ -1345,7 +1122,7 @@ async fn burst(
 ) -> (Burst, Vec<tokio::task::JoinHandle<bool>>) {
     let n = credentials.len();
     let (opened_tx, mut opened_rx) = tokio::sync::mpsc::unbounded_channel();
-    let tcp_before = tcp_counters();
+    let tcp_before = TcpCounters::now(TCP_COUNTERS);
     let start = Instant::now();
     let tasks: Vec<_> = credentials
         .into_iter()
@@ -1383,8 +1160,7 @@ async fn burst(
     open.sort_unstable();
     result.opened = open.len();
     result.open_sorted = open;
-    let tcp_after = tcp_counters();
-    result.tcp = [0, 1, 2].map(|i| tcp_after[i].saturating_sub(tcp_before[i]));
+    result.tcp = tcp_before.since().values;
     println!(
         "{} of {n} links welcomed ({} failed) in {:?}; open p50 {} p99 {} max {} ms; TCP {:?}",
         result.opened,
@@ -1455,7 +1231,7 @@ async fn many_links(config: &Config, report: &mut Report) {
     };
     let dir = tempfile::tempdir().expect("cannot make a temp dir");
     let setup = Instant::now();
-    let members = prepare(dir.path(), "m", n, true).await;
+    let members = prepare(dir.path(), "m", n).await;
     result.setup = setup.elapsed();
     println!(
         "{n} accounts, machines and documents written in {:?}",
@@ -1467,7 +1243,7 @@ async fn many_links(config: &Config, report: &mut Report) {
     // A request, so the HTTP path is warm before the baseline.
     let _: Value = api.get(&members[0].token, "/me").await.expect("GET /me");
     tokio::time::sleep(Duration::from_secs(2)).await;
-    result.mem_start = mem(margin.pid);
+    result.mem_start = Mem::of(margin.pid);
     println!("baseline: {:?}", result.mem_start);
     quiet(config.quiet_wait, &mut []).await;
     result.load_start = loadavg();
@@ -1475,11 +1251,11 @@ async fn many_links(config: &Config, report: &mut Report) {
     // Part 3: every machine connects at once.
     let stats = Arc::new(LinkStats::default());
     let stop = CancellationToken::new();
-    let credentials = members.iter().map(|m| Some(m.credential.clone())).collect();
+    let credentials = members.iter().map(|m| m.credential.clone()).collect();
     let (opened, tasks) = burst(margin.addr, credentials, &stats, &stop).await;
     result.burst = opened;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    result.mem_links = mem(margin.pid);
+    result.mem_links = Mem::of(margin.pid);
     println!("after links: {:?}", result.mem_links);
 
     // Part 2: one session per machine.
@@ -1513,7 +1289,7 @@ async fn many_links(config: &Config, report: &mut Report) {
         result.replies, result.sessions
     );
     tokio::time::sleep(Duration::from_secs(3)).await;
-    result.mem_sessions = mem(margin.pid);
+    result.mem_sessions = Mem::of(margin.pid);
     println!("after sessions: {:?}", result.mem_sessions);
 
     // Idle, answering heartbeats.
@@ -1525,7 +1301,7 @@ async fn many_links(config: &Config, report: &mut Report) {
     tokio::time::sleep(Duration::from_secs(config.hold_seconds)).await;
     result.hold_cpu = snap.since(ServerCpu::Process(margin.pid));
     result.hold = result.hold_cpu.wall;
-    result.mem_hold = mem(margin.pid);
+    result.mem_hold = Mem::of(margin.pid);
     result.heartbeats = stats.heartbeats.load(Ordering::Relaxed);
     result.refusals = stats.refusals.load(Ordering::Relaxed);
     result.closed_during = stats.closed.load(Ordering::Relaxed);
@@ -1577,7 +1353,7 @@ async fn many_links(config: &Config, report: &mut Report) {
     }
     result.detach = detach.elapsed();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    result.mem_detached = mem(margin.pid);
+    result.mem_detached = Mem::of(margin.pid);
     println!(
         "{} links were open at the end and detached in {:?}; after: {:?}",
         result.still_open, result.detach, result.mem_detached
@@ -1590,23 +1366,23 @@ async fn many_links(config: &Config, report: &mut Report) {
         config.after_detach.as_secs()
     );
     tokio::time::sleep_until(released_at.into()).await;
-    result.mem_released = mem(margin.pid);
+    result.mem_released = Mem::of(margin.pid);
     println!("leases over: {:?}", result.mem_released);
     // Is what the links held reused? The same burst again (no sessions),
     // then everyone detaches again; RELINKS times.
     for cycle in 1..=config.relinks {
         let stats = Arc::new(LinkStats::default());
         let stop = CancellationToken::new();
-        let credentials = members.iter().map(|m| Some(m.credential.clone())).collect();
+        let credentials = members.iter().map(|m| m.credential.clone()).collect();
         let (again, tasks) = burst(margin.addr, credentials, &stats, &stop).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let linked = mem(margin.pid);
+        let linked = Mem::of(margin.pid);
         stop.cancel();
         for task in tasks {
             let _ = task.await;
         }
         tokio::time::sleep(Duration::from_secs(3)).await;
-        let detached = mem(margin.pid);
+        let detached = Mem::of(margin.pid);
         println!(
             "relink {cycle}: {} linked, then detached: {linked:?} → {detached:?}",
             again.opened
@@ -1615,6 +1391,7 @@ async fn many_links(config: &Config, report: &mut Report) {
     }
     let stopped = margin.terminate().await;
     report
+        .frame
         .logs
         .push(format!("links server: {}", stopped.log_line()));
     result.shutdown = stopped.took;
@@ -1626,15 +1403,15 @@ async fn many_links(config: &Config, report: &mut Report) {
 
     // The peer process under the same burst: the floor of an idle link.
     println!("the same {n} links against the peer process:");
-    let peer = PeerProcess::start().await;
+    let peer = PeerProcess::start("LINK_BENCH_PEER").await;
     quiet(config.quiet_wait, &mut []).await;
-    result.peer.mem_start = mem(peer.pid);
+    result.peer.mem_start = Mem::of(peer.pid);
     let stats = Arc::new(LinkStats::default());
     let stop = CancellationToken::new();
     let (opened, tasks) = burst(peer.addr, vec![None; n], &stats, &stop).await;
     result.peer.burst = opened;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    result.peer.mem_links = mem(peer.pid);
+    result.peer.mem_links = Mem::of(peer.pid);
     result.peer.closed = stats.closed.load(Ordering::Relaxed);
     println!(
         "peer: {:?} → {:?}",
@@ -1653,57 +1430,49 @@ async fn many_links(config: &Config, report: &mut Report) {
 
 #[derive(Default)]
 struct Report {
-    env_lines: Vec<String>,
+    frame: ReportFrame,
     rtt_doc: String,
     rtt: Vec<RttRun>,
     rtt_server_mem: Mem,
     links: Option<LinksResult>,
-    logs: Vec<String>,
 }
 
 impl Report {
     fn environment(&mut self, config: &Config) {
-        let [machine, margin] = describe(&config.bin);
-        self.env_lines = vec![
-            machine,
-            margin,
-            format!(
-                "config: RATE={} SECONDS={} WARMUP={} PARAGRAPHS={} REPEAT={} LINKS={} HOLD_SECONDS={} HTTP_CONCURRENCY={} QUIET_WAIT_SECONDS={} AFTER_DETACH_SECONDS={} RELINKS={} PEER_NODELAY={} parts:{}{}",
-                config.rate,
-                config.seconds,
-                config.warmup,
-                config.paragraphs,
-                config.repeat,
-                config.link_count,
-                config.hold_seconds,
-                config.http_concurrency,
-                config.quiet_wait.as_secs(),
-                config.after_detach.as_secs(),
-                config.relinks,
-                std::env::var("PEER_NODELAY").unwrap_or_else(|_| "0".into()),
-                if config.rtt { " rtt" } else { "" },
-                if config.links { " links" } else { "" },
-            ),
-        ];
+        self.frame = ReportFrame::start(
+            &config.bin,
+format!(
+            "config: RATE={} SECONDS={} WARMUP={} PARAGRAPHS={} REPEAT={} LINKS={} HOLD_SECONDS={} HTTP_CONCURRENCY={} QUIET_WAIT_SECONDS={} AFTER_DETACH_SECONDS={} RELINKS={} PEER_NODELAY={} parts:{}{}",
+            config.rate,
+            config.seconds,
+            config.warmup,
+            config.paragraphs,
+            config.repeat,
+            config.link_count,
+            config.hold_seconds,
+            config.http_concurrency,
+            config.quiet_wait.as_secs(),
+            config.after_detach.as_secs(),
+            config.relinks,
+            std::env::var("PEER_NODELAY").unwrap_or_else(|_| "0".into()),
+            if config.rtt { " rtt" } else { "" },
+            if config.links { " links" } else { "" },
+        ),
+        );
     }
 
     fn render(&self) -> String {
         let mut out = String::new();
-        for line in &self.env_lines {
-            let _ = writeln!(out, "{line}  ");
-        }
+        self.frame.open(&mut out);
         if !self.rtt.is_empty() {
             let _ = writeln!(
                 out,
                 "\n### Tool-call round trip (`read_document`, {})\n",
                 self.rtt_doc
             );
-            let _ = writeln!(out, "| rep | server | mode | calls | sent/s | results/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | mean ms | refused | missing | server CPU | server µs/call | client CPU | other CPU | load avg |");
-            let _ = writeln!(
-                out,
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-            );
+            let _ = writeln!(out, "{}", table_head("| rep | server | mode | calls | sent/s | results/s | p50 ms | p90 ms | p99 ms | p99.9 ms | max ms | mean ms | refused | missing | server CPU | server µs/call | client CPU | other CPU | load avg |"));
             for r in &self.rtt {
+                let [p50, p90, p99, p999, max, mean] = r.latencies();
                 let _ = writeln!(
                     out,
                     "| {} | {} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0}% | {:.1} | {:.0}% | {:.0}% | {} |",
@@ -1713,12 +1482,12 @@ impl Report {
                     r.sent,
                     r.sent_rate,
                     r.achieved_rate,
-                    ms(r.p(50.0)),
-                    ms(r.p(90.0)),
-                    ms(r.p(99.0)),
-                    ms(r.p(99.9)),
-                    ms(r.p(100.0)),
-                    ms(r.mean()),
+                    p50,
+                    p90,
+                    p99,
+                    p999,
+                    max,
+                    mean,
                     r.refused,
                     r.missing,
                     r.cpu.pct(r.cpu.server),
@@ -1747,23 +1516,13 @@ impl Report {
                 "\nPaced schedule lag (send time − due time): {}.",
                 paced_lag.join("; ")
             );
-            let _ = writeln!(out, "\n| rep | server | mode | Margin/peer p50 | Margin/peer p99 | Margin/peer max | Margin/peer results/s | Margin/peer server µs/call |");
-            let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
-            for m in self.rtt.iter().filter(|r| r.server != PEER) {
-                let Some(p) = self
-                    .rtt
-                    .iter()
-                    .find(|r| r.server == PEER && r.mode == m.mode && r.rep == m.rep)
-                else {
-                    continue;
-                };
-                let ratio = |a: f64, b: f64| {
-                    if b > 0.0 {
-                        format!("{:.2}", a / b)
-                    } else {
-                        "—".into()
-                    }
-                };
+            let _ = writeln!(out, "\n{}", table_head("| rep | server | mode | Margin/peer p50 | Margin/peer p99 | Margin/peer max | Margin/peer results/s | Margin/peer server µs/call |"));
+            let pairs = paired(
+                &self.rtt,
+                |r| r.server != PEER,
+                |m, p| p.server == PEER && p.mode == m.mode && p.rep == m.rep,
+            );
+            for (m, p) in pairs {
                 let _ = writeln!(
                     out,
                     "| {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -1912,9 +1671,9 @@ impl Report {
             );
             let _ = writeln!(
                 out,
-                "\n| server memory | VmRSS KiB | RssAnon KiB | Pss KiB | threads |"
+                "\n{}",
+                table_head("| server memory | VmRSS KiB | RssAnon KiB | Pss KiB | threads |")
             );
-            let _ = writeln!(out, "|---|---|---|---|---|");
             for (name, m) in [
                 ("Margin started, no links", l.mem_start),
                 ("Margin, links open", l.mem_links),
@@ -1974,12 +1733,7 @@ impl Report {
                 l.mem_detached.hwm_kib
             );
         }
-        if !self.logs.is_empty() {
-            let _ = writeln!(out);
-            for line in &self.logs {
-                let _ = writeln!(out, "{line}  ");
-            }
-        }
+        self.frame.close(&mut out);
         out
     }
 }

@@ -2,7 +2,8 @@
 //! each drop at once and resume. How long until all have `resumed`, and how
 //! much memory the server holds while they are away; with a peer figure from
 //! the same run: the same N machines opening fresh (non-resume) links at
-//! once, so the resume overhead is a ratio.
+//! once, so the resume overhead is a ratio. Results and how to read them:
+//! `server/benches/results/reconnect.md`.
 //!
 //! ```sh
 //! cargo build --release -p margin-server --bin margin   # the server under test
@@ -70,8 +71,6 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::Stdio;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -83,18 +82,25 @@ use margin_protocol::link::{
     ClientMessage, HeldSession, PlannerView, ResumedSession, RunStatus, ServerMessage,
     PROTOCOL_VERSION, RESUMABLE_SESSIONS,
 };
-use margin_server::auth;
-use margin_server::storage::Store;
 use serde_json::json;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::TcpStream;
-use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 use tokio_util::sync::CancellationToken;
+
+// Each bench uses part of the shared helpers.
+#[allow(dead_code)]
+mod support;
+
+use support::accounts::{members, Wanted};
+use support::cpu::{settle_process, CpuSnap, CpuUse, ServerCpu};
+use support::knobs::{env_or, require_open_files};
+use support::margin::{margin_bin, Margin};
+use support::process::{loadavg, open_fds, status_kib, TcpCounters};
+use support::report::{percentile_ms, ratio, table_head};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 type Result<T, E = Error> = std::result::Result<T, E>;
@@ -120,44 +126,19 @@ struct Config {
     hold: Duration,
 }
 
-fn env_or<T: FromStr>(name: &str, default: T) -> Result<T> {
-    match std::env::var(name) {
-        Ok(value) => value
-            .trim()
-            .parse()
-            .map_err(|_| format!("{name}={value:?} is not a valid value").into()),
-        Err(_) => Ok(default),
-    }
-}
-
 impl Config {
     fn from_env() -> Result<Config> {
-        let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .map(PathBuf::from)
-            .unwrap_or_default();
-        let bin = match std::env::var_os("MARGIN_BIN") {
-            Some(bin) => PathBuf::from(bin),
-            None => match std::env::var_os("CARGO_TARGET_DIR") {
-                Some(dir) => PathBuf::from(dir).join("release").join("margin"),
-                None => PathBuf::from("target/release/margin"),
-            },
-        };
-        let bin = if bin.is_relative() {
-            workspace.join(bin)
-        } else {
-            bin
-        };
+        let bin = margin_bin("reconnect");
         let config = Config {
-            machines: env_or("MACHINES", 1000)?,
-            rounds: env_or("ROUNDS", 3)?,
-            away: Duration::from_secs_f64(env_or("AWAY_SECS", 5.0)?),
+            machines: env_or("MACHINES", 1000),
+            rounds: env_or("ROUNDS", 3),
+            away: Duration::from_secs_f64(env_or("AWAY_SECS", 5.0)),
             bin,
-            http_concurrency: env_or("HTTP_CONCURRENCY", 32)?,
-            timeout: Duration::from_secs(env_or("PHASE_TIMEOUT_SECS", 120)?),
-            server_log: env_or("SERVER_LOG", "warn".to_owned())?,
+            http_concurrency: env_or("HTTP_CONCURRENCY", 32),
+            timeout: Duration::from_secs(env_or("PHASE_TIMEOUT_SECS", 120)),
+            server_log: env_or("SERVER_LOG", "warn".to_owned()),
             json: std::env::var_os("JSON").map(PathBuf::from),
-            hold: Duration::from_secs_f64(env_or("HOLD_SECS", 0.0)?),
+            hold: Duration::from_secs_f64(env_or("HOLD_SECS", 0.0)),
         };
         if config.machines == 0 || config.http_concurrency == 0 {
             return Err("MACHINES and HTTP_CONCURRENCY must be at least 1".into());
@@ -166,276 +147,27 @@ impl Config {
     }
 }
 
-/// The soft limit on open files, from `/proc/self/limits`.
-fn open_files_limit() -> Option<u64> {
-    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    line.split_whitespace().nth(3)?.parse().ok()
-}
-
-// ---------------------------------------------------------------- /proc
-
-fn proc_status_kib(pid: u32, key: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with(key))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
+/// The server's resident memory, in MiB (0 when it cannot be read).
 fn rss_mib(pid: u32) -> f64 {
-    proc_status_kib(pid, "VmRSS:").unwrap_or(0) as f64 / 1024.0
+    status_kib(pid, "VmRSS:").unwrap_or(0) as f64 / 1024.0
 }
 
-/// utime + stime of a process, in clock ticks.
-fn proc_ticks(pid: &str) -> u64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0;
-    };
-    // Fields after the `(comm)`; utime and stime are fields 14 and 15.
-    let Some(rest) = stat.rsplit_once(')').map(|(_, rest)| rest) else {
-        return 0;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let get = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    get(11) + get(12)
+/// The kernel's counters that show a full accept queue, over a storm.
+const TCP_COUNTERS: [&str; 3] = ["ListenOverflows", "ListenDrops", "TCPSynRetrans"];
+const OVERFLOWS: usize = 0;
+const DROPS: usize = 1;
+const SYN_RETRANS: usize = 2;
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
 
-/// Busy ticks of the whole machine (all CPUs), from `/proc/stat`.
-fn machine_busy_ticks() -> u64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
-        return 0;
-    };
-    let Some(line) = stat.lines().next() else {
-        return 0;
-    };
-    let values: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    let total: u64 = values.iter().take(8).sum();
-    let idle = values.get(3).copied().unwrap_or(0) + values.get(4).copied().unwrap_or(0);
-    total.saturating_sub(idle)
+fn p50(samples: &[Duration]) -> f64 {
+    percentile_ms(samples, 50.0)
 }
 
-/// Open file descriptors of a process (its sockets, mostly).
-fn open_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
-}
-
-/// Machine-wide TCP counters that show a full accept queue: the kernel's
-/// `ListenOverflows`, `ListenDrops` and `TCPSynRetrans` (`/proc/net/netstat`).
-#[derive(Clone, Copy, Debug, Default)]
-struct TcpCounters {
-    overflows: u64,
-    drops: u64,
-    syn_retrans: u64,
-}
-
-impl TcpCounters {
-    fn now() -> TcpCounters {
-        let Ok(text) = std::fs::read_to_string("/proc/net/netstat") else {
-            return TcpCounters::default();
-        };
-        let lines: Vec<&str> = text.lines().collect();
-        let mut counters = TcpCounters::default();
-        for pair in lines.chunks(2) {
-            let [names, values] = pair else { continue };
-            if !names.starts_with("TcpExt:") {
-                continue;
-            }
-            for (name, value) in names.split_whitespace().zip(values.split_whitespace()) {
-                let value = value.parse().unwrap_or(0);
-                match name {
-                    "ListenOverflows" => counters.overflows = value,
-                    "ListenDrops" => counters.drops = value,
-                    "TCPSynRetrans" => counters.syn_retrans = value,
-                    _ => {}
-                }
-            }
-        }
-        counters
-    }
-
-    fn since(&self) -> TcpCounters {
-        let now = TcpCounters::now();
-        TcpCounters {
-            overflows: now.overflows.saturating_sub(self.overflows),
-            drops: now.drops.saturating_sub(self.drops),
-            syn_retrans: now.syn_retrans.saturating_sub(self.syn_retrans),
-        }
-    }
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
-}
-
-/// Milliseconds per clock tick (`getconf CLK_TCK`, usually 100 Hz).
-fn ms_per_tick() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8(o.stdout).ok())
-        .and_then(|s| s.trim().parse::<f64>().ok())
-        .map(|hz| 1000.0 / hz)
-        .unwrap_or(10.0)
-}
-
-/// CPU use from a mark to now.
-#[derive(Clone, Copy)]
-struct CpuMark {
-    at: Instant,
-    machine: u64,
-    server: u64,
-    bench: u64,
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-struct CpuUse {
-    /// CPU-milliseconds the server used.
-    server_ms: f64,
-    /// CPU-milliseconds this bench (the clients) used.
-    bench_ms: f64,
-    /// What every other process used, in % of one core (`None` for a
-    /// window under a second: the 10 ms ticks make it noise).
-    other_pct: Option<f64>,
-}
-
-fn other_cpu(cpu: &CpuUse) -> String {
-    cpu.other_pct
-        .map_or_else(|| "—".into(), |pct| format!("{:.0}%", pct.max(0.0)))
-}
-
-impl CpuMark {
-    fn now(server: u32) -> CpuMark {
-        CpuMark {
-            at: Instant::now(),
-            machine: machine_busy_ticks(),
-            server: proc_ticks(&server.to_string()),
-            bench: proc_ticks("self"),
-        }
-    }
-
-    fn since(&self, server: u32, tick_ms: f64) -> CpuUse {
-        let now = CpuMark::now(server);
-        let wall_ms = now.at.duration_since(self.at).as_secs_f64() * 1000.0;
-        let server_ms = now.server.saturating_sub(self.server) as f64 * tick_ms;
-        let bench_ms = now.bench.saturating_sub(self.bench) as f64 * tick_ms;
-        let machine_ms = now.machine.saturating_sub(self.machine) as f64 * tick_ms;
-        CpuUse {
-            server_ms,
-            bench_ms,
-            other_pct: (wall_ms >= 1000.0)
-                .then(|| (machine_ms - server_ms - bench_ms) / wall_ms * 100.0),
-        }
-    }
-}
-
-// ---------------------------------------------------------------- the server
-
-#[derive(Default)]
-struct LogTally {
-    warn: usize,
-    error: usize,
-    samples: Vec<String>,
-}
-
-struct Server {
-    child: Child,
-    pid: u32,
-    addr: SocketAddr,
-    log: Arc<Mutex<LogTally>>,
-}
-
-impl Server {
-    async fn start(config: &Config, data: &std::path::Path) -> Result<Server> {
-        let mut child = Command::new(&config.bin)
-            .arg("serve")
-            .arg("--data")
-            .arg(data)
-            .args(["--listen", "127.0.0.1:0"])
-            .env("RUST_LOG", &config.server_log)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", config.bin.display()))?;
-        let pid = child.id().ok_or("margin exited at once")?;
-        let log = Arc::new(Mutex::new(LogTally::default()));
-        let stderr = child.stderr.take().ok_or("no stderr")?;
-        let tally = log.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let mut tally = tally.lock().unwrap_or_else(|e| e.into_inner());
-                let is_error = line.contains("ERROR");
-                if is_error || line.contains("WARN") {
-                    if is_error {
-                        tally.error += 1;
-                    } else {
-                        tally.warn += 1;
-                    }
-                    if tally.samples.len() < 10 {
-                        tally.samples.push(line);
-                    }
-                }
-            }
-        });
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let mut lines = BufReader::new(stdout).lines();
-        let addr = tokio::time::timeout(Duration::from_secs(30), async {
-            while let Some(line) = lines.next_line().await? {
-                if let Some(url) = line.strip_prefix("margin listening on http://") {
-                    return Ok::<_, Error>(url.trim().parse::<SocketAddr>()?);
-                }
-            }
-            Err("margin exited before listening".into())
-        })
-        .await
-        .map_err(|_| "margin did not print its address within 30 s")??;
-        // Keep draining stdout so the server never blocks on a full pipe.
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        Ok(Server {
-            child,
-            pid,
-            addr,
-            log,
-        })
-    }
-
-    fn rss(&self) -> f64 {
-        rss_mib(self.pid)
-    }
-
-    /// SIGTERM, then the time a graceful stop took (SIGKILL after 30 s).
-    async fn stop(mut self) -> Result<Duration> {
-        let began = Instant::now();
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.pid.to_string()])
-            .status()
-            .await;
-        match tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await {
-            Ok(status) => {
-                let status = status?;
-                if !status.success() {
-                    return Err(format!("margin exited with {status}").into());
-                }
-                Ok(began.elapsed())
-            }
-            Err(_) => {
-                let _ = self.child.kill().await;
-                Err("margin did not stop within 30 s of SIGTERM".into())
-            }
-        }
-    }
+fn p99(samples: &[Duration]) -> f64 {
+    percentile_ms(samples, 99.0)
 }
 
 // ---------------------------------------------------------------- machines
@@ -475,36 +207,21 @@ struct Machine {
 /// N accounts, each with a token, a document and a paired machine, written
 /// straight into the store the server will open.
 async fn set_up(data: &std::path::Path, n: usize) -> Result<Vec<Machine>> {
-    let store = Store::open(&Store::sqlite_url_in(data)?).await?;
-    let made: Vec<Result<Machine>> = stream::iter(0..n)
-        .map(|i| {
-            let store = store.clone();
-            async move {
-                let account = store.create_account(&format!("storm-{i}")).await?;
-                let token = auth::issue_token(&store, &account).await?;
-                let document = store
-                    .create_document(&account, &format!("Storm plan {i}"))
-                    .await?;
-                let (_, credential) = auth::pair_machine(
-                    &store,
-                    &account,
-                    &format!("machine {i}"),
-                    auth::MACHINE_CREDENTIAL_TTL,
-                )
-                .await?;
-                Ok(Machine {
-                    token,
-                    credential: credential.secret,
-                    document: document.id,
-                    seen: Arc::default(),
-                })
-            }
+    let made = members(data, n, |i| Wanted {
+        name: format!("storm-{i}"),
+        machine: Some(format!("machine {i}")),
+        document: Some(format!("Storm plan {i}")),
+    })
+    .await;
+    Ok(made
+        .into_iter()
+        .map(|m| Machine {
+            token: m.token,
+            credential: m.credential.expect("a paired machine"),
+            document: m.document.expect("a document"),
+            seen: Arc::default(),
         })
-        .buffered(8)
-        .collect()
-        .await;
-    store.close().await;
-    made.into_iter().collect()
+        .collect())
 }
 
 // ---------------------------------------------------------------- links
@@ -740,7 +457,8 @@ struct StormFigures {
     done: Vec<Duration>,
     cpu: CpuUse,
     /// Machine-wide accept-queue counters over the storm.
-    tcp: TcpCounters,
+    /// [`TCP_COUNTERS`] over the storm.
+    tcp: [u64; 3],
 }
 
 impl StormFigures {
@@ -762,11 +480,10 @@ impl StormFigures {
 /// Every machine links at once (each client task waits at a gate until
 /// all are spawned); with `resume`, each then resumes its session.
 async fn storm(
-    server: &Server,
+    server: &Margin,
     machines: &[Machine],
     resume: bool,
     timeout: Duration,
-    tick_ms: f64,
 ) -> Result<(Links, StormFigures, Vec<Option<Arrival>>)> {
     let (go, gate) = watch::channel(None::<Instant>);
     let cut = CancellationToken::new();
@@ -797,8 +514,9 @@ async fn storm(
     }
     // Let every task reach the gate before releasing them together.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let mark = CpuMark::now(server.pid);
-    let tcp = TcpCounters::now();
+    let cpu = ServerCpu::Process(server.pid);
+    let mark = CpuSnap::take(cpu);
+    let tcp = TcpCounters::now(TCP_COUNTERS);
     let _ = go.send(Some(Instant::now()));
     let mut figures = StormFigures {
         machines: machines.len(),
@@ -830,8 +548,8 @@ async fn storm(
             }
         }
     }
-    figures.cpu = mark.since(server.pid, tick_ms);
-    figures.tcp = tcp.since();
+    figures.cpu = mark.since(cpu);
+    figures.tcp = tcp.since().values;
     Ok((
         Links {
             cut,
@@ -968,50 +686,6 @@ impl Api {
     }
 }
 
-/// Waits until the server used under 2 % of a core for 500 ms (at most 15 s).
-async fn settle(server: &Server, tick_ms: f64) {
-    let began = Instant::now();
-    while began.elapsed() < Duration::from_secs(15) {
-        let mark = CpuMark::now(server.pid);
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        if mark.since(server.pid, tick_ms).server_ms <= 10.0 {
-            return;
-        }
-    }
-}
-
-// ---------------------------------------------------------------- figures
-
-fn percentile(samples: &[Duration], q: f64) -> Duration {
-    if samples.is_empty() {
-        return Duration::ZERO;
-    }
-    let mut sorted = samples.to_vec();
-    sorted.sort_unstable();
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn p50(samples: &[Duration]) -> f64 {
-    ms(percentile(samples, 0.5))
-}
-
-fn p99(samples: &[Duration]) -> f64 {
-    ms(percentile(samples, 0.99))
-}
-
-fn ratio(a: f64, b: f64) -> String {
-    if b > 0.0 {
-        format!("{:.2}", a / b)
-    } else {
-        "—".into()
-    }
-}
-
 impl StormFigures {
     /// Per machine: from `welcome` to done (the `resume` step alone).
     fn step(&self) -> Vec<Duration> {
@@ -1039,33 +713,45 @@ impl StormFigures {
             "step_p50_ms": p50(&self.step()),
             "step_p99_ms": p99(&self.step()),
             "wall_ms": ms(self.wall()),
-            "server_cpu_ms": self.cpu.server_ms,
-            "bench_cpu_ms": self.cpu.bench_ms,
-            "other_cpu_pct": self.cpu.other_pct,
-            "listen_overflows": self.tcp.overflows,
-            "listen_drops": self.tcp.drops,
-            "syn_retransmits": self.tcp.syn_retrans,
+            "server_cpu_ms": self.cpu.server * 1e3,
+            "bench_cpu_ms": self.cpu.client * 1e3,
+            "other_cpu_pct": self.cpu.other_share(),
+            "listen_overflows": self.tcp[OVERFLOWS],
+            "listen_drops": self.tcp[DROPS],
+            "syn_retransmits": self.tcp[SYN_RETRANS],
         })
     }
 
+    /// The figures the running log and the table both show, formatted:
+    /// ok, failed, TCP connect, SYN retried, `welcome`, the resume step,
+    /// done (each of those four p50 / p99 ms), all done ms, server CPU
+    /// ms, bench CPU ms, other CPU, listen overflows.
+    fn cells(&self) -> [String; 12] {
+        let [connect, welcome, step, done] =
+            [&self.connected, &self.welcome, &self.step(), &self.done]
+                .map(|s| format!("{:.1} / {:.1}", p50(s), p99(s)));
+        [
+            (self.machines - self.failed).to_string(),
+            self.failed.to_string(),
+            connect,
+            self.retried().to_string(),
+            welcome,
+            step,
+            done,
+            format!("{:.1}", ms(self.wall())),
+            format!("{:.0}", self.cpu.server * 1e3),
+            format!("{:.0}", self.cpu.client * 1e3),
+            self.cpu.other_pct(),
+            self.tcp[OVERFLOWS].to_string(),
+        ]
+    }
+
     fn print(&self, label: &str) {
+        let [ok, failed, connect, retried, welcome, step, done, wall, server, bench, other, overflows] =
+            self.cells();
         eprintln!(
-            "  {label}: {} ok, {} failed; TCP connect p50 {:.1} ms p99 {:.1} ms ({} took a SYN retry); welcome p50 {:.1} ms p99 {:.1} ms; done p50 {:.1} ms p99 {:.1} ms; all done {:.1} ms; server CPU {:.0} ms, bench CPU {:.0} ms, other {}; listen overflows {}, SYN retransmits {}",
-            self.machines - self.failed,
-            self.failed,
-            p50(&self.connected),
-            p99(&self.connected),
-            self.retried(),
-            p50(&self.welcome),
-            p99(&self.welcome),
-            p50(&self.done),
-            p99(&self.done),
-            ms(self.wall()),
-            self.cpu.server_ms,
-            self.cpu.bench_ms,
-            other_cpu(&self.cpu),
-            self.tcp.overflows,
-            self.tcp.syn_retrans,
+            "  {label}: {ok} ok, {failed} failed; TCP connect p50 / p99 {connect} ms ({retried} took a SYN retry); welcome {welcome} ms; resume step {step} ms; done {done} ms; all done {wall} ms; server CPU {server} ms, bench CPU {bench} ms, other {other}; listen overflows {overflows}, SYN retransmits {}",
+            self.tcp[SYN_RETRANS],
         );
         for e in &self.errors {
             eprintln!("    error: {e}");
@@ -1073,25 +759,7 @@ impl StormFigures {
     }
 
     fn row(&self, round: &str, label: &str) {
-        println!(
-            "| {round} | {label} | {} | {} | {:.1} / {:.1} | {} | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} / {:.1} | {:.1} | {:.0} | {:.0} | {} | {} |",
-            self.machines - self.failed,
-            self.failed,
-            p50(&self.connected),
-            p99(&self.connected),
-            self.retried(),
-            p50(&self.welcome),
-            p99(&self.welcome),
-            p50(&self.step()),
-            p99(&self.step()),
-            p50(&self.done),
-            p99(&self.done),
-            ms(self.wall()),
-            self.cpu.server_ms,
-            self.cpu.bench_ms,
-            other_cpu(&self.cpu),
-            self.tcp.overflows,
-        );
+        println!("| {round} | {label} | {} |", self.cells().join(" | "));
     }
 }
 
@@ -1102,10 +770,10 @@ struct Sample {
     fds: usize,
 }
 
-fn sample(server: &Server, label: impl Into<String>) -> Sample {
+fn sample(server: &Margin, label: impl Into<String>) -> Sample {
     let sample = Sample {
         label: label.into(),
-        rss: server.rss(),
+        rss: rss_mib(server.pid),
         fds: open_fds(server.pid),
     };
     eprintln!(
@@ -1143,26 +811,10 @@ async fn main() {
 
 async fn run() -> Result<bool> {
     let config = Config::from_env()?;
-    if !config.bin.is_file() {
-        return Err(format!(
-            "no margin binary at {}: build it first with `cargo build --release -p margin-server --bin margin`, or point MARGIN_BIN at one",
-            config.bin.display()
-        )
-        .into());
-    }
     let n = config.machines;
-    let tick_ms = ms_per_tick();
-    let needed = 2 * n as u64 + 256;
-    match open_files_limit() {
-        Some(limit) if limit < needed => {
-            return Err(format!(
-                "the open-file limit is {limit}; {n} machines need about {needed} (their sockets, then the server's). Run `ulimit -n 8192` (or higher) first"
-            )
-            .into())
-        }
-        _ => {}
-    }
-    let load_start = load_average();
+    // The machines' sockets, then as many in the server.
+    require_open_files("reconnect", 2 * n as u64 + 256, &format!("MACHINES={n}"));
+    let load_start = loadavg();
     eprintln!(
         "reconnect storm: {n} machines, {} rounds, away {:?}; server {}; load average {load_start}; {} CPUs",
         config.rounds,
@@ -1176,7 +828,7 @@ async fn run() -> Result<bool> {
     let setup = began.elapsed();
     eprintln!("set up {n} accounts, documents and machines in {setup:.1?}");
 
-    let server = Server::start(&config, data.path()).await?;
+    let server = Margin::start_logging(&config.bin, data.path(), &[], &config.server_log).await;
     let api = Api {
         base: format!("http://{}", server.addr),
         http: reqwest::Client::builder()
@@ -1190,13 +842,13 @@ async fn run() -> Result<bool> {
     let mut memory = vec![sample(&server, "server started, idle")];
 
     // First link-up: N fresh links at once, no sessions anywhere yet.
-    let (mut links, first, _) = storm(&server, &machines, false, config.timeout, tick_ms).await?;
+    let (mut links, first, _) = storm(&server, &machines, false, config.timeout).await?;
     first.print("first link-up (no sessions yet)");
     if first.failed > 0 {
         problems.push(format!("first link-up: {} links failed", first.failed));
         return finish(server, &problems).await;
     }
-    settle(&server, tick_ms).await;
+    settle_process(server.pid).await;
     memory.push(sample(&server, format!("{n} links open, no sessions")));
 
     // One session in use per machine: `@planner go`, invoke, a live run, a reply.
@@ -1228,13 +880,13 @@ async fn run() -> Result<bool> {
         )
         .await?;
     eprintln!("{n} sessions in use (run `running`, reply posted) after {sessions:.1?}");
-    settle(&server, tick_ms).await;
+    settle_process(server.pid).await;
     memory.push(sample(&server, format!("{n} links, {n} sessions in use")));
 
     let mut rounds = Vec::new();
     for round in 1..=config.rounds {
         eprintln!("round {round}:");
-        let round_cpu = CpuMark::now(server.pid);
+        let round_cpu = CpuSnap::take(ServerCpu::Process(server.pid));
         memory.push(sample(&server, format!("round {round}: before the drop")));
         let cut_at = links.abort().await;
         let noticed = api
@@ -1272,8 +924,7 @@ async fn run() -> Result<bool> {
         ));
 
         // Peer: the same N machines, fresh links, no resume.
-        let (fresh_links, fresh, _) =
-            storm(&server, &machines, false, config.timeout, tick_ms).await?;
+        let (fresh_links, fresh, _) = storm(&server, &machines, false, config.timeout).await?;
         fresh.print("fresh links (peer)");
         if fresh.failed > 0 {
             problems.push(format!(
@@ -1286,7 +937,7 @@ async fn run() -> Result<bool> {
             format!("round {round}: {n} fresh links open, sessions away"),
         ));
         fresh_links.abort().await;
-        settle(&server, tick_ms).await;
+        settle_process(server.pid).await;
         memory.push(sample(
             &server,
             format!("round {round}: fresh links cut, sessions away"),
@@ -1294,7 +945,7 @@ async fn run() -> Result<bool> {
 
         // The storm: every machine comes back and resumes its session.
         let (resumed_links, resume, arrivals) =
-            storm(&server, &machines, true, config.timeout, tick_ms).await?;
+            storm(&server, &machines, true, config.timeout).await?;
         links = resumed_links;
         resume.print("resume");
         if resume.failed > 0 {
@@ -1366,7 +1017,7 @@ async fn run() -> Result<bool> {
             problems.push(format!("round {round}: {e}"));
         }
         // Give a stray invoke time to arrive before counting.
-        settle(&server, tick_ms).await;
+        settle_process(server.pid).await;
         tokio::time::sleep(Duration::from_secs(1)).await;
         for machine in &machines {
             let invokes = machine.seen.invokes.load(Ordering::SeqCst);
@@ -1398,14 +1049,11 @@ async fn run() -> Result<bool> {
             fresh,
             resume,
             cards_back,
-            cpu: round_cpu.since(server.pid, tick_ms),
+            cpu: round_cpu.since(ServerCpu::Process(server.pid)),
         });
     }
-    let peak = proc_status_kib(server.pid, "VmHWM:").unwrap_or(0) as f64 / 1024.0;
-    let log = {
-        let tally = server.log.lock().unwrap_or_else(|e| e.into_inner());
-        (tally.warn, tally.error, tally.samples.clone())
-    };
+    let peak = status_kib(server.pid, "VmHWM:").unwrap_or(0) as f64 / 1024.0;
+    let log = server.logged();
     if config.hold > Duration::ZERO {
         eprintln!(
             "holding the {n} links open for {:?}: margin pid {}",
@@ -1414,7 +1062,7 @@ async fn run() -> Result<bool> {
         tokio::time::sleep(config.hold).await;
     }
     links.abort().await;
-    let load_end = load_average();
+    let load_end = loadavg();
 
     // ------------------------------------------------------------ report
     println!();
@@ -1425,16 +1073,14 @@ async fn run() -> Result<bool> {
     println!();
     println!("Times in ms from the storm's release, per machine (p50 / p99). \"resume step\" is from `welcome` to `resumed` on the same link; \"done\" is `resumed` (resume) or `welcome` (fresh).");
     println!();
-    println!("| round | storm | ok | failed | TCP connect p50 / p99 | SYN retried (≥ 1 s) | welcome p50 / p99 | resume step p50 / p99 | done p50 / p99 | all done (wall) | server CPU ms | bench CPU ms | other CPU | listen overflows |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("{}", table_head("| round | storm | ok | failed | TCP connect p50 / p99 | SYN retried (≥ 1 s) | welcome p50 / p99 | resume step p50 / p99 | done p50 / p99 | all done (wall) | server CPU ms | bench CPU ms | other CPU | listen overflows |"));
     first.row("0", "first link-up (no sessions)");
     for (i, r) in rounds.iter().enumerate() {
         r.fresh.row(&(i + 1).to_string(), "fresh links (peer)");
         r.resume.row(&(i + 1).to_string(), "resume");
     }
     println!();
-    println!("| round | resume/fresh all done | resume/fresh p50 | resume/fresh p99 | resume/fresh server CPU | drop noticed (all disconnected) ms | Chat said disconnected ms | run cards back ms | other CPU over the round |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("{}", table_head("| round | resume/fresh all done | resume/fresh p50 | resume/fresh p99 | resume/fresh server CPU | drop noticed (all disconnected) ms | Chat said disconnected ms | run cards back ms | other CPU over the round |"));
     for (i, r) in rounds.iter().enumerate() {
         println!(
             "| {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {} |",
@@ -1442,16 +1088,15 @@ async fn run() -> Result<bool> {
             ratio(ms(r.resume.wall()), ms(r.fresh.wall())),
             ratio(p50(&r.resume.done), p50(&r.fresh.done)),
             ratio(p99(&r.resume.done), p99(&r.fresh.done)),
-            ratio(r.resume.cpu.server_ms, r.fresh.cpu.server_ms),
+            ratio(r.resume.cpu.server, r.fresh.cpu.server),
             ms(r.noticed),
             ms(r.chat_said),
             ms(r.cards_back),
-            other_cpu(&r.cpu),
+            r.cpu.other_pct(),
         );
     }
     println!();
-    println!("| server | VmRSS MiB | open fds |");
-    println!("|---|---|---|");
+    println!("{}", table_head("| server | VmRSS MiB | open fds |"));
     for s in &memory {
         println!("| {} | {:.1} | {} |", s.label, s.rss, s.fds);
     }
@@ -1482,7 +1127,7 @@ async fn run() -> Result<bool> {
                 "noticed_ms": ms(r.noticed),
                 "chat_said_ms": ms(r.chat_said),
                 "cards_back_ms": ms(r.cards_back),
-                "round_other_cpu_pct": r.cpu.other_pct,
+                "round_other_cpu_pct": r.cpu.other_share(),
             })).collect::<Vec<_>>(),
             "memory": memory.iter().map(|s| json!({"at": s.label, "rss_mib": s.rss, "fds": s.fds})).collect::<Vec<_>>(),
             "peak_mib": peak,
@@ -1495,10 +1140,12 @@ async fn run() -> Result<bool> {
 }
 
 /// Stops the server and reports the checks; true when all passed.
-async fn finish(server: Server, problems: &[String]) -> Result<bool> {
-    match server.stop().await {
-        Ok(took) => println!("server stopped gracefully in {took:.1?}"),
-        Err(e) => println!("server stop: {e}"),
+async fn finish(server: Margin, problems: &[String]) -> Result<bool> {
+    let stopped = server.terminate().await;
+    if stopped.ok {
+        println!("server stopped gracefully in {:.1?}", stopped.took);
+    } else {
+        println!("server stop: {}", stopped.status);
     }
     if problems.is_empty() {
         println!("checks: every session carried on (none ended), every run card back, Chat said disconnected/reconnected once per round, no extra invoke, no refusal or close");

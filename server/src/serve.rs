@@ -21,7 +21,7 @@ use margin_planner::Millis;
 /// Connections the kernel queues before they are accepted. The default
 /// tokio/mio listener asks for 128: a storm of 1,000 machines relinking at
 /// once overflowed it and half of them waited out a 1 s SYN retry
-/// (docs/performance.md, "Reconnect storm"). The kernel caps it at
+/// (server/benches/results/reconnect.md). The kernel caps it at
 /// `net.core.somaxconn`.
 const ACCEPT_BACKLOG: u32 = 4096;
 

@@ -1,8 +1,9 @@
-//! A `margin serve` process under a bench: started on a prepared store,
+//! The `margin` binary under test and a `margin serve` process of it:
+//! found (`MARGIN_BIN` or the release build), started on a prepared store,
 //! its log tallied, stopped with SIGTERM (or killed, as in a crash).
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -10,10 +11,44 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+/// The workspace root: relative `MARGIN_BIN` paths are from here, as is
+/// the default `target/`.
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The `margin` binary under test: `MARGIN_BIN` (relative to the workspace
+/// root), else `release/margin` under `CARGO_TARGET_DIR` or the
+/// workspace's `target/` (which `cargo bench` builds with the bench
+/// profile); exits with how to build it when there is none.
+pub(crate) fn margin_bin(bench: &str) -> PathBuf {
+    let bin = match std::env::var_os("MARGIN_BIN") {
+        Some(bin) => workspace().join(bin),
+        None => std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| workspace().join("target"))
+            .join("release/margin"),
+    };
+    if !bin.is_file() {
+        eprintln!(
+            "{bench} bench: no margin binary at {}\n\
+             build it first:  cargo build --release -p margin-server --bin margin\n\
+             (or point MARGIN_BIN at one)",
+            bin.display()
+        );
+        std::process::exit(2);
+    }
+    bin
+}
+
+/// How many WARN/ERROR lines are kept to show.
+const KEPT_LINES: usize = 10;
+
 #[derive(Default)]
 struct LogSummary {
     lines: u64,
-    warn_error: u64,
+    warn: u64,
+    error: u64,
     first: Vec<String>,
     /// The first lines of all, for a server that fails to start.
     head: Vec<String>,
@@ -25,19 +60,30 @@ pub(crate) struct Margin {
     pub(crate) pid: u32,
     pub(crate) addr: SocketAddr,
     log: Arc<Mutex<LogSummary>>,
+    rust_log: String,
 }
 
 impl Margin {
     /// Starts `bin serve` on the SQLite store in `data`, on a free port,
-    /// with `args`, and waits until it listens.
+    /// with `args`, and waits until it listens; it logs at `warn`.
     pub(crate) async fn start(bin: &Path, data: &Path, args: &[String]) -> Margin {
+        Margin::start_logging(bin, data, args, "warn").await
+    }
+
+    /// [`Margin::start`] with `RUST_LOG=rust_log`.
+    pub(crate) async fn start_logging(
+        bin: &Path,
+        data: &Path,
+        args: &[String],
+        rust_log: &str,
+    ) -> Margin {
         let mut child = Command::new(bin)
             .arg("serve")
             .arg("--data")
             .arg(data)
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", rust_log)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
@@ -56,9 +102,14 @@ impl Margin {
                 if log.head.len() < 20 {
                     log.head.push(line.clone());
                 }
-                if line.contains("WARN") || line.contains("ERROR") {
-                    log.warn_error += 1;
-                    if log.first.len() < 8 {
+                let error = line.contains("ERROR");
+                if error || line.contains("WARN") {
+                    if error {
+                        log.error += 1;
+                    } else {
+                        log.warn += 1;
+                    }
+                    if log.first.len() < KEPT_LINES {
                         log.first.push(line);
                     }
                 }
@@ -87,13 +138,22 @@ impl Margin {
                 bin.display()
             );
         };
+        // Keep draining stdout so the server never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         Margin {
             child,
             pid,
             addr,
             log,
+            rust_log: rust_log.to_owned(),
         }
+    }
+
+    /// WARN and ERROR lines so far, and the first few of them: a bench
+    /// that reports before it stops the server.
+    pub(crate) fn logged(&self) -> (u64, u64, Vec<String>) {
+        let log = self.log.lock().expect("log summary lock");
+        (log.warn, log.error, log.first.clone())
     }
 
     /// SIGKILL, as in a crash: no shutdown path runs.
@@ -110,9 +170,13 @@ impl Margin {
             .await
             .map(|s| s.success())
             .unwrap_or(false);
+        let mut ok = false;
         let status = if sent {
             match tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await {
-                Ok(Ok(status)) => status.to_string(),
+                Ok(Ok(status)) => {
+                    ok = status.success();
+                    status.to_string()
+                }
                 Ok(Err(e)) => format!("wait failed: {e}"),
                 Err(_) => {
                     let _ = self.child.kill().await;
@@ -128,34 +192,52 @@ impl Margin {
         Stopped {
             took,
             status,
+            ok,
             lines: log.lines,
-            warn_error: log.warn_error,
+            warn: log.warn,
+            error: log.error,
             first: log.first.clone(),
+            rust_log: self.rust_log.clone(),
         }
     }
 }
 
-/// How a server stopped, and its log at `RUST_LOG=warn`.
+/// How a server stopped, and what it logged.
 pub(crate) struct Stopped {
     /// From SIGTERM to exit.
     pub(crate) took: Duration,
     /// Its exit status, or what went wrong.
     pub(crate) status: String,
+    /// It exited by itself, with status 0.
+    pub(crate) ok: bool,
     /// Lines it logged.
     pub(crate) lines: u64,
-    /// Of which WARN or ERROR.
-    pub(crate) warn_error: u64,
+    /// Of which WARN, and ERROR.
+    pub(crate) warn: u64,
+    pub(crate) error: u64,
     /// The first few of those.
     pub(crate) first: Vec<String>,
+    rust_log: String,
 }
 
 impl Stopped {
+    /// `stopped in 0.1 s (exit status: 0); N log lines …`.
+    pub(crate) fn summary(&self) -> String {
+        format!(
+            "stopped in {:.1} s ({}); {}",
+            self.took.as_secs_f64(),
+            self.status,
+            self.log_line()
+        )
+    }
+
     /// `N log lines at RUST_LOG=warn, M WARN/ERROR[: first | …]`.
     pub(crate) fn log_line(&self) -> String {
         format!(
-            "{} log lines at RUST_LOG=warn, {} WARN/ERROR{}",
+            "{} log lines at RUST_LOG={}, {} WARN/ERROR{}",
             self.lines,
-            self.warn_error,
+            self.rust_log,
+            self.warn + self.error,
             if self.first.is_empty() {
                 String::new()
             } else {

@@ -4,7 +4,7 @@
 
 use sqlx::Connection;
 
-use super::env_or;
+use super::knobs::env_or;
 
 /// A schema made for one bench run.
 pub(crate) struct Scratch {

@@ -138,3 +138,18 @@ impl SyncSocket {
         let _ = self.ws.close(None).await;
     }
 }
+
+/// An editor that only keeps document `document` loaded on the server at
+/// `addr` (a server rebuilds a document nobody has open from storage for
+/// every read): it connects, then reads and drops what it is sent.
+pub(crate) async fn viewer(
+    addr: std::net::SocketAddr,
+    document: &str,
+    token: &str,
+) -> tokio::task::JoinHandle<()> {
+    let url = format!("ws://{addr}/documents/{document}/sync?token={token}");
+    let (mut sync, _) = tokio_tungstenite::connect_async(url)
+        .await
+        .expect("a sync connection to the document");
+    tokio::spawn(async move { while let Some(Ok(_)) = sync.next().await {} })
+}

@@ -367,7 +367,7 @@ pub async fn write_session(
 
 /// Inserts `rows` of session `id` into `table`, a statement per
 /// [`ROWS_PER_INSERT`]: a statement per row made a writer wait on a driver
-/// round trip for each (see docs/performance.md, "Session feed"). Each row
+/// round trip for each (see server/benches/results/feed.md). Each row
 /// is (seq, a, b): journal rows use `a` only; event rows use both and a
 /// `created_at`.
 ///

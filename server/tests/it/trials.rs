@@ -16,7 +16,8 @@
 //!
 //! `CRASH_TRIALS` (default 3) and `CRASH_TRIALS_PG` (default 2) set the
 //! number of trials; `CRASH_SEED` replays a run. The tally is printed
-//! (`--no-capture` shows it); `docs/performance.md` records a long run.
+//! (`--no-capture` shows it); `server/benches/results/2026-12-01-session-engine.md` ("Crash trials")
+//! records a long run.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
