@@ -39,17 +39,16 @@
 // Only loopback addresses are used; every run stops by itself.
 
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
-import { spawn, execFile } from 'node:child_process';
 import { mkdtemp, rm, readFile, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as Y from 'yjs';
 import { WebsocketProvider } from 'y-websocket';
 import WebSocket from 'ws';
+import { freePort, run, spawnUntil, stopChild } from './lib/spawn.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repoRoot = path.resolve(here, '..', '..');
@@ -253,67 +252,6 @@ function workerGroup(opts) {
 // ---------------------------------------------------------------------------
 // Servers
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-function run(bin, args) {
-  return new Promise((resolve, reject) => {
-    execFile(bin, args, { timeout: 30000 }, (err, stdout, stderr) => {
-      if (err) reject(new Error(`${bin} ${args.join(' ')}: ${err.message}\n${stderr}`));
-      else resolve(stdout);
-    });
-  });
-}
-
-/** Spawns `cmd`, resolves with the regexp match once a stdout line matches. */
-function spawnUntil(cmd, args, opts, re, what) {
-  const child = spawn(cmd, args, { ...opts, stdio: ['ignore', 'pipe', 'pipe'] });
-  const log = { text: '', warn: 0, error: 0 };
-  const keep = (s) => {
-    log.text += s;
-    if (log.text.length > 1 << 20) log.text = log.text.slice(-(1 << 19));
-  };
-  child.stderr.setEncoding('utf8');
-  child.stderr.on('data', (s) => {
-    keep(s);
-    log.warn += (s.match(/\bWARN\b/g) ?? []).length;
-    log.error += (s.match(/\bERROR\b/g) ?? []).length;
-  });
-  child.stdout.setEncoding('utf8');
-  const matched = new Promise((resolve, reject) => {
-    let buf = '';
-    const timer = setTimeout(() => reject(new Error(`${what} did not start; output:\n${log.text}`)), 20000);
-    child.stdout.on('data', (s) => {
-      keep(s);
-      buf += s;
-      const m = buf.match(re);
-      if (m) { clearTimeout(timer); resolve(m); }
-    });
-    child.on('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`${what} exited (${code}) before it was ready; output:\n${log.text}`));
-    });
-  });
-  return { child, log, matched };
-}
-
-function stopChild(child) {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) return resolve();
-    const t = setTimeout(() => child.kill('SIGKILL'), 5000);
-    child.once('exit', () => { clearTimeout(t); resolve(); });
-    child.kill('SIGTERM');
-  });
-}
-
 async function startMargin(cfg) {
   const bin = cfg.marginBin;
   const dataDir = await mkdtemp(path.join(os.tmpdir(), 'margin-bench-'));
@@ -349,7 +287,7 @@ async function startPeer() {
   const port = await freePort();
   const script = path.join(here, 'node_modules', '@y', 'websocket-server', 'src', 'server.js');
   const { child, log, matched } = spawnUntil(
-    process.execPath, [script], { env: { ...process.env, HOST: '127.0.0.1', PORT: String(port) } },
+    process.execPath, [script], { HOST: '127.0.0.1', PORT: String(port) },
     /running at/, '@y/websocket-server',
   );
   await matched;

@@ -4,76 +4,19 @@
 // where docs(n) makes n documents the way that server makes them and returns
 // one sync endpoint per document.
 
-import { spawn, execFile } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { plainFraming, hocuspocusFraming } from './yproto.mjs';
+import { freePort, run, spawnUntil, stopChild } from './spawn.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const benchDir = path.resolve(here, '..');
 export const repoRoot = path.resolve(benchDir, '..', '..');
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-export function freePort() {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
-    });
-  });
-}
-
-function run(bin, args, env) {
-  return new Promise((resolve, reject) => {
-    execFile(bin, args, { timeout: 30000, env: { ...process.env, ...env } }, (err, stdout, stderr) => {
-      if (err) reject(new Error(`${bin} ${args.join(' ')}: ${err.message}\n${stderr}`));
-      else resolve(stdout);
-    });
-  });
-}
-
-/** Spawns a server and resolves once a line of its output matches `ready`. */
-function spawnUntil(bin, args, env, ready, what, timeoutMs = 20000) {
-  // An env value of undefined removes that variable.
-  const full = { ...process.env, ...env };
-  for (const k of Object.keys(full)) if (full[k] === undefined) delete full[k];
-  const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'], env: full });
-  const log = { text: '' };
-  const matched = new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${what} not ready after ${timeoutMs} ms:\n${log.text}`)), timeoutMs);
-    const onData = (d) => {
-      log.text += d;
-      if (log.text.length > 65536) log.text = log.text.slice(-65536);
-      const m = log.text.match(ready);
-      if (m) { clearTimeout(timer); resolve(m); }
-    };
-    child.stdout.setEncoding('utf8');
-    child.stderr.setEncoding('utf8');
-    child.stdout.on('data', onData);
-    child.stderr.on('data', onData);
-    child.on('exit', (code, sig) => {
-      clearTimeout(timer);
-      reject(new Error(`${what} exited (${code ?? sig}) before it was ready:\n${log.text}`));
-    });
-  });
-  return { child, log, matched };
-}
-
-function stopChild(child) {
-  return new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) return resolve();
-    const t = setTimeout(() => child.kill('SIGKILL'), 5000);
-    child.once('exit', () => { clearTimeout(t); resolve(); });
-    child.kill('SIGTERM');
-  });
-}
 
 async function waitHttp(url, what, timeoutMs = 10000) {
   const deadline = Date.now() + timeoutMs;
