@@ -118,8 +118,8 @@ fn landed(appends: &[Append], moved: &[(String, i64)]) -> Vec<Landed> {
         .collect()
 }
 
-/// The group's query. Append `k`'s parameters start at `base = 1 + k ×
-/// (6 + changes before it)`: `base` the new revision, `base+1` the
+/// The group's query. Each append's parameters follow the one's before it
+/// (six each, then one per change): from its `base`, `base` the new revision, `base+1` the
 /// document, `base+2` the revision expected, `base+3` the owner's epoch,
 /// `base+4` and `base+5` when and by whom it was edited (unused without an
 /// edit), then each change's bytes.

@@ -190,7 +190,7 @@ impl Store {
         expected: i64,
         updates: &[Vec<u8>],
     ) -> Result<i64, StorageError> {
-        self.append_with(id, epoch, expected, updates, Riding::default())
+        self.append_with(id, epoch, expected, updates.to_vec(), Riding::default())
             .await
     }
 
@@ -198,13 +198,14 @@ impl Store {
     /// what rides with them in the same transaction: new decision cards,
     /// and session writes — the results of the tool calls that made these
     /// changes (SPEC W1) — and, when they hold an edit, who made it. All of
-    /// it lands, or none.
+    /// it lands, or none. The changes are taken, not copied: on SQLite they
+    /// go on to the group committer's task.
     pub async fn append_with(
         &self,
         id: &str,
         epoch: Epoch,
         expected: i64,
-        updates: &[Vec<u8>],
+        updates: Vec<Vec<u8>>,
         riding: Riding<'_>,
     ) -> Result<i64, StorageError> {
         if let Some(committer) = &self.committer {
@@ -266,14 +267,14 @@ impl Store {
         id: &str,
         epoch: Epoch,
         expected: i64,
-        updates: &[Vec<u8>],
+        updates: Vec<Vec<u8>>,
         edited_by: Option<&str>,
     ) -> Result<i64, StorageError> {
         let append = Append {
             id: id.to_owned(),
             epoch: epoch.0,
             expected,
-            updates: updates.to_vec(),
+            updates,
             edited_by: edited_by.map(str::to_owned),
         };
         match committer.commit(append).await? {

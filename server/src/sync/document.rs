@@ -220,7 +220,7 @@ impl DocumentTask {
             // Committed before anyone joins, so no editor ever sees a
             // mirror that disagrees with the rows.
             revision = store
-                .append_with(&id, epoch, revision, &[repair], Riding::default())
+                .append_with(&id, epoch, revision, vec![repair], Riding::default())
                 .await
                 .map_err(stored)?;
             logged += 1;
@@ -676,6 +676,7 @@ impl DocumentTask {
         let mut sends = Vec::new();
         if !effects.deltas.is_empty() || !effects.cards.is_empty() {
             let changes: Vec<Vec<u8>> = effects.deltas.iter().map(|(_, d)| d.clone()).collect();
+            let count = changes.len() as u64;
             let sessions: Vec<SessionWrite> = effects
                 .riders
                 .iter()
@@ -692,18 +693,18 @@ impl DocumentTask {
             let started = Instant::now();
             self.revision = self
                 .store
-                .append_with(&self.id, self.epoch, self.revision, &changes, riding)
+                .append_with(&self.id, self.epoch, self.revision, changes, riding)
                 .await?;
             COUNTERS.document_commit.observe(started.elapsed());
             COUNTERS
                 .updates_committed
-                .fetch_add(changes.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                .fetch_add(count, std::sync::atomic::Ordering::Relaxed);
             for (rider, _, _) in &effects.riders {
                 if let Ok(mut ride) = rider.0.lock() {
                     ride.committed();
                 }
             }
-            self.compactor.committed(changes.len() as u64);
+            self.compactor.committed(count);
             sends = self.fan_out(&effects.deltas);
         }
         sends.extend(effects.sends);
