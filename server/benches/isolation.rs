@@ -35,28 +35,18 @@
 #[allow(dead_code)]
 mod support;
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::{SinkExt, StreamExt};
-use margin_protocol::chat::PostChat;
-use margin_protocol::decisions::{EditInput, EditPlanInput, ReadDocumentOutput};
-use margin_protocol::link::{ClientMessage, ServerMessage, PROTOCOL_VERSION};
 use serde_json::json;
-use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::Message;
 
 use support::cpu::{settle, CpuSnap, CpuUse, ServerCpu};
 use support::knobs::env_or;
 use support::margin::{margin_bin, Margin};
+use support::planner::{account, Api, Link, Turn};
 use support::report::{describe, percentile, table_head};
 use support::sync::viewer;
-
-/// Most edits one `edit_plan` takes.
-const EDITS_PER_CALL: usize = 64;
 
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -109,11 +99,11 @@ async fn bench() {
             "SQLite"
         }
     );
-    let http = reqwest::Client::new();
-    let base = format!("http://{}", margin.addr);
-    let setup = prepare(&http, &base, token, other).await;
+    let api = Api::new(margin.addr);
+    let setup = prepare(&api, token, other).await;
     let filled = Instant::now();
-    fill(&http, &base, &setup, blocks).await;
+    api.fill(&setup.big_token, &setup.big, blocks).await;
+    api.fill(&setup.token, &setup.small, 1).await;
     println!(
         "document A: {blocks} paragraphs (written in {:.1} s); document B: 1",
         filled.elapsed().as_secs_f64()
@@ -137,14 +127,8 @@ async fn bench() {
     } else {
         link.clone()
     };
-    let a = Arc::new(
-        link_a
-            .turn(&http, &base, &setup.big_token, &setup.big, "a")
-            .await,
-    );
-    let b = link
-        .turn(&http, &base, &setup.token, &setup.small, "b")
-        .await;
+    let a = Arc::new(link_a.turn(&api, &setup.big_token, &setup.big, "a").await);
+    let b = link.turn(&api, &setup.token, &setup.small, "b").await;
     println!(
         "A's session on {} link",
         if separate {
@@ -154,11 +138,11 @@ async fn bench() {
         }
     );
     // Warm both reads (document A loaded, its outline cached).
-    link_a.call(&a, "a-warm").await;
-    let bytes = link.call(&b, "b-warm").await;
+    link_a.read(&a, "warm").await;
+    let bytes = link.read(&b, "warm").await;
     println!(
         "B's result: {bytes} bytes; A's: {} bytes",
-        link_a.call(&a, "a-warm2").await
+        link_a.read(&a, "warm2").await
     );
     let cpu = ServerCpu::Process(margin.pid);
     let window: f64 = env_or("WINDOW_SECONDS", 1.0);
@@ -200,70 +184,16 @@ async fn bench() {
     println!("margin {}", stopped.summary());
 }
 
-/// An account and its token, made with the binary's own CLI (so any
-/// build of `margin` can be benched, whatever its schema).
-fn account(bin: &std::path::Path, args: &[String], name: &str) -> String {
-    let output = std::process::Command::new(bin)
-        .args(["account", "add", name])
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("margin account add");
-    assert!(
-        output.status.success(),
-        "account add failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .last()
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
-}
-
 /// The accounts' machines and documents, made over HTTP on the running
 /// server.
-async fn prepare(
-    http: &reqwest::Client,
-    base: &str,
-    token: String,
-    other: Option<String>,
-) -> Setup {
-    // POST `path` with `body` as `token`; the answer's string `field`.
-    let made = |token: String, path: &'static str, body: serde_json::Value, field: &'static str| {
-        let http = http.clone();
-        let base = base.to_owned();
-        async move {
-            let made: serde_json::Value = http
-                .post(format!("{base}{path}"))
-                .bearer_auth(&token)
-                .json(&body)
-                .send()
-                .await
-                .unwrap_or_else(|e| panic!("POST {path}: {e}"))
-                .json()
-                .await
-                .unwrap_or_else(|e| panic!("POST {path}'s answer: {e}"));
-            made[field]
-                .as_str()
-                .unwrap_or_else(|| panic!("POST {path}: no {field}"))
-                .to_owned()
-        }
-    };
-    let pair = |token: String, name: &'static str| {
-        made(token, "/machines", json!({"name": name}), "credential")
-    };
-    let document = |token: String, title: &'static str| {
-        made(token, "/documents", json!({"title": title}), "id")
-    };
-    let credential = pair(token.clone(), "laptop").await;
-    let small = document(token.clone(), "B").await;
+async fn prepare(api: &Api, token: String, other: Option<String>) -> Setup {
+    let credential = api.pair(&token, "laptop").await;
+    let small = api.document(&token, "B").await;
     let (big_token, big_credential) = match other {
-        Some(other) => (other.clone(), pair(other, "desktop").await),
+        Some(other) => (other.clone(), api.pair(&other, "desktop").await),
         None => (token.clone(), credential.clone()),
     };
-    let big = document(big_token.clone(), "A").await;
+    let big = api.document(&big_token, "A").await;
     Setup {
         token,
         credential,
@@ -272,240 +202,6 @@ async fn prepare(
         big,
         small,
     }
-}
-
-/// Writes `blocks` paragraphs into A and one into B, through the tools'
-/// HTTP routes.
-async fn fill(http: &reqwest::Client, base: &str, setup: &Setup, blocks: usize) {
-    let parts = [
-        (&setup.big, &setup.big_token, blocks),
-        (&setup.small, &setup.token, 1),
-    ];
-    for (document, token, count) in parts {
-        let read: ReadDocumentOutput = http
-            .post(format!("{base}/documents/{document}/tools/read_document"))
-            .bearer_auth(token)
-            .send()
-            .await
-            .expect("read_document")
-            .json()
-            .await
-            .expect("a read");
-        let mut revision = read.revision;
-        let mut written = 0;
-        while written < count {
-            let n = EDITS_PER_CALL.min(count - written);
-            let edits = (0..n)
-                .map(|i| EditInput::Insert {
-                    after: None,
-                    kind: "paragraph".into(),
-                    level: None,
-                    text: format!(
-                        "Paragraph {} of the plan, with a sentence of ordinary length.",
-                        written + i
-                    ),
-                })
-                .collect();
-            let edited: serde_json::Value = http
-                .post(format!("{base}/documents/{document}/tools/edit_plan"))
-                .bearer_auth(token)
-                .json(&EditPlanInput { revision, edits })
-                .send()
-                .await
-                .expect("edit_plan")
-                .json()
-                .await
-                .expect("an edit");
-            revision = edited["revision"]
-                .as_i64()
-                .unwrap_or_else(|| panic!("edit_plan refused: {edited}"));
-            written += n;
-        }
-    }
-}
-
-/// A session's running turn.
-struct Turn {
-    session: String,
-    turn: String,
-    /// Its calls' ids start with this.
-    prefix: &'static str,
-}
-
-/// Results by call id: when each arrived and its size.
-type Arrivals = Arc<Mutex<std::collections::HashMap<String, (Instant, usize)>>>;
-
-/// One machine link: a writer task, and a reader that answers heartbeats
-/// and files each result under its call id without parsing A's.
-struct Link {
-    out: mpsc::UnboundedSender<ClientMessage>,
-    arrivals: Arrivals,
-    invokes: Arc<Mutex<Vec<(String, String, String)>>>,
-    woken: Arc<tokio::sync::Notify>,
-}
-
-impl Link {
-    async fn open(addr: SocketAddr, credential: &str) -> Link {
-        let mut request = format!("ws://{addr}/machine")
-            .into_client_request()
-            .expect("a link URL");
-        request.headers_mut().insert(
-            "Authorization",
-            format!("Bearer {credential}").parse().expect("a header"),
-        );
-        let (ws, _) = tokio_tungstenite::connect_async_with_config(request, None, true)
-            .await
-            .expect("the link opens");
-        let (mut sink, mut stream) = ws.split();
-        let (out, mut outgoing) = mpsc::unbounded_channel::<ClientMessage>();
-        tokio::spawn(async move {
-            while let Some(message) = outgoing.recv().await {
-                let text = serde_json::to_string(&message).expect("a frame");
-                if sink.send(Message::text(text)).await.is_err() {
-                    return;
-                }
-            }
-        });
-        let link = Link {
-            out: out.clone(),
-            arrivals: Arrivals::default(),
-            invokes: Arc::default(),
-            woken: Arc::default(),
-        };
-        let (arrivals, invokes, woken) = (
-            link.arrivals.clone(),
-            link.invokes.clone(),
-            link.woken.clone(),
-        );
-        tokio::spawn(async move {
-            while let Some(Ok(frame)) = stream.next().await {
-                let Message::Text(text) = frame else { continue };
-                let at = Instant::now();
-                let text = text.as_str();
-                if let Some(call) = call_id_of(text) {
-                    arrivals
-                        .lock()
-                        .expect("arrivals")
-                        .insert(call.to_owned(), (at, text.len()));
-                    woken.notify_waiters();
-                    continue;
-                }
-                match serde_json::from_str::<ServerMessage>(text) {
-                    Ok(ServerMessage::Heartbeat { seq }) => {
-                        let _ = out.send(ClientMessage::HeartbeatAck { seq });
-                    }
-                    Ok(ServerMessage::Invoke {
-                        session,
-                        turn,
-                        document,
-                        ..
-                    }) => {
-                        invokes
-                            .lock()
-                            .expect("invokes")
-                            .push((document, session, turn));
-                        woken.notify_waiters();
-                    }
-                    _ => {}
-                }
-            }
-        });
-        link.out
-            .send(ClientMessage::Hello {
-                protocol_version: PROTOCOL_VERSION,
-                features: vec!["resumable-sessions".into()],
-                run_capacity: None,
-                manifest: None,
-            })
-            .expect("hello");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        link
-    }
-
-    /// `@planner` on `document`, and the turn it starts.
-    async fn turn(
-        &self,
-        http: &reqwest::Client,
-        base: &str,
-        token: &str,
-        document: &str,
-        prefix: &'static str,
-    ) -> Turn {
-        let posted = http
-            .post(format!("{base}/documents/{document}/chat"))
-            .bearer_auth(token)
-            .json(&PostChat {
-                text: "@planner read".into(),
-            })
-            .send()
-            .await
-            .expect("chat");
-        assert_eq!(posted.status().as_u16(), 201);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let notified = self.woken.notified();
-            if let Some((_, session, turn)) = self
-                .invokes
-                .lock()
-                .expect("invokes")
-                .iter()
-                .find(|(d, _, _)| d == document)
-                .cloned()
-            {
-                return Turn {
-                    session,
-                    turn,
-                    prefix,
-                };
-            }
-            assert!(Instant::now() < deadline, "no invoke for {document}");
-            let _ = tokio::time::timeout(Duration::from_millis(100), notified).await;
-        }
-    }
-
-    fn send_call(&self, turn: &Turn, id: &str) -> Instant {
-        let at = Instant::now();
-        let _ = self.out.send(ClientMessage::ToolCall {
-            session: turn.session.clone(),
-            turn: turn.turn.clone(),
-            call_id: id.to_owned(),
-            name: "read_document".into(),
-            arguments: json!({}),
-        });
-        at
-    }
-
-    /// Waits for call `id`'s result; its size in bytes.
-    async fn wait(&self, id: &str) -> (Instant, usize) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let notified = self.woken.notified();
-            if let Some(arrived) = self.arrivals.lock().expect("arrivals").remove(id) {
-                return arrived;
-            }
-            assert!(Instant::now() < deadline, "no result for {id}");
-            let _ = tokio::time::timeout(Duration::from_millis(50), notified).await;
-        }
-    }
-
-    async fn call(&self, turn: &Turn, id: &str) -> usize {
-        let id = format!("{}-{id}", turn.prefix);
-        self.send_call(turn, &id);
-        self.wait(&id).await.1
-    }
-}
-
-/// The `call_id` of a `tool-result` frame, found without parsing it: the
-/// server writes `"type":"tool-result","session":…,"turn":…,"call_id":…`
-/// first, so it is near the start.
-fn call_id_of(text: &str) -> Option<&str> {
-    let head = &text[..text.len().min(512)];
-    if !head.starts_with(r#"{"type":"tool-result""#) {
-        return None;
-    }
-    let start = head.find(r#""call_id":""#)? + r#""call_id":""#.len();
-    let len = head[start..].find('"')?;
-    Some(&head[start..start + len])
 }
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -574,7 +270,7 @@ async fn measure(
                     continue;
                 }
                 let id = format!("a-{}", NEXT.fetch_add(1, Ordering::Relaxed));
-                link.send_call(&a, &id);
+                link.send_call(&a, &id, "read_document", json!({}));
                 link.wait(&id).await;
                 reads.fetch_add(1, Ordering::Relaxed);
             }
@@ -595,7 +291,7 @@ async fn measure(
         // window before may still be running.
         let settled = windows.fract() > 0.1;
         let id = format!("b-{}", NEXT.fetch_add(1, Ordering::Relaxed));
-        let sent_at = link.send_call(b, &id);
+        let sent_at = link.send_call(b, &id, "read_document", json!({}));
         sent.push((id, sent_at, loaded, settled));
     }
     let (mut idle, mut loaded) = (Vec::new(), Vec::new());

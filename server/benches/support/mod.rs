@@ -11,6 +11,7 @@
 //! | [`report`] | the report's first lines, percentiles, ratios, table heads |
 //! | [`margin`] | the binary under test; starting and stopping `margin serve` |
 //! | [`accounts`] | accounts, tokens, machines, documents written before a run |
+//! | [`planner`] | a Planner's machine link, its turns and tool calls; accounts, machines and documents over HTTP |
 //! | [`peers`] | peer servers' runtime and listener, in or out of process |
 //! | [`sync`] | a y-websocket client on `yrs` |
 //! | [`postgres`] | a bench's own PostgreSQL schema |
@@ -20,6 +21,7 @@ pub(crate) mod cpu;
 pub(crate) mod knobs;
 pub(crate) mod margin;
 pub(crate) mod peers;
+pub(crate) mod planner;
 pub(crate) mod postgres;
 pub(crate) mod process;
 pub(crate) mod report;

@@ -16,7 +16,7 @@ use yrs::sync::{Message, MessageReader, SyncMessage};
 use yrs::types::xml::{XmlElementPrelim, XmlTextPrelim};
 use yrs::updates::decoder::{Decode, DecoderV1};
 use yrs::updates::encoder::Encode;
-use yrs::{Doc, ReadTxn, Transact, Update, XmlFragment};
+use yrs::{Doc, GetString, ReadTxn, Text, Transact, Update, XmlFragment, XmlOut};
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -78,6 +78,39 @@ impl SyncSocket {
             txn.encode_update_v1()
         };
         self.send(Message::Sync(SyncMessage::Update(update))).await
+    }
+
+    /// Types `text` at the end of the last block's text and sends it.
+    pub(crate) async fn type_in_last(&mut self, text: &str) -> Result<(), String> {
+        let fragment = self.doc.get_or_insert_xml_fragment(FRAGMENT_NAME);
+        let update = {
+            let mut txn = self.doc.transact_mut();
+            let last = fragment
+                .len(&txn)
+                .checked_sub(1)
+                .ok_or("the document has no block")?;
+            let Some(XmlOut::Element(block)) = fragment.get(&txn, last) else {
+                return Err("the last block is not an element".into());
+            };
+            let Some(XmlOut::Text(inner)) = block.get(&txn, 0) else {
+                return Err("the last block holds no text".into());
+            };
+            let at = inner.len(&txn);
+            inner.insert(&mut txn, at, text);
+            txn.encode_update_v1()
+        };
+        self.send(Message::Sync(SyncMessage::Update(update))).await
+    }
+
+    /// The last block's text, empty when there is none.
+    pub(crate) fn last_text(&self) -> String {
+        let fragment = self.doc.get_or_insert_xml_fragment(FRAGMENT_NAME);
+        let txn = self.doc.transact();
+        let last = fragment.len(&txn).checked_sub(1);
+        match last.and_then(|at| fragment.get(&txn, at)) {
+            Some(XmlOut::Element(block)) => block.get_string(&txn),
+            _ => String::new(),
+        }
     }
 
     /// Reads one frame and applies it: `Some(true)` when it held a sync

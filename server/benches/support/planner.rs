@@ -1,0 +1,322 @@
+//! A Planner's side of a running server for the benches that call tools:
+//! accounts made with the binary's own CLI, machines and documents made
+//! over HTTP, documents filled through the tools' HTTP routes, and one
+//! machine link that starts turns and times tool calls by call id.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use margin_protocol::chat::PostChat;
+use margin_protocol::decisions::{EditInput, EditPlanInput, ReadDocumentOutput};
+use margin_protocol::link::{ClientMessage, ServerMessage, PROTOCOL_VERSION};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::Message;
+
+/// Most edits one `edit_plan` takes.
+const EDITS_PER_CALL: usize = 64;
+
+/// An account and its token, made with the binary's own CLI (so any
+/// build of `margin` can be benched, whatever its schema).
+pub(crate) fn account(bin: &Path, args: &[String], name: &str) -> String {
+    let output = std::process::Command::new(bin)
+        .args(["account", "add", name])
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("margin account add");
+    assert!(
+        output.status.success(),
+        "account add failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+/// The HTTP API of a running server, as one account.
+#[derive(Clone)]
+pub(crate) struct Api {
+    pub(crate) http: reqwest::Client,
+    pub(crate) base: String,
+}
+
+impl Api {
+    pub(crate) fn new(addr: SocketAddr) -> Api {
+        Api {
+            http: reqwest::Client::new(),
+            base: format!("http://{addr}"),
+        }
+    }
+
+    /// POSTs `body` to `path` as `token`; the answer as JSON.
+    pub(crate) async fn post(&self, token: &str, path: &str, body: &Value) -> Value {
+        self.http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("POST {path}: {e}"))
+            .json()
+            .await
+            .unwrap_or_else(|e| panic!("POST {path}'s answer: {e}"))
+    }
+
+    /// POSTs `body` to `path` as `token`; the answer's string `field`.
+    async fn made(&self, token: &str, path: &str, body: Value, field: &str) -> String {
+        let made = self.post(token, path, &body).await;
+        made[field]
+            .as_str()
+            .unwrap_or_else(|| panic!("POST {path}: no {field} in {made}"))
+            .to_owned()
+    }
+
+    /// Pairs a machine named `name`; its credential.
+    pub(crate) async fn pair(&self, token: &str, name: &str) -> String {
+        self.made(token, "/machines", json!({ "name": name }), "credential")
+            .await
+    }
+
+    /// A new document titled `title`; its id.
+    pub(crate) async fn document(&self, token: &str, title: &str) -> String {
+        self.made(token, "/documents", json!({ "title": title }), "id")
+            .await
+    }
+
+    /// `read_document` over HTTP.
+    pub(crate) async fn read(&self, token: &str, document: &str) -> ReadDocumentOutput {
+        let path = format!("/documents/{document}/tools/read_document");
+        serde_json::from_value(self.post(token, &path, &json!({})).await)
+            .expect("a read_document output")
+    }
+
+    /// Inserts `count` paragraphs at the start of `document`, through
+    /// `edit_plan` over HTTP; the revision they made.
+    pub(crate) async fn fill(&self, token: &str, document: &str, count: usize) -> i64 {
+        let mut revision = self.read(token, document).await.revision;
+        let path = format!("/documents/{document}/tools/edit_plan");
+        let mut written = 0;
+        while written < count {
+            let n = EDITS_PER_CALL.min(count - written);
+            let edits = (0..n)
+                .map(|i| EditInput::Insert {
+                    after: None,
+                    kind: "paragraph".into(),
+                    level: None,
+                    text: format!(
+                        "Paragraph {} of the plan, with a sentence of ordinary length.",
+                        written + i
+                    ),
+                })
+                .collect();
+            let input = serde_json::to_value(EditPlanInput { revision, edits }).expect("input");
+            let edited = self.post(token, &path, &input).await;
+            revision = edited["revision"]
+                .as_i64()
+                .unwrap_or_else(|| panic!("edit_plan refused: {edited}"));
+            written += n;
+        }
+        revision
+    }
+}
+
+/// A session's running turn.
+pub(crate) struct Turn {
+    pub(crate) session: String,
+    pub(crate) turn: String,
+    /// Its calls' ids start with this.
+    pub(crate) prefix: &'static str,
+}
+
+/// Results by call id: when each arrived, and its frame.
+type Arrivals = Arc<Mutex<HashMap<String, (Instant, String)>>>;
+
+/// One machine link: a writer task, and a reader that answers heartbeats
+/// and files each result under its call id without parsing it.
+pub(crate) struct Link {
+    out: mpsc::UnboundedSender<ClientMessage>,
+    arrivals: Arrivals,
+    invokes: Arc<Mutex<Vec<(String, String, String)>>>,
+    woken: Arc<tokio::sync::Notify>,
+}
+
+impl Link {
+    pub(crate) async fn open(addr: SocketAddr, credential: &str) -> Link {
+        let mut request = format!("ws://{addr}/machine")
+            .into_client_request()
+            .expect("a link URL");
+        request.headers_mut().insert(
+            "Authorization",
+            format!("Bearer {credential}").parse().expect("a header"),
+        );
+        // Results may be larger than what a machine may send.
+        let config = WebSocketConfig::default()
+            .max_message_size(None)
+            .max_frame_size(None);
+        let (ws, _) = tokio_tungstenite::connect_async_with_config(request, Some(config), true)
+            .await
+            .expect("the link opens");
+        let (mut sink, mut stream) = ws.split();
+        let (out, mut outgoing) = mpsc::unbounded_channel::<ClientMessage>();
+        tokio::spawn(async move {
+            while let Some(message) = outgoing.recv().await {
+                let text = serde_json::to_string(&message).expect("a frame");
+                if sink.send(Message::text(text)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let link = Link {
+            out: out.clone(),
+            arrivals: Arrivals::default(),
+            invokes: Arc::default(),
+            woken: Arc::default(),
+        };
+        let (arrivals, invokes, woken) = (
+            link.arrivals.clone(),
+            link.invokes.clone(),
+            link.woken.clone(),
+        );
+        tokio::spawn(async move {
+            while let Some(Ok(frame)) = stream.next().await {
+                let Message::Text(text) = frame else { continue };
+                let at = Instant::now();
+                if let Some(call) = call_id_of(text.as_str()) {
+                    let call = call.to_owned();
+                    arrivals
+                        .lock()
+                        .expect("arrivals")
+                        .insert(call, (at, text.as_str().to_owned()));
+                    woken.notify_waiters();
+                    continue;
+                }
+                match serde_json::from_str::<ServerMessage>(text.as_str()) {
+                    Ok(ServerMessage::Heartbeat { seq }) => {
+                        let _ = out.send(ClientMessage::HeartbeatAck { seq });
+                    }
+                    Ok(ServerMessage::Invoke {
+                        session,
+                        turn,
+                        document,
+                        ..
+                    }) => {
+                        invokes
+                            .lock()
+                            .expect("invokes")
+                            .push((document, session, turn));
+                        woken.notify_waiters();
+                    }
+                    _ => {}
+                }
+            }
+        });
+        link.out
+            .send(ClientMessage::Hello {
+                protocol_version: PROTOCOL_VERSION,
+                features: vec!["resumable-sessions".into()],
+                run_capacity: None,
+                manifest: None,
+            })
+            .expect("hello");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        link
+    }
+
+    /// `@planner` on `document`, and the turn it starts.
+    pub(crate) async fn turn(
+        &self,
+        api: &Api,
+        token: &str,
+        document: &str,
+        prefix: &'static str,
+    ) -> Turn {
+        let posted = api
+            .http
+            .post(format!("{}/documents/{document}/chat", api.base))
+            .bearer_auth(token)
+            .json(&PostChat {
+                text: "@planner read".into(),
+            })
+            .send()
+            .await
+            .expect("chat");
+        assert_eq!(posted.status().as_u16(), 201);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let notified = self.woken.notified();
+            if let Some((_, session, turn)) = self
+                .invokes
+                .lock()
+                .expect("invokes")
+                .iter()
+                .find(|(d, _, _)| d == document)
+                .cloned()
+            {
+                return Turn {
+                    session,
+                    turn,
+                    prefix,
+                };
+            }
+            assert!(Instant::now() < deadline, "no invoke for {document}");
+            let _ = tokio::time::timeout(Duration::from_millis(100), notified).await;
+        }
+    }
+
+    /// Sends call `id` of `tool` with `arguments`; when it was sent.
+    pub(crate) fn send_call(&self, turn: &Turn, id: &str, tool: &str, arguments: Value) -> Instant {
+        let at = Instant::now();
+        let _ = self.out.send(ClientMessage::ToolCall {
+            session: turn.session.clone(),
+            turn: turn.turn.clone(),
+            call_id: id.to_owned(),
+            name: tool.into(),
+            arguments,
+        });
+        at
+    }
+
+    /// Waits for call `id`'s result: when it arrived, and its frame.
+    pub(crate) async fn wait(&self, id: &str) -> (Instant, String) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let notified = self.woken.notified();
+            if let Some(arrived) = self.arrivals.lock().expect("arrivals").remove(id) {
+                return arrived;
+            }
+            assert!(Instant::now() < deadline, "no result for {id}");
+            let _ = tokio::time::timeout(Duration::from_millis(50), notified).await;
+        }
+    }
+
+    /// `read_document` as call `id` of `turn`; its result's size in bytes.
+    pub(crate) async fn read(&self, turn: &Turn, id: &str) -> usize {
+        let id = format!("{}-{id}", turn.prefix);
+        self.send_call(turn, &id, "read_document", json!({}));
+        self.wait(&id).await.1.len()
+    }
+}
+
+/// The `call_id` of a `tool-result` frame, found without parsing it: the
+/// server writes `"type":"tool-result","session":…,"turn":…,"call_id":…`
+/// first, so it is near the start.
+fn call_id_of(text: &str) -> Option<&str> {
+    let head = text.get(..512).unwrap_or(text);
+    if !head.starts_with(r#"{"type":"tool-result""#) {
+        return None;
+    }
+    let start = head.find(r#""call_id":""#)? + r#""call_id":""#.len();
+    let len = head[start..].find('"')?;
+    Some(&head[start..start + len])
+}
