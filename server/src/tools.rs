@@ -9,26 +9,22 @@
 //! (SPEC W1) — an edit with its document change, new cards with their
 //! live mirror.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use margin_decisions::{
-    open_decisions, wire, Access, BatchError, DecisionCard, Key, Outcome, Strictness,
-};
-use margin_decisions::{CardState, Outline};
+use margin_decisions::{wire, Access, BatchError, Cause, Outline, Refusal, Strictness};
 use margin_protocol::decisions::{
-    AnswerBody, EditPlanInput, EditPlanOutput, OpenDecisionInput, OpenDecisionsInput,
-    OpenDecisionsOutput, ReadDocumentOutput, ToolRefusal,
+    EditPlanInput, EditPlanOutput, OpenDecisionInput, OpenDecisionsInput, OpenDecisionsOutput,
+    ReadDocumentOutput, ToolRefusal,
 };
 use margin_protocol::tools::{ToolCall, ToolName, ToolOutput};
 use margin_protocol::RefusalCode;
 use tracing::{info, Instrument};
-use uuid::Uuid;
 
 use crate::metrics::COUNTERS;
 use crate::storage::{Account, SessionWrite, StorageError};
-use crate::sync::command::{CardsRefused, EditRefused, Ride, Rider};
+use crate::sync::command::{DecideRefused, EditRefused, Ride, Rider};
+use crate::sync::decide::{self, Answered, Decided};
 use crate::sync::hub::OutlineError;
 use crate::sync::Hub;
 
@@ -45,6 +41,12 @@ pub trait Recording: Send {
 /// A [`Recording`], shared with the document task that commits it.
 pub type Recorder = Arc<Mutex<dyn Recording>>;
 
+impl std::fmt::Debug for dyn Recording {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Recording")
+    }
+}
+
 /// What a call came to.
 #[derive(Debug)]
 pub struct Ran {
@@ -52,7 +54,7 @@ pub struct Ran {
     pub result: Result<ToolOutput, ToolError>,
     /// For `ask`: questions it replayed that people already answered — the
     /// card, the answer and who gave it (SPEC D3).
-    pub answered: Vec<(String, AnswerBody, String)>,
+    pub answered: Vec<Answered>,
 }
 
 /// Why a tool call did nothing.
@@ -110,9 +112,6 @@ impl From<OutlineError> for ToolError {
 /// editor (`edited_by`): the session acts for its owner's account, but
 /// people should read that the Planner wrote it.
 pub const PLANNER_EDITOR: &str = "planner";
-
-/// How many times a batch is re-evaluated after losing a race for a key.
-const KEY_RACE_RETRIES: usize = 3;
 
 /// The tools, over a hub.
 #[derive(Clone)]
@@ -173,15 +172,12 @@ impl Tools {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let rider = recorder.map(|recorder| {
-            Rider(Arc::new(Mutex::new(Rides {
-                recorder,
-                output: |revision, outline: &Arc<Outline>| {
-                    ToolOutput::EditPlan(EditPlanOutput {
-                        revision,
-                        outline: wire::blocks(outline),
-                    })
-                },
-            })))
+            rider(recorder, |revision, outline: &Arc<Outline>| {
+                ToolOutput::EditPlan(EditPlanOutput {
+                    revision,
+                    outline: wire::blocks(outline),
+                })
+            })
         });
         let (revision, outline) = match self
             .hub
@@ -230,7 +226,7 @@ impl Tools {
             cards: &input.cards,
             strictness: Strictness::StaleAllowed,
         };
-        self.open(account, document, batch, recorder).await
+        Ok(self.open(account, document, batch, recorder).await?.output)
     }
 
     /// `open_decision`: one card, strict revision (SPEC D9).
@@ -247,7 +243,7 @@ impl Tools {
             cards: &cards,
             strictness: Strictness::CurrentOnly,
         };
-        self.open(account, document, batch, recorder).await
+        Ok(self.open(account, document, batch, recorder).await?.output)
     }
 
     /// `ask`: a question for people, as one card at the current revision
@@ -306,14 +302,21 @@ impl Tools {
                 .await
                 .map(ToolOutput::Decisions),
             ToolCall::Ask(input) => {
-                let asked = self.ask(account, document, input, recorder).await;
-                let answered = match &asked {
-                    Ok(output) => self.answered_replays(document, output).await,
-                    Err(_) => Vec::new(),
+                let cards = [input.card];
+                let batch = Batch {
+                    revision: input.revision,
+                    cards: &cards,
+                    strictness: Strictness::CurrentOnly,
                 };
-                return Ran {
-                    result: asked.map(ToolOutput::Decisions),
-                    answered,
+                return match self.open(account, document, batch, recorder).await {
+                    Ok(decided) => Ran {
+                        result: Ok(ToolOutput::Decisions(decided.output)),
+                        answered: decided.answered,
+                    },
+                    Err(refused) => Ran {
+                        result: Err(refused),
+                        answered: Vec::new(),
+                    },
                 };
             }
             ToolCall::UpdatePlan(_) => Err(ToolError::Internal(
@@ -326,44 +329,18 @@ impl Tools {
         }
     }
 
-    /// The answers people already gave to questions `output` replayed: an
-    /// `ask` that repeats one gets its answer at once, nobody is asked
-    /// twice (SPEC D3).
-    async fn answered_replays(
-        &self,
-        document: &str,
-        output: &OpenDecisionsOutput,
-    ) -> Vec<(String, AnswerBody, String)> {
-        let mut answered = Vec::new();
-        let replayed = output
-            .captures
-            .iter()
-            .filter(|c| c.status == margin_protocol::decisions::CaptureStatus::AlreadyInDocument);
-        for capture in replayed {
-            match self.hub.store().card(document, &capture.card_id).await {
-                Ok(stored) => {
-                    let card = stored.card;
-                    if let (CardState::Answered, Some(answer), Some(by)) =
-                        (card.state, &card.answer, &card.answered_by)
-                    {
-                        answered.push((card.id.clone(), wire::answer_body(answer), by.clone()));
-                    }
-                }
-                Err(error) => {
-                    tracing::warn!(%error, card = %capture.card_id, "could not read a replayed question")
-                }
-            }
-        }
-        answered
-    }
-
+    /// Judges and writes a batch of cards in the document's task (SPEC
+    /// D1–D10): what it came to, its outline remembered as read. For
+    /// `ask`, the replayed questions people already answered come back
+    /// with it: an `ask` that repeats one gets its answer at once, nobody
+    /// is asked twice (SPEC D3).
     async fn open(
         &self,
         account: &Account,
         document: &str,
         batch: Batch<'_>,
         recorder: Option<Recorder>,
-    ) -> Result<OpenDecisionsOutput, ToolError> {
+    ) -> Result<Decided, ToolError> {
         let Batch {
             revision,
             cards,
@@ -373,113 +350,40 @@ impl Tools {
         async move {
             // Access first: nothing about the batch is read without it (D10).
             let access = self.access(account, document, Intent::Write).await?;
-            access.granted()?;
+            if access == Access::Denied {
+                return Err(BatchError::Refused(Refusal {
+                    key: None,
+                    cause: Cause::NoAccess,
+                })
+                .into());
+            }
             let specs = cards
                 .iter()
                 .map(wire::card_spec)
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| ToolError::from(BatchError::Invalid(e)))?;
-            for _ in 0..KEY_RACE_RETRIES {
-                let (current, outline) = self.hub.outline(document, None).await?;
-                let stored = self.hub.store().cards(document).await?;
-                let existing: HashMap<Key, DecisionCard> = stored
-                    .into_iter()
-                    .map(|s| (s.card.key.clone(), s.card))
-                    .collect();
-                let captures = self.hub.with_reads(document, |reads| {
-                    let state = margin_decisions::DocumentState {
-                        revision: current,
-                        outline: &outline,
-                        reads,
-                    };
-                    open_decisions(
-                        state,
-                        access,
-                        |key| existing.get(key),
-                        revision,
-                        &specs,
-                        strictness,
-                    )
-                })?;
-                // A replayed card's mirror is put right first, should it
-                // have drifted from its row (a crash between a person's
-                // change and its mirror, or a client rewriting the map).
-                let replayed: Vec<(String, String)> = captures
-                    .iter()
-                    .filter(|c| matches!(c.outcome, Outcome::AlreadyInDocument { .. }))
-                    .filter_map(|c| existing.get(&c.key))
-                    .map(crate::cards::mirror_entry)
-                    .collect();
-                let created: Vec<DecisionCard> = captures
-                    .iter()
-                    .filter_map(|c| match &c.outcome {
-                        Outcome::Created(new) => {
-                            Some(new.clone().into_card(Uuid::new_v4().to_string()))
-                        }
-                        Outcome::AlreadyInDocument { .. } => None,
-                    })
-                    .collect();
-                let ids: HashMap<Key, String> = created
-                    .iter()
-                    .map(|c| (c.key.clone(), c.id.clone()))
-                    .collect();
-                let output_at = move |revision: i64| {
-                    wire::captures(&captures, revision, |key| {
-                        ids.get(key).cloned().unwrap_or_default()
-                    })
-                };
-                let mut current = current;
-                if !replayed.is_empty() {
-                    let (revision, outline) = self
-                        .hub
-                        .project(document, replayed)
-                        .await
-                        .map_err(|e| ToolError::Internal(e.to_string()))?;
-                    if revision != current {
-                        // The repair made a revision: the Planner goes on
-                        // from it, as from a batch that created cards.
-                        self.hub.remember_read(document, revision, outline);
-                        current = revision;
-                    }
-                }
-                if created.is_empty() {
-                    // Nothing else to write: every card replays.
-                    return Ok(output_at(current));
-                }
-                let created_count = created.len();
-                let output_at = Arc::new(output_at);
-                let rider = recorder.clone().map(|recorder| {
-                    let output_at = output_at.clone();
-                    Rider(Arc::new(Mutex::new(Rides {
-                        recorder,
-                        output: move |revision, _: &Arc<Outline>| {
-                            ToolOutput::Decisions((*output_at)(revision))
-                        },
-                    })))
-                });
-                // The cards and their live mirror commit together, and make
-                // a revision; its outline is remembered as read, so the
-                // Planner can go on from it.
-                match self.hub.create_cards(document, created, rider).await {
-                    Ok((revision, outline)) => {
-                        self.hub.remember_read(document, revision, outline);
-                        let output = (*output_at)(revision);
-                        info!(
-                            created = created_count,
-                            captured = output.captured,
-                            "decisions opened"
-                        );
-                        return Ok(output);
-                    }
-                    // Another batch took a key meanwhile: judge again.
-                    Err(CardsRefused::KeyTaken(_)) => continue,
-                    Err(CardsRefused::Archived) => return Err(ToolError::archived()),
-                    Err(CardsRefused::Unavailable(e)) => return Err(ToolError::Internal(e)),
-                }
-            }
-            Err(ToolError::Internal(
-                "the batch kept losing races for its keys".into(),
-            ))
+            let batch = decide::Batch {
+                revision,
+                specs,
+                strictness,
+            };
+            let decided = match self.hub.decide(document, batch, recorder).await {
+                Ok(decided) => decided,
+                Err(DecideRefused::Batch(refused)) => return Err(refused.into()),
+                Err(DecideRefused::Archived) => return Err(ToolError::archived()),
+                Err(DecideRefused::Unavailable(e)) => return Err(ToolError::Internal(e)),
+            };
+            // The revision the batch made (or found), from which the
+            // Planner goes on.
+            let output = &decided.output;
+            self.hub
+                .remember_read(document, output.revision, decided.outline.clone());
+            info!(
+                revision = output.revision,
+                captured = output.captured,
+                "decisions opened"
+            );
+            Ok(decided)
         }
         .instrument(span)
         .await
@@ -552,7 +456,16 @@ struct Batch<'a> {
 }
 
 /// A tool call's result riding with its writes: `output` makes the call's
-/// output from the revision its writes made, `recorder` records it.
+/// output from the revision its writes made and the outline at it, and
+/// `recorder` records it in their transaction (SPEC W1).
+pub(crate) fn rider<F>(recorder: Recorder, output: F) -> Rider
+where
+    F: Fn(i64, &Arc<Outline>) -> ToolOutput + Send + 'static,
+{
+    Rider(Arc::new(Mutex::new(Rides { recorder, output })))
+}
+
+/// What [`rider`] makes.
 struct Rides<F> {
     recorder: Recorder,
     output: F,

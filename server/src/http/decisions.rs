@@ -108,7 +108,7 @@ async fn change(
                 message: format!("no decision {card:?} in this document"),
             },
             CardError::Refused { code, message } => AppError::Refused { code, message },
-            CardError::Storage(error) => error.into(),
+            CardError::Unavailable(why) => AppError::Unavailable(why),
         })?;
     tracing::info!(
         document = id,

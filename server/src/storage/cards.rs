@@ -65,33 +65,53 @@ impl Store {
         decode(&row)
     }
 
-    /// Writes a person's change to a card, if nobody changed it since
-    /// `stored.version`; returns the new version.
-    pub async fn update_card(&self, id: &str, stored: &StoredCard) -> Result<i64, StorageError> {
+    /// Writes a change to a card, at its new version, if the row still
+    /// holds the version before (see [`update_cards`]). The server's own
+    /// changes ride with the document change that mirrors them; this one
+    /// alone writes the row without its mirror, as a crash between the two
+    /// once could.
+    pub async fn update_card(&self, id: &str, changed: &StoredCard) -> Result<(), StorageError> {
+        let mut tx = self.writes().begin().await?;
+        update_cards(&mut tx, id, std::slice::from_ref(changed)).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// Writes each of `changed`, at its new version, inside `tx`: fenced on
+/// the version before, so a change made from an older copy of the card
+/// is a [`StorageError::Conflict`] and writes nothing.
+pub(super) async fn update_cards(
+    tx: &mut Transaction<'static, Any>,
+    id: &str,
+    changed: &[StoredCard],
+) -> Result<(), StorageError> {
+    for stored in changed {
         let card = &stored.card;
         let done = sqlx::query(
             "UPDATE decision_cards SET choices = $1, criteria = $2, state = $3, answer = $4, \
-             answered_by = $5, version = version + 1 \
-             WHERE document_id = $6 AND id = $7 AND version = $8",
+             answered_by = $5, version = $6 \
+             WHERE document_id = $7 AND id = $8 AND version = $9",
         )
         .bind(encode_choices(&card.choices))
         .bind(encode_json(&card.criteria))
         .bind(card.state.as_str())
         .bind(card.answer.as_ref().map(encode_answer))
         .bind(card.answered_by.as_deref())
+        .bind(stored.version)
         .bind(id)
         .bind(&card.id)
-        .bind(stored.version)
-        .execute(self.writes())
+        .bind(stored.version - 1)
+        .execute(&mut **tx)
         .await?;
-        if done.rows_affected() == 1 {
-            Ok(stored.version + 1)
-        } else {
-            Err(StorageError::Conflict(
-                "the card changed meanwhile; reload it and try again".into(),
-            ))
+        if done.rows_affected() != 1 {
+            return Err(StorageError::Conflict(format!(
+                "card {:?} changed meanwhile; nothing was written",
+                card.id
+            )));
         }
     }
+    Ok(())
 }
 
 /// Inserts `cards` of document `id` inside `tx`. A key that already

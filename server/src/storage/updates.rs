@@ -11,7 +11,7 @@ use sqlx::any::Any;
 use sqlx::{Row, Transaction};
 
 use super::append_group::{Append, Appends, Landed};
-use super::cards::insert_cards;
+use super::cards::{insert_cards, update_cards, StoredCard};
 use super::group::Group;
 use super::sessions::{write_session, SessionWrite};
 use super::{int, now_ms, Backend, StorageError, Store};
@@ -21,6 +21,9 @@ use super::{int, now_ms, Backend, StorageError, Store};
 pub struct Riding<'a> {
     /// New decision cards (their live mirror is among the changes).
     pub cards: &'a [DecisionCard],
+    /// Cards changed, each at its new version (the row must hold the one
+    /// before; their live mirror is among the changes).
+    pub changed: &'a [StoredCard],
     /// Session writes: tool call results recorded with their writes.
     pub sessions: &'a [SessionWrite],
     /// Who made the last edit of the document's text among the changes —
@@ -209,7 +212,7 @@ impl Store {
         riding: Riding<'_>,
     ) -> Result<i64, StorageError> {
         if let Some(committer) = &self.committer {
-            if riding.cards.is_empty() && riding.sessions.is_empty() {
+            if riding.cards.is_empty() && riding.changed.is_empty() && riding.sessions.is_empty() {
                 return self
                     .append_in_one_trip(committer, id, epoch, expected, updates, riding.edited_by)
                     .await;
@@ -251,6 +254,7 @@ impl Store {
             .await?;
         }
         insert_cards(&mut tx, id, riding.cards).await?;
+        update_cards(&mut tx, id, riding.changed).await?;
         for write in riding.sessions {
             write_session(&mut tx, self.backend, write).await?;
         }

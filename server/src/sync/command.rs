@@ -3,12 +3,15 @@
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
-use margin_decisions::{DecisionCard, Edit, EditError, Outline};
+use margin_decisions::{BatchError, Edit, EditError, Outline};
 use margin_protocol::Role;
 use tokio::sync::oneshot;
 
 use super::conn::{Conn, ConnId};
-use crate::storage::SessionWrite;
+use super::decide::{Batch, Decided};
+use crate::cards::{CardChange, ChangeRefused};
+use crate::storage::{SessionWrite, StoredCard};
+use crate::tools::Recorder;
 
 /// What a document task is asked to do.
 #[derive(Debug)]
@@ -51,15 +54,29 @@ pub enum Command {
         /// The revision the edit made and its outline, once committed.
         reply: EditReply,
     },
-    /// New decision cards: stored with their live mirror in one
-    /// transaction, so a card and the editors' view of it never disagree.
-    Cards {
-        /// The cards.
-        cards: Vec<DecisionCard>,
-        /// What commits with them: the call's result (SPEC W1).
-        rider: Option<Rider>,
-        /// The revision the mirror made and the outline at it.
-        reply: CardsReply,
+    /// A batch of decision cards (`open_decisions`, `open_decision`,
+    /// `ask`): judged against the document and its cards, and what it
+    /// creates stored with its live mirror — and the call's result — in
+    /// one transaction (SPEC D1–D10, W1).
+    Decide {
+        /// The batch.
+        batch: Batch,
+        /// The session's side of the call, which records its result with
+        /// its writes; `None` for a call over HTTP.
+        recorder: Option<Recorder>,
+        /// What the batch came to, once committed.
+        reply: DecideReply,
+    },
+    /// A change to one card (a person's action, or a withdrawn question):
+    /// stored with its live mirror in one transaction.
+    Change {
+        /// The card's id.
+        card: String,
+        /// What happens to it.
+        change: CardChange,
+        /// The card as changed (`None`: nothing to change), once
+        /// committed.
+        reply: ChangeReply,
     },
     /// The document was archived or unarchived (SPEC P3): while archived,
     /// every connection's edits are refused the way a viewer's are, and so
@@ -91,21 +108,13 @@ pub enum Command {
         /// Answered once its connections were told.
         reply: oneshot::Sender<()>,
     },
-    /// Mirrors decision cards into the document for live editors.
-    Project {
-        /// `(card id, card JSON)` pairs.
-        cards: Vec<(String, String)>,
-        /// The revision the projection made and the outline at it, once
-        /// committed.
-        reply: ProjectReply,
-    },
 }
 
-/// Where a projection's revision and outline go.
-pub type ProjectReply = oneshot::Sender<(i64, Arc<Outline>)>;
+/// Where a batch's result goes.
+pub type DecideReply = oneshot::Sender<Result<Decided, DecideRefused>>;
 
-/// Where new cards' revision and outline go.
-pub type CardsReply = oneshot::Sender<Result<(i64, Arc<Outline>), CardsRefused>>;
+/// Where a card's change goes.
+pub type ChangeReply = oneshot::Sender<Result<Option<StoredCard>, ChangeRefused>>;
 
 /// Rows another owner commits in the same transaction as a document
 /// change: a tool call's result, recorded with the call's own writes so a
@@ -128,12 +137,12 @@ impl std::fmt::Debug for Rider {
     }
 }
 
-/// Why new cards were not stored.
+/// Why a batch created nothing.
 #[derive(Clone, Debug, thiserror::Error)]
-pub enum CardsRefused {
-    /// Another batch took a key meanwhile: judge the batch again.
-    #[error("card key {0:?} was just taken")]
-    KeyTaken(String),
+pub enum DecideRefused {
+    /// The batch's rules refused it (SPEC D1–D10).
+    #[error(transparent)]
+    Batch(#[from] BatchError),
     /// The document is archived.
     #[error("the document is archived; nothing was changed (its owner can unarchive it)")]
     Archived,

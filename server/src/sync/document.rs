@@ -17,6 +17,7 @@ use margin_decisions::{DecisionCard, LiveOutline, Outline};
 use margin_protocol::sync::{
     close, MAX_AWARENESS_BYTES, MAX_AWARENESS_CLIENTS, MAX_PENDING_BYTES, MAX_UPDATE_BYTES,
 };
+use margin_protocol::tools::ToolOutput;
 use margin_protocol::Role;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{sleep_until, Instant};
@@ -26,19 +27,23 @@ use yrs::sync::{Awareness, Message, SyncMessage};
 use yrs::{ClientID, ReadTxn, StateVector, Transact, Update};
 
 use super::command::{
-    CardsRefused, CardsReply, Command, EditRefused, EditReply, JoinRefused, ProjectReply, Rider,
+    ChangeReply, Command, DecideRefused, DecideReply, EditRefused, EditReply, JoinRefused, Rider,
 };
 use super::compaction::{Compaction, Compactor};
 use super::conn::{access_close, Conn, ConnId, Refused};
+use super::decide::{self, Answered, Captured, Decided};
 use super::editor::{self, Applied};
 use super::frame;
 use super::hub::Hub;
 use super::load::rebuilt;
 use super::messages;
+use super::reads::Reads;
 use super::writes;
+use crate::cards::{mirror_entry, CardSet};
 use crate::cluster::{Lease, Ownership, TakeRefused};
 use crate::metrics::COUNTERS;
 use crate::storage::{Epoch, Riding, SessionWrite, StorageError, Store, StoredCard};
+use crate::tools;
 
 /// The origin of the server's own changes; connections count from 1.
 const SERVER: ConnId = 0;
@@ -68,18 +73,31 @@ struct Effects {
     /// Edit replies: how many of the batch's changes precede the reply's
     /// revision, and the outline at it.
     edits: Vec<(EditReply, usize, Arc<Outline>)>,
-    /// Projection replies.
-    projections: Vec<(ProjectReply, usize, Arc<Outline>)>,
     /// New cards, stored with the batch.
     cards: Vec<DecisionCard>,
-    /// Card replies, as projection replies.
-    card_replies: Vec<(CardsReply, usize, Arc<Outline>)>,
+    /// Decision batches' replies.
+    decisions: Vec<Judgement>,
+    /// Cards changed, at their new versions, stored with the batch.
+    changed: Vec<StoredCard>,
+    /// Their replies.
+    changes: Vec<(ChangeReply, StoredCard)>,
     /// What rides with the batch: how many of its changes precede each.
     riders: Vec<(Rider, usize, Arc<Outline>)>,
     /// Who made the batch's last edit (a person's change, or an
     /// `edit_plan`), stored as the document's `edited_by`; the server's
     /// mirror of cards leaves it be.
     edited_by: Option<Arc<str>>,
+}
+
+/// A batch of cards judged, answered once the batch commits.
+struct Judgement {
+    reply: DecideReply,
+    /// How many of the batch's changes precede the reply's revision.
+    before: usize,
+    /// The outline at that revision.
+    outline: Arc<Outline>,
+    captured: Arc<Captured>,
+    answered: Vec<Answered>,
 }
 
 pub struct DocumentTask {
@@ -98,9 +116,11 @@ pub struct DocumentTask {
     compactor: Compactor,
     /// Archived: edits are refused from everyone (SPEC P3).
     archived: bool,
-    /// The keys of the document's cards: new cards are stored only here,
-    /// so a key taken meanwhile is refused before anything is written.
-    keys: HashSet<String>,
+    /// The document's cards: changed only here, in the step that writes
+    /// the change, so a batch is judged against what is stored.
+    cards: CardSet,
+    /// The Planner's remembered reads, which batches are judged with.
+    reads: Reads,
     /// Deleted: unload at once and write nothing more.
     deleted: bool,
     /// Another owner claimed the document: this copy writes nothing more.
@@ -128,6 +148,7 @@ pub async fn run(
             hub.store().clone(),
             hub.compaction(),
             hub.ownership(),
+            hub.reads().clone(),
         )
         .await
         {
@@ -171,8 +192,8 @@ async fn refuse_all(rx: &mut mpsc::Receiver<Command>, why: JoinRefused) {
             // Dropping the reply makes the caller read storage instead.
             Command::Outline { .. }
             | Command::Edit { .. }
-            | Command::Cards { .. }
-            | Command::Project { .. }
+            | Command::Decide { .. }
+            | Command::Change { .. }
             | Command::Archive { .. }
             | Command::Access { .. }
             | Command::Delete { .. }
@@ -188,6 +209,7 @@ impl DocumentTask {
         store: Store,
         compaction: Compaction,
         ownership: &Ownership,
+        reads: Reads,
     ) -> Result<Self, JoinRefused> {
         let stored = |e: StorageError| match e {
             StorageError::NotFound("document") => JoinRefused::Deleted,
@@ -229,7 +251,6 @@ impl DocumentTask {
                 "repaired the decisions mirror from the card rows"
             );
         }
-        let keys = cards.iter().map(|c| c.card.key.as_str().to_owned());
         Ok(DocumentTask {
             id,
             store,
@@ -241,7 +262,8 @@ impl DocumentTask {
             members: HashMap::new(),
             compactor: Compactor::new(compaction, logged),
             archived,
-            keys: keys.collect(),
+            cards: CardSet::new(cards),
+            reads,
             deleted: false,
             fenced: false,
             lease,
@@ -339,8 +361,8 @@ impl DocumentTask {
                 }
             }
             Command::Edit { .. }
-            | Command::Project { .. }
-            | Command::Cards { .. }
+            | Command::Decide { .. }
+            | Command::Change { .. }
             | Command::Frame { .. }
                 if self.deleted => {}
             Command::Join { conn, reply } => {
@@ -434,44 +456,88 @@ impl DocumentTask {
                     }
                 }
             }
-            Command::Cards { reply, .. } if self.archived => {
-                let _ = reply.send(Err(CardsRefused::Archived));
+            Command::Decide { reply, .. } if self.archived => {
+                let _ = reply.send(Err(DecideRefused::Archived));
             }
-            Command::Cards {
-                cards,
-                rider,
+            Command::Decide {
+                batch,
+                recorder,
                 reply,
-            } => {
-                if let Some(taken) = cards.iter().find(|c| self.keys.contains(c.key.as_str())) {
-                    let _ = reply.send(Err(CardsRefused::KeyTaken(taken.key.as_str().to_owned())));
-                    return;
+            } => self.decide(batch, recorder, reply, effects),
+            Command::Change {
+                card,
+                change,
+                reply,
+            } => match self.cards.change(&card, change) {
+                Ok(Some(changed)) => {
+                    let mirror = [mirror_entry(&changed.card)];
+                    if let Some(delta) = writes::project(self.awareness.doc(), &mirror) {
+                        effects.deltas.push((SERVER, delta));
+                    }
+                    effects.changed.push(changed.clone());
+                    effects.changes.push((reply, changed));
                 }
-                let mirror: Vec<(String, String)> =
-                    cards.iter().map(crate::cards::mirror_entry).collect();
-                if let Some(change) = writes::project(self.awareness.doc(), &mirror) {
-                    effects.deltas.push((SERVER, change));
+                other => {
+                    let _ = reply.send(other);
                 }
-                self.keys
-                    .extend(cards.iter().map(|c| c.key.as_str().to_owned()));
-                effects.cards.extend(cards);
-                self.live.refresh();
-                let outline = self.live.snapshot();
-                let before = effects.deltas.len();
-                if let Some(rider) = rider {
-                    effects.riders.push((rider, before, outline.clone()));
-                }
-                effects.card_replies.push((reply, before, outline));
-            }
-            Command::Project { cards, reply } => {
-                if let Some(change) = writes::project(self.awareness.doc(), &cards) {
-                    effects.deltas.push((SERVER, change));
-                }
-                self.live.refresh();
-                effects
-                    .projections
-                    .push((reply, effects.deltas.len(), self.live.snapshot()));
-            }
+            },
         }
+    }
+
+    /// Judges a batch of cards against the document as this batch left
+    /// it, and has what it creates — the cards, their mirror and the
+    /// call's result — committed with the batch (SPEC D1–D10, W1).
+    fn decide(
+        &mut self,
+        batch: decide::Batch,
+        recorder: Option<tools::Recorder>,
+        reply: DecideReply,
+        effects: &mut Effects,
+    ) {
+        // Changes earlier in this batch already moved the document.
+        let current = self.revision + effects.deltas.len() as i64;
+        self.live.refresh();
+        let outline = self.live.snapshot();
+        let (cards, id) = (&self.cards, &self.id);
+        let judged = self.reads.with(id, |reads| {
+            decide::judge(current, &outline, reads, cards, &batch)
+        });
+        let judged = match judged {
+            Ok(judged) => judged,
+            Err(refused) => {
+                let _ = reply.send(Err(refused.into()));
+                return;
+            }
+        };
+        let wrote = writes::project(self.awareness.doc(), &judged.mirror);
+        let changed = wrote.is_some();
+        let outline = match wrote {
+            Some(change) => {
+                effects.deltas.push((SERVER, change));
+                self.live.refresh();
+                self.live.snapshot()
+            }
+            None => outline,
+        };
+        let before = effects.deltas.len();
+        if let (Some(recorder), true) = (recorder, changed) {
+            let captured = judged.captured.clone();
+            let rider = tools::rider(recorder, move |revision, _| {
+                ToolOutput::Decisions(captured.at(revision))
+            });
+            effects.riders.push((rider, before, outline.clone()));
+        }
+        for card in &judged.created {
+            self.cards.insert(card.clone());
+        }
+        effects.cards.extend(judged.created);
+        effects.decisions.push(Judgement {
+            reply,
+            before,
+            outline,
+            captured: judged.captured,
+            answered: judged.answered,
+        });
     }
 
     /// Handles one frame; an error closes the connection with its code and
@@ -674,7 +740,7 @@ impl DocumentTask {
     async fn publish(&mut self, effects: Effects) -> Result<(), StorageError> {
         let base = self.revision;
         let mut sends = Vec::new();
-        if !effects.deltas.is_empty() || !effects.cards.is_empty() {
+        if !effects.deltas.is_empty() || !effects.cards.is_empty() || !effects.changed.is_empty() {
             let changes: Vec<Vec<u8>> = effects.deltas.iter().map(|(_, d)| d.clone()).collect();
             let count = changes.len() as u64;
             let sessions: Vec<SessionWrite> = effects
@@ -687,6 +753,7 @@ impl DocumentTask {
                 .collect();
             let riding = Riding {
                 cards: &effects.cards,
+                changed: &effects.changed,
                 sessions: &sessions,
                 edited_by: effects.edited_by.as_deref(),
             };
@@ -728,11 +795,16 @@ impl DocumentTask {
         for (reply, changes_before, outline) in effects.edits {
             let _ = reply.send(Ok((base + changes_before as i64, outline)));
         }
-        for (reply, changes_before, outline) in effects.projections {
-            let _ = reply.send((base + changes_before as i64, outline));
+        for judged in effects.decisions {
+            let decided = Decided {
+                output: judged.captured.at(base + judged.before as i64),
+                outline: judged.outline,
+                answered: judged.answered,
+            };
+            let _ = judged.reply.send(Ok(decided));
         }
-        for (reply, changes_before, outline) in effects.card_replies {
-            let _ = reply.send(Ok((base + changes_before as i64, outline)));
+        for (reply, changed) in effects.changes {
+            let _ = reply.send(Ok(Some(changed)));
         }
         if !effects.outlines.is_empty() {
             self.live.refresh();
@@ -846,8 +918,8 @@ impl DocumentTask {
 }
 
 /// What the decisions map should hold for `cards` (SPEC D: SQL rows are
-/// the record). A card changed by people is committed before its mirror,
-/// so a crash between the two, or an editor's client rewriting the map,
+/// the record). A card's change commits with its mirror, but an editor's
+/// client rewriting the map, or a row an older server changed alone,
 /// leaves them apart until a load projects this again.
 fn mirror_of(cards: &[StoredCard]) -> Vec<(String, String)> {
     cards

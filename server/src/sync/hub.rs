@@ -7,9 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use std::num::NonZeroUsize;
 
-use lru::LruCache;
-
-use margin_decisions::{DecisionCard, Edit, Outline, ReadCache, DEFAULT_READS};
+use margin_decisions::{Edit, Outline, DEFAULT_READS};
 use margin_protocol::chat::{ChatKind, ChatMessageView};
 use margin_protocol::sync::close;
 use margin_protocol::Role;
@@ -17,25 +15,22 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::command::{CardsRefused, Command, EditRefused, JoinRefused, Rider};
+use super::command::{Command, DecideRefused, EditRefused, JoinRefused, Rider};
 use super::compaction::Compaction;
 use super::conn::{self, Closer, Conn, ConnId, OutboxReader};
+use super::decide::{Batch, Decided};
 use super::document;
 use super::load::{rebuilt, LoadError};
+use super::reads::Reads;
+use crate::cards::{CardChange, ChangeRefused};
 use crate::cluster::{Cluster, Ownership};
-use crate::storage::{StorageError, Store};
+use crate::storage::{StorageError, Store, StoredCard};
+use crate::tools::Recorder;
 use crate::watchers::{Bell, Watchers};
 
 /// Commands waiting for a document task; a full mailbox slows the
 /// connections that feed it (TCP backpressure), it never drops a frame.
 const MAILBOX: usize = 1024;
-
-/// How many documents' reads are remembered; the least recently read
-/// document's reads go first (its next batch gets `read_evicted`).
-const READ_DOCUMENTS: NonZeroUsize = match NonZeroUsize::new(4096) {
-    Some(n) => n,
-    None => NonZeroUsize::MIN,
-};
 
 /// How many times a join retries a document that was unloading.
 const JOIN_ATTEMPTS: usize = 8;
@@ -77,16 +72,13 @@ struct Inner {
     /// on each from its cluster.
     ownership: Ownership,
     docs: Mutex<HashMap<String, mpsc::Sender<Command>>>,
-    /// What the Planner read of each document (SPEC S5). Kept apart from the
-    /// document tasks so a read outlives a document unloading; lost, like a
-    /// cache should be, in a restart.
-    reads: Mutex<LruCache<String, ReadCache>>,
+    /// What the Planner read of each document (SPEC S5).
+    reads: Reads,
     /// Sync connections per document (SPEC P3: idle release only with
     /// nobody viewing).
     viewers: Mutex<HashMap<String, usize>>,
     /// Who follows each document's feed (its Chat and Planner status).
     watchers: Watchers,
-    read_capacity: NonZeroUsize,
     tracker: TaskTracker,
     shutdown: CancellationToken,
     compaction: Compaction,
@@ -161,10 +153,9 @@ impl Hub {
                 store,
                 ownership,
                 docs: Mutex::new(HashMap::new()),
-                reads: Mutex::new(LruCache::new(READ_DOCUMENTS)),
+                reads: Reads::new(settings.read_capacity),
                 viewers: Mutex::new(HashMap::new()),
                 watchers: Watchers::default(),
-                read_capacity: settings.read_capacity,
                 tracker,
                 shutdown,
                 compaction: settings.compaction,
@@ -222,6 +213,11 @@ impl Hub {
             Ownership::Alone => None,
             Ownership::Cluster(cluster) => Some(cluster),
         }
+    }
+
+    /// What the Planner read of each document.
+    pub(super) fn reads(&self) -> &Reads {
+        &self.inner.reads
     }
 
     pub(super) fn compaction(&self) -> Compaction {
@@ -321,21 +317,7 @@ impl Hub {
 
     /// Remembers that the Planner read `outline` at `revision` of `id`.
     pub fn remember_read(&self, id: &str, revision: i64, outline: Arc<Outline>) {
-        if let Ok(mut reads) = self.inner.reads.lock() {
-            let capacity = self.inner.read_capacity;
-            reads
-                .get_or_insert_mut(id.to_owned(), || ReadCache::new(capacity))
-                .remember(revision, outline);
-        }
-    }
-
-    /// Runs `f` with the reads remembered for `id`.
-    pub fn with_reads<T>(&self, id: &str, f: impl FnOnce(&ReadCache) -> T) -> T {
-        let empty = ReadCache::new(self.inner.read_capacity);
-        match self.inner.reads.lock() {
-            Ok(reads) => f(reads.peek(id).unwrap_or(&empty)),
-            Err(_) => f(&empty),
-        }
+        self.inner.reads.remember(id, revision, outline);
     }
 
     /// Applies the Planner's edits to `id` and returns the revision they made
@@ -361,33 +343,37 @@ impl Hub {
         .map_err(|e| EditRefused::Unavailable(e.to_string()))?
     }
 
-    /// Stores new `cards` of `id` with their live mirror, and `rider`'s
-    /// rows, in one transaction; returns the revision the mirror made and
-    /// its outline.
-    pub async fn create_cards(
+    /// Judges `batch` of cards for `id` in its task and stores what it
+    /// creates with their live mirror — and the call's result, recorded
+    /// through `recorder` when given — in one transaction; what it came
+    /// to, once committed.
+    pub async fn decide(
         &self,
         id: &str,
-        cards: Vec<DecisionCard>,
-        rider: Option<Rider>,
-    ) -> Result<(i64, Arc<Outline>), CardsRefused> {
-        self.request(id, |reply| Command::Cards {
-            cards: cards.clone(),
-            rider: rider.clone(),
+        batch: Batch,
+        recorder: Option<Recorder>,
+    ) -> Result<Decided, DecideRefused> {
+        self.request(id, |reply| Command::Decide {
+            batch: batch.clone(),
+            recorder: recorder.clone(),
             reply,
         })
         .await
-        .map_err(|e| CardsRefused::Unavailable(e.to_string()))?
+        .map_err(|e| DecideRefused::Unavailable(e.to_string()))?
     }
 
-    /// Mirrors `(card id, card JSON)` pairs into `id` for live editors;
-    /// returns the revision that made and its outline, once committed.
-    pub async fn project(
+    /// Applies `change` to card `card` of `id` in its task and stores it
+    /// with its live mirror in one transaction; the card as changed
+    /// (`None`: there was nothing to change), once committed.
+    pub async fn change_card(
         &self,
         id: &str,
-        cards: Vec<(String, String)>,
-    ) -> Result<(i64, Arc<Outline>), JoinRefused> {
-        self.request(id, |reply| Command::Project {
-            cards: cards.clone(),
+        card: &str,
+        change: CardChange,
+    ) -> Result<Result<Option<StoredCard>, ChangeRefused>, JoinRefused> {
+        self.request(id, |reply| Command::Change {
+            card: card.to_owned(),
+            change: change.clone(),
             reply,
         })
         .await
@@ -452,9 +438,7 @@ impl Hub {
                 let _ = answer.await;
             }
         }
-        if let Ok(mut reads) = self.inner.reads.lock() {
-            reads.pop(id);
-        }
+        self.inner.reads.forget(id);
     }
 
     /// Asks `id`'s task something and waits for the answer, starting a task

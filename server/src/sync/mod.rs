@@ -5,12 +5,14 @@
 pub mod command;
 pub mod compaction;
 pub mod conn;
+pub mod decide;
 pub mod document;
 mod editor;
 pub mod frame;
 pub mod hub;
 pub mod load;
 mod messages;
+mod reads;
 pub mod socket;
 pub mod writes;
 

@@ -614,6 +614,7 @@ on_both_backends! {
         let store = db.open().await;
         let mut stored = store.card(&s.doc, &id).await.unwrap();
         stored.card.state = margin_decisions::CardState::Discarded;
+        stored.version += 1;
         store.update_card(&s.doc, &stored).await.unwrap();
         let before = store.revision(&s.doc).await.unwrap();
         let person = SyncClient::connect(&s.server.sync_url(&s.doc, &s.token)).await;

@@ -2,15 +2,19 @@
 //! P1, L3, L5): the stored card (the record), its live mirror in the
 //! document (what editors see) and the document's Planner session (an
 //! answer or a discard of a question it asked). People's actions over HTTP
-//! and a session's withdrawn questions come through here; new cards are
-//! stored with their mirror by the document task (`Hub::create_cards`).
+//! and a session's withdrawn questions come through here; the document's
+//! task holds its cards ([`CardSet`]) and stores each change with its
+//! mirror in one transaction, as it stores new cards.
 
-use margin_decisions::{act, wire, Action, CardState, DecisionCard};
+mod set;
+
+use margin_decisions::{wire, Action, CardState, DecisionCard};
 use margin_planner::{CardId, RequestId};
-use tracing::warn;
+
+pub use set::{CardChange, CardSet, ChangeRefused};
 
 use crate::sessions::Sessions;
-use crate::storage::{Account, StorageError, StoredCard};
+use crate::storage::{Account, StoredCard};
 use crate::sync::Hub;
 
 /// Why a person's action changed nothing.
@@ -27,14 +31,15 @@ pub enum CardError {
         /// Names the cause.
         message: String,
     },
-    /// Storage failed.
-    #[error(transparent)]
-    Storage(#[from] StorageError),
+    /// The document could not be loaded, or its task failed to store the
+    /// change; nothing changed.
+    #[error("the document is unavailable: {0}")]
+    Unavailable(String),
 }
 
 /// Applies `account`'s `action` to card `card` of `document`: checked by
-/// the card's state machine, stored if nobody changed the card meanwhile,
-/// mirrored to live editors, and told to the session that asked it.
+/// the card's state machine, stored with its mirror to live editors, and
+/// told to the session that asked it.
 pub async fn change(
     hub: &Hub,
     sessions: &Sessions,
@@ -43,17 +48,23 @@ pub async fn change(
     card: &str,
     action: Action,
 ) -> Result<StoredCard, CardError> {
-    let mut stored = match hub.store().card(document, card).await {
-        Ok(stored) => stored,
-        Err(StorageError::NotFound(_)) => return Err(CardError::NotFound(card.to_owned())),
-        Err(other) => return Err(other.into()),
+    let change = CardChange::Person {
+        by: account.name.clone(),
+        action,
     };
-    act(&mut stored.card, &account.name, action).map_err(|e| CardError::Refused {
-        code: e.code,
-        message: e.message,
-    })?;
-    stored.version = hub.store().update_card(document, &stored).await?;
-    mirror(hub, document, &stored.card).await;
+    let stored = match hub.change_card(document, card, change).await {
+        Ok(Ok(Some(stored))) => stored,
+        // A person's action changes the card or is refused.
+        Ok(Ok(None)) => return Err(CardError::NotFound(card.to_owned())),
+        Ok(Err(ChangeRefused::NotFound(card))) => return Err(CardError::NotFound(card)),
+        Ok(Err(ChangeRefused::Refused(e))) => {
+            return Err(CardError::Refused {
+                code: e.code,
+                message: e.message,
+            })
+        }
+        Err(unavailable) => return Err(CardError::Unavailable(unavailable.to_string())),
+    };
     let request = RequestId(stored.card.id.clone());
     match (stored.card.state, &stored.card.answer) {
         (CardState::Answered, Some(answer)) => {
@@ -74,29 +85,22 @@ pub async fn change(
 }
 
 /// Cancels card `card` of `document` — its question was withdrawn: nobody
-/// will read the answer — and mirrors it. A card that no longer holds its
+/// will read the answer — with its mirror. A card that no longer holds its
 /// question is left as it is.
-pub async fn withdraw(hub: &Hub, document: &str, card: &str) -> Result<(), StorageError> {
-    let mut stored = hub.store().card(document, card).await?;
-    if !margin_decisions::withdraw(&mut stored.card) {
-        return Ok(());
+pub async fn withdraw(hub: &Hub, document: &str, card: &str) -> Result<(), CardError> {
+    match hub.change_card(document, card, CardChange::Withdraw).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(ChangeRefused::NotFound(card))) => Err(CardError::NotFound(card)),
+        Ok(Err(ChangeRefused::Refused(e))) => Err(CardError::Refused {
+            code: e.code,
+            message: e.message,
+        }),
+        Err(unavailable) => Err(CardError::Unavailable(unavailable.to_string())),
     }
-    hub.store().update_card(document, &stored).await?;
-    mirror(hub, document, &stored.card).await;
-    Ok(())
 }
 
 /// A card's entry in the live mirror: its id and its JSON.
 pub fn mirror_entry(card: &DecisionCard) -> (String, String) {
     let json = serde_json::to_string(&wire::card_view(card)).unwrap_or_default();
     (card.id.clone(), json)
-}
-
-/// Mirrors a changed card into the document. The change is already
-/// committed; a failed mirror is logged and repaired by the next change to
-/// the card, a replay of it, or the document's next load.
-async fn mirror(hub: &Hub, document: &str, card: &DecisionCard) {
-    if let Err(error) = hub.project(document, vec![mirror_entry(card)]).await {
-        warn!(document, card = %card.id, %error, "decision changed but its live mirror failed");
-    }
 }
