@@ -265,7 +265,7 @@ fn main() {
     let paragraphs: Vec<u32> = outline
         .blocks()
         .iter()
-        .filter(|b| b.kind == "paragraph")
+        .filter(|b| &*b.kind == "paragraph")
         .map(|b| b.index as u32)
         .collect();
     let mut live = LiveOutline::new(&doc);
@@ -316,7 +316,7 @@ fn main() {
         .outline()
         .blocks()
         .iter()
-        .filter(|b| b.kind == "paragraph")
+        .filter(|b| &*b.kind == "paragraph")
         .map(|b| b.index as u32)
         .collect();
     let mut copied = Vec::new();

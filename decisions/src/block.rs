@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 use unicode_normalization::{is_nfc_quick, IsNormalized, UnicodeNormalization};
 use yrs::ID;
@@ -90,14 +91,19 @@ impl fmt::Debug for BlockIdentity {
 }
 
 /// One top-level element of the document's `prosemirror` fragment.
+///
+/// Its strings are shared (`Arc<str>`): an outline is copied whenever it
+/// changes while a snapshot of it is held (a remembered read, SPEC S5), and
+/// a copy then costs a reference count per string instead of the text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Block {
     /// Position in the outline, from 0.
     pub index: usize,
-    /// The element name (`paragraph`, `heading`, `bulletList`, …).
-    pub kind: String,
+    /// The element name (`paragraph`, `heading`, `bulletList`, …): the
+    /// element's own tag, shared with `yrs`.
+    pub kind: Arc<str>,
     /// The block's text, normalised (see [`normalise`]).
-    pub text: String,
+    pub text: Arc<str>,
     /// `blake3` of kind and normalised text.
     pub digest: Digest,
     /// The block element's item id.

@@ -1,6 +1,7 @@
 //! The outline of a document: its blocks in order (SPEC S4).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use yrs::branch::{Branch, BranchPtr};
 use yrs::types::xml::{XmlElementRef, XmlOut};
@@ -225,22 +226,26 @@ pub(crate) fn node_block<T: ReadTxn>(
                     text
                 }
             };
-            (&**element.tag(), identity, text)
+            (element.tag().clone(), identity, text)
         }
         // Bare text at the top level is not something ProseMirror produces,
         // but another client could write it; it is still a block people can
         // see, so it gets an entry of kind "text".
         XmlOut::Text(text) => {
             let identity = identity_of(text.as_ref())?;
-            ("text", identity, normalise_owned(plain_text(txn, text)))
+            (
+                Arc::from("text"),
+                identity,
+                normalise_owned(plain_text(txn, text)),
+            )
         }
         XmlOut::Fragment(_) => return None,
     };
     Some(Block {
         index,
-        digest: Digest::of(kind, &text),
-        kind: kind.to_owned(),
-        text,
+        digest: Digest::of(&kind, &text),
+        kind,
+        text: Arc::from(text),
         identity,
     })
 }

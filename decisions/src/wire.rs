@@ -86,8 +86,8 @@ pub fn blocks(outline: &Outline) -> Vec<BlockEntry> {
         .iter()
         .map(|b| BlockEntry {
             index: b.index,
-            kind: b.kind.clone(),
-            text: b.text.clone(),
+            kind: b.kind.to_string(),
+            text: b.text.to_string(),
             digest: b.digest.to_hex(),
             identity: b.identity.to_string(),
         })

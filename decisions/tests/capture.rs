@@ -134,7 +134,7 @@ fn twins_across_unicode_spellings_when_read_refuse_repeated_when_read() {
 fn decomposed_paragraph_is_addressed_by_the_digest_of_its_composed_text() {
     let mut f = Fixture::with(&["Intro", CAFE_NFD]);
     let at = f.read();
-    assert_eq!(f.outline().get(1).unwrap().text, CAFE_NFC);
+    assert_eq!(&*f.outline().get(1).unwrap().text, CAFE_NFC);
     assert_eq!(f.passage(1).digest, digest_of(CAFE_NFC));
     let captures = f
         .open(at, &[card("cafe", "Which café?", vec![f.passage(1)])])

@@ -42,7 +42,7 @@ fn rewriting_one_block_updates_its_text_and_digest_and_keeps_its_identity() {
     f.rewrite(1, "Pick a region in the EU");
     assert_current(&mut live, &f.doc);
     let after = live.outline().get(1).unwrap();
-    assert_eq!(after.text, "Pick a region in the EU");
+    assert_eq!(&*after.text, "Pick a region in the EU");
     assert_eq!(after.identity, before.identity);
     assert_eq!(live.outline().count_digest(&before.digest), 0);
 }
@@ -58,7 +58,7 @@ fn inserts_at_the_start_middle_and_end_renumber_later_blocks() {
     f.insert(7, "At the end");
     assert_current(&mut live, &f.doc);
     assert_eq!(live.outline().len(), 8);
-    assert_eq!(live.outline().get(7).unwrap().text, "At the end");
+    assert_eq!(&*live.outline().get(7).unwrap().text, "At the end");
 }
 
 #[test]
@@ -87,7 +87,7 @@ fn moved_block_takes_its_new_place_with_a_new_identity() {
     f.move_block(1, 3);
     assert_current(&mut live, &f.doc);
     let moved = live.outline().get(3).unwrap();
-    assert_eq!(moved.text, "Pick a region");
+    assert_eq!(&*moved.text, "Pick a region");
     assert_ne!(moved.identity, old);
     f.move_block(4, 0);
     assert_current(&mut live, &f.doc);
@@ -146,7 +146,7 @@ fn changes_made_in_one_transaction_are_all_seen() {
         fragment.remove_range(&mut txn, 3, 1);
     }
     assert_current(&mut live, &f.doc);
-    assert_eq!(live.outline().get(1).unwrap().kind, "heading");
+    assert_eq!(&*live.outline().get(1).unwrap().kind, "heading");
 }
 
 #[test]
@@ -184,7 +184,7 @@ fn editing_a_nested_list_item_rereads_the_whole_list_block() {
     }
     assert_current(&mut live, &doc);
     assert_eq!(
-        live.outline().get(0).unwrap().text,
+        &*live.outline().get(0).unwrap().text,
         "first item second and last item third"
     );
 }

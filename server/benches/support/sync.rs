@@ -162,7 +162,7 @@ impl SyncSocket {
         Outline::of_doc(&self.doc)
             .blocks()
             .iter()
-            .map(|b| b.text.clone())
+            .map(|b| b.text.to_string())
             .collect()
     }
 

@@ -8,7 +8,7 @@ use margin_protocol::decisions::{AnswerBody, ChoiceView};
 use sqlx::any::{Any, AnyRow};
 use sqlx::{Row, Transaction};
 
-use super::{conflict_on_unique, int, now_ms, StorageError, Store};
+use super::{conflict_on_unique, int, now_ms, Backend, StorageError, Store};
 
 /// A stored card and the version a change must start from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,7 +27,7 @@ impl Store {
     /// key that already exists is a [`StorageError::Conflict`].
     pub async fn create_cards(&self, id: &str, cards: &[DecisionCard]) -> Result<(), StorageError> {
         let mut tx = self.writes().begin().await?;
-        insert_cards(&mut tx, id, cards).await?;
+        insert_cards(&mut tx, self.backend(), id, cards).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -114,39 +114,64 @@ pub(super) async fn update_cards(
     Ok(())
 }
 
-/// Inserts `cards` of document `id` inside `tx`. A key that already
-/// exists is a [`StorageError::Conflict`].
+/// Cards per multi-row `INSERT`: 14 parameters each, well under SQLite's
+/// and PostgreSQL's limits on parameters per statement.
+const CARDS_PER_INSERT: usize = 64;
+
+/// Inserts `cards` of document `id` inside `tx`, a statement per
+/// [`CARDS_PER_INSERT`] (a statement per card made a batch of 32 wait on
+/// 32 driver round trips). A key that already exists is a
+/// [`StorageError::Conflict`].
+///
+/// On SQLite every parameter is an anonymous `?` (with numbered ones the
+/// driver looks each up by name in a list as long as the statement);
+/// PostgreSQL numbers them.
 pub(super) async fn insert_cards(
     tx: &mut Transaction<'static, Any>,
+    backend: Backend,
     id: &str,
     cards: &[DecisionCard],
 ) -> Result<(), StorageError> {
-    for card in cards {
-        sqlx::query(
+    // Every column but `version`, which starts at 1.
+    const PARAMS: usize = 14;
+    let created_at = now_ms();
+    for batch in cards.chunks(CARDS_PER_INSERT) {
+        let rows: Vec<String> = (0..batch.len())
+            .map(|row| {
+                let param = |column: usize| match backend {
+                    Backend::Sqlite => "?".to_owned(),
+                    Backend::Postgres => format!("${}", row * PARAMS + column),
+                };
+                let leading: Vec<String> = (1..PARAMS).map(param).collect();
+                format!("({}, 1, {})", leading.join(", "), param(PARAMS))
+            })
+            .collect();
+        let sql = format!(
             "INSERT INTO decision_cards (id, document_id, card_key, question, description, response, \
              choices, criteria, anchors, state, answer, answered_by, excerpt, version, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, 1, $14)",
-        )
-        .bind(&card.id)
-        .bind(id)
-        .bind(card.key.as_str())
-        .bind(&card.question)
-        .bind(card.description.as_deref())
-        .bind(card.response.as_str())
-        .bind(encode_choices(&card.choices))
-        .bind(encode_json(&card.criteria))
-        .bind(encode_anchors(&card.anchors))
-        .bind(card.state.as_str())
-        .bind(card.answer.as_ref().map(encode_answer))
-        .bind(card.answered_by.as_deref())
-        .bind(card.excerpt.as_deref())
-        .bind(now_ms())
-        .execute(&mut **tx)
-        .await
-        .map_err(|e| {
-            conflict_on_unique(e, || {
-                format!("card key {:?} was just taken", card.key.as_str())
-            })
+             VALUES {}",
+            rows.join(", ")
+        );
+        let mut insert = sqlx::query(&sql);
+        for card in batch {
+            insert = insert
+                .bind(&card.id)
+                .bind(id)
+                .bind(card.key.as_str())
+                .bind(&card.question)
+                .bind(card.description.as_deref())
+                .bind(card.response.as_str())
+                .bind(encode_choices(&card.choices))
+                .bind(encode_json(&card.criteria))
+                .bind(encode_anchors(&card.anchors))
+                .bind(card.state.as_str())
+                .bind(card.answer.as_ref().map(encode_answer))
+                .bind(card.answered_by.as_deref())
+                .bind(card.excerpt.as_deref())
+                .bind(created_at);
+        }
+        insert.execute(&mut **tx).await.map_err(|e| {
+            conflict_on_unique(e, || "a card key of this batch was just taken".to_owned())
         })?;
     }
     Ok(())

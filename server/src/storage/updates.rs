@@ -253,7 +253,7 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         }
-        insert_cards(&mut tx, id, riding.cards).await?;
+        insert_cards(&mut tx, self.backend, id, riding.cards).await?;
         update_cards(&mut tx, id, riding.changed).await?;
         for write in riding.sessions {
             write_session(&mut tx, self.backend, write).await?;

@@ -222,7 +222,7 @@ on_both_backends! {
             edits: vec![EditInput::Insert { after: Some(address(&read, 2)), kind: "paragraph".into(), level: None, text: "Risks".into() }],
         }, "ada", None).await.unwrap();
         assert_eq!(edited.revision, read.revision + 1);
-        assert_eq!(edited.outline[3].text, "Risks");
+        assert_eq!(&*edited.outline[3].text, "Risks");
         assert!(s.person.until(|c| c.texts().len() == 4).await);
         s.person_inserts(0, "someone else").await;
         let risks = PassageAddress { index: 3, digest: edited.outline[3].digest.clone() };

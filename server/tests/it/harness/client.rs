@@ -176,7 +176,7 @@ impl SyncClient {
         Outline::of_doc(&self.doc)
             .blocks()
             .iter()
-            .map(|b| b.text.clone())
+            .map(|b| b.text.to_string())
             .collect()
     }
 
