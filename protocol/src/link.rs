@@ -30,8 +30,15 @@ use serde::{Deserialize, Serialize};
 /// The protocol version this server speaks.
 pub const PROTOCOL_VERSION: u32 = 1;
 
-/// Largest link frame accepted, in bytes.
+/// Largest frame a machine may send on its link, in bytes.
 pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
+
+/// Largest frame the server sends on a link, in bytes. A tool's result
+/// carries a whole outline (`read_document`, `edit_plan`), which for a
+/// large document is more than a machine's 1 MiB (10,000 paragraphs take
+/// about 2 MB); a result that would be larger is not sent, and the call
+/// gets `too_large` instead.
+pub const MAX_SERVER_FRAME_BYTES: usize = 64 * 1024 * 1024;
 
 /// Most features a `hello` may list, and the longest feature name.
 pub const MAX_FEATURES: usize = 32;

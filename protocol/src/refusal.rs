@@ -78,6 +78,10 @@ codes! {
     /// A read's result was too large to keep across a restart; read again
     /// (a read changes nothing).
     ResultNotKept = "result_not_kept",
+    /// The call's result is larger than a link frame may carry
+    /// (`MAX_SERVER_FRAME_BYTES`), so it was not sent. A read changed
+    /// nothing; a write was made, and reading the document shows it.
+    TooLarge = "too_large",
     /// The session has too much waiting; nothing changed, send it again
     /// shortly (a tool call's refusal has `retry` set).
     SessionBusy = "session_busy",

@@ -11,6 +11,12 @@ export const RESUMABLE_SESSIONS = 'resumable-sessions';
 /** Largest frame the server accepts from a machine (`MAX_FRAME_BYTES`). */
 export const MAX_FRAME_BYTES = 1024 * 1024;
 
+/**
+ * Largest frame the server sends (`MAX_SERVER_FRAME_BYTES`): a tool's result
+ * carries a whole outline, which for a large document is more than 1 MiB.
+ */
+export const MAX_SERVER_FRAME_BYTES = 64 * 1024 * 1024;
+
 /** Most sessions a `resume` may name (`MAX_RESUME_SESSIONS`). */
 export const MAX_RESUME_SESSIONS = 256;
 /** Most questions a `resume` may name per session (`MAX_HELD_QUESTIONS`). */

@@ -7,10 +7,9 @@
 import WebSocket from 'ws';
 import { ConnectError } from './errors.js';
 import type { Ended } from './ended.js';
+import { MAX_SERVER_FRAME_BYTES } from './protocol.js';
 import type { ClientMessage } from './wire.js';
 
-/** Largest frame taken from the server (a document's outline can be large). */
-const MAX_SERVER_FRAME_BYTES = 64 * 1024 * 1024;
 /** Most of an error body read from a refused upgrade. */
 const MAX_ERROR_BODY_BYTES = 64 * 1024;
 /** Most frames kept for a reader that is not reading before the link is cut. */

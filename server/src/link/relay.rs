@@ -464,7 +464,7 @@ async fn open(
     headers.insert(RUN_CAPACITY_HEADER, value(&terms.run_capacity.to_string())?);
     headers.insert(RESUMABLE_HEADER, value(&terms.resumable.to_string())?);
     headers.insert(PLANNING_HEADER, value(&terms.planning.to_string())?);
-    let config = sockets::opening(margin_protocol::link::MAX_FRAME_BYTES * 64);
+    let config = sockets::opening(margin_protocol::link::MAX_SERVER_FRAME_BYTES);
     let connecting = tokio_tungstenite::connect_async_with_config(request, Some(config), true);
     match tokio::time::timeout(cluster.lease_ttl(), connecting).await {
         Ok(Ok((ws, _))) => Ok(ws),

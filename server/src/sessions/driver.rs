@@ -20,7 +20,7 @@ use margin_planner::{
 };
 use margin_protocol::chat::ChatKind;
 use margin_protocol::decisions::ToolRefusal;
-use margin_protocol::link::ServerMessage;
+use margin_protocol::link::{ServerMessage, MAX_SERVER_FRAME_BYTES};
 use margin_protocol::sessions::SessionSnapshot;
 use margin_protocol::tools::{ToolCall, ToolOutput};
 use margin_protocol::RefusalCode;
@@ -515,10 +515,17 @@ impl Driver {
                     // Encoding megabytes of outline takes milliseconds of
                     // CPU: off the async workers, which carry every other
                     // session's calls and the links' frames.
-                    let frame =
-                        tokio::task::spawn_blocking(move || serde_json::to_string(&message));
-                    if let Ok(Ok(frame)) = frame.await {
-                        self.send_frame(frame);
+                    let frame = tokio::task::spawn_blocking(move || {
+                        let frame = serde_json::to_string(&message)?;
+                        Ok::<_, serde_json::Error>(within_frame_limit(&message, frame))
+                    });
+                    match frame.await {
+                        Ok(Ok(Framed::Fits(frame))) => self.send_frame(frame),
+                        Ok(Ok(Framed::TooLarge(refused, bytes))) => {
+                            warn!(bytes, "a tool result over the frame limit was not sent");
+                            self.send(&refused);
+                        }
+                        _ => {}
                     }
                 }
                 Effect::Send(message) => self.send(&message),
@@ -763,6 +770,61 @@ fn is_large(message: &ServerMessage) -> bool {
     matches!(message, ServerMessage::ToolResult { output: Some(output), .. } if encoded_size(output) > LARGE_FRAME)
 }
 
+/// What a message to the machine came to.
+#[derive(Debug, PartialEq)]
+enum Framed {
+    /// Its encoding, to send.
+    Fits(String),
+    /// Its encoding was over [`MAX_SERVER_FRAME_BYTES`]: the `too_large`
+    /// refusal of the call it answered, and how large it was.
+    TooLarge(Box<ServerMessage>, usize),
+}
+
+/// `frame`, the encoding of `message`, if it fits a link frame
+/// ([`MAX_SERVER_FRAME_BYTES`]); else the `too_large` refusal of the call
+/// it answers. A read changed nothing; a write did, and the refusal says
+/// so.
+fn within_frame_limit(message: &ServerMessage, frame: String) -> Framed {
+    let ServerMessage::ToolResult {
+        session,
+        turn,
+        call_id,
+        output: Some(output),
+        ..
+    } = message
+    else {
+        return Framed::Fits(frame);
+    };
+    if frame.len() <= MAX_SERVER_FRAME_BYTES {
+        return Framed::Fits(frame);
+    }
+    // Only a read changes nothing; every other tool's result is of a
+    // change already made.
+    let wrote = !matches!(output, ToolOutput::ReadDocument(_));
+    let done = if wrote {
+        "its changes were made: read the document to see them"
+    } else {
+        "nothing changed"
+    };
+    let refusal = ToolRefusal {
+        code: RefusalCode::TooLarge,
+        message: format!(
+            "the call's result is {} bytes, over the {MAX_SERVER_FRAME_BYTES}-byte frame limit, so it was not sent; {done}",
+            frame.len()
+        ),
+        read_again: wrote,
+        retry: false,
+    };
+    let refused = ServerMessage::ToolResult {
+        session: session.clone(),
+        turn: turn.clone(),
+        call_id: call_id.clone(),
+        output: None,
+        error: Some(refusal),
+    };
+    Framed::TooLarge(Box::new(refused), frame.len())
+}
+
 /// Frames larger than this are encoded on a blocking thread.
 const LARGE_FRAME: usize = 256 * 1024;
 
@@ -799,5 +861,87 @@ fn refusal_of(error: ToolError, tool: &str) -> ToolRefusal {
                 retry: true,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use margin_protocol::decisions::{EditPlanOutput, ReadDocumentOutput};
+
+    use super::*;
+
+    fn result(output: ToolOutput) -> ServerMessage {
+        ServerMessage::ToolResult {
+            session: "s1".into(),
+            turn: "t1".into(),
+            call_id: "c1".into(),
+            output: Some(output),
+            error: None,
+        }
+    }
+
+    fn read() -> ToolOutput {
+        ToolOutput::ReadDocument(ReadDocumentOutput {
+            revision: 3,
+            outline: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn a_result_within_the_frame_limit_is_sent_as_encoded() {
+        let frame = "x".repeat(MAX_SERVER_FRAME_BYTES);
+        let sent = within_frame_limit(&result(read()), frame.clone());
+        assert_eq!(sent, Framed::Fits(frame));
+    }
+
+    #[test]
+    fn a_read_over_the_frame_limit_is_refused_as_too_large_and_changed_nothing() {
+        let frame = "x".repeat(MAX_SERVER_FRAME_BYTES + 1);
+        let Framed::TooLarge(refused, bytes) = within_frame_limit(&result(read()), frame) else {
+            panic!("a frame over the limit was let through");
+        };
+        assert_eq!(bytes, MAX_SERVER_FRAME_BYTES + 1);
+        let ServerMessage::ToolResult {
+            call_id,
+            output: None,
+            error: Some(error),
+            ..
+        } = *refused
+        else {
+            panic!("not a refused result");
+        };
+        assert_eq!(call_id, "c1");
+        assert_eq!(error.code, RefusalCode::TooLarge);
+        assert!(
+            error.message.ends_with("nothing changed"),
+            "{}",
+            error.message
+        );
+        assert!(!error.read_again && !error.retry);
+    }
+
+    #[test]
+    fn an_edit_over_the_frame_limit_is_refused_as_too_large_saying_it_was_made() {
+        let edit = ToolOutput::EditPlan(EditPlanOutput {
+            revision: 4,
+            outline: Vec::new(),
+        });
+        let frame = "x".repeat(MAX_SERVER_FRAME_BYTES + 1);
+        let Framed::TooLarge(refused, _) = within_frame_limit(&result(edit), frame) else {
+            panic!("a frame over the limit was let through");
+        };
+        let ServerMessage::ToolResult {
+            error: Some(error), ..
+        } = *refused
+        else {
+            panic!("not a refused result");
+        };
+        assert_eq!(error.code, RefusalCode::TooLarge);
+        assert!(
+            error.message.contains("its changes were made"),
+            "{}",
+            error.message
+        );
+        assert!(error.read_again);
     }
 }

@@ -213,6 +213,40 @@ on_both_backends! {
         assert_eq!(chat[1], (ChatKind::Planner, "The plan has one open item: the region.".to_owned()));
     }
 
+    // A machine's frames are at most 1 MiB; a read of a large document is
+    // more, and arrives whole, within the server's own frame limit (SPEC
+    // S4, A2; issue #16).
+    async fn a_read_larger_than_a_machine_frame_arrives_whole(db) {
+        let s = Scene::new(&db).await;
+        let mut planner = s.planner().await;
+        // An editor keeps the document loaded while it fills.
+        let _editor = SyncClient::connect(&s.server.sync_url(&s.doc, &s.token)).await;
+        // 64 paragraphs an edit, 6,400 in all: about 1.3 MB of outline.
+        let text = "A paragraph of the plan long enough that six thousand of them make more than a mebibyte of outline.";
+        let path = format!("/documents/{}/tools/edit_plan", s.doc);
+        let mut revision = s.server.post(Some(&s.token), &format!("/documents/{}/tools/read_document", s.doc), json!({})).await.1["revision"].as_i64().unwrap();
+        for _ in 0..100 {
+            let edits: Vec<_> = (0..64).map(|_| json!({"op": "insert", "kind": "paragraph", "text": text})).collect();
+            let (status, edited) = s.server.post(Some(&s.token), &path, json!({"revision": revision, "edits": edits})).await;
+            assert_eq!(status, 200, "{edited}");
+            revision = edited["revision"].as_i64().unwrap();
+        }
+        s.say("@planner read it all").await;
+        let (session, turn, _, _) = invoked(&mut planner).await;
+        let result = call(&mut planner, &session, &turn, "read_document", json!({})).await;
+        let frame = serde_json::to_string(&result).unwrap();
+        assert!(frame.len() > margin_protocol::link::MAX_FRAME_BYTES, "{} bytes", frame.len());
+        let ServerMessage::ToolResult { output: Some(read), error: None, .. } = result else {
+            panic!("read_document failed: {result:?}")
+        };
+        let read = serde_json::to_value(&read).unwrap();
+        assert_eq!(read["revision"], json!(revision));
+        let outline = read["outline"].as_array().unwrap();
+        assert_eq!(outline.len(), 6401);
+        assert_eq!(outline[6400]["text"], "Pick a region");
+        assert_eq!(outline[6400]["index"], json!(6400));
+    }
+
     async fn a_reply_asking_questions_is_withheld_and_a_repair_that_opens_them_succeeds(db) {
         let s = Scene::new(&db).await;
         let mut planner = s.planner().await;
