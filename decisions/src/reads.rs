@@ -35,12 +35,16 @@ impl ReadCache {
     /// Remembers the outline read at `revision`. A read already remembered
     /// is never replaced — the outline of a revision does not change, and
     /// the result of an edit made from it is a new revision of its own.
-    pub fn remember(&mut self, revision: i64, outline: Arc<Outline>) {
+    /// Returns the read this one pushed out, if any, for the caller to drop
+    /// where dropping a large outline costs nobody a wait.
+    pub fn remember(&mut self, revision: i64, outline: Arc<Outline>) -> Option<Arc<Outline>> {
         if self.reads.contains(&revision) {
             self.reads.promote(&revision);
-        } else {
-            self.reads.put(revision, outline);
+            return None;
         }
+        self.reads
+            .push(revision, outline)
+            .map(|(_, forgotten)| forgotten)
     }
 
     /// The outline read at `revision`, if still remembered. Looking does not

@@ -516,17 +516,25 @@ impl Driver {
                     // CPU: off the async workers, which carry every other
                     // session's calls and the links' frames.
                     let frame = tokio::task::spawn_blocking(move || {
-                        let frame = serde_json::to_string(&message)?;
-                        Ok::<_, serde_json::Error>(within_frame_limit(&message, frame))
+                        let framed = serde_json::to_string(&message)
+                            .map(|frame| within_frame_limit(&message, frame));
+                        (framed, message)
                     });
-                    match frame.await {
-                        Ok(Ok(Framed::Fits(frame))) => self.send_frame(frame),
-                        Ok(Ok(Framed::TooLarge(refused, bytes))) => {
+                    let Ok((framed, message)) = frame.await else {
+                        continue;
+                    };
+                    match framed {
+                        Ok(Framed::Fits(frame)) => self.send_frame(frame),
+                        Ok(Framed::TooLarge(refused, bytes)) => {
                             warn!(bytes, "a tool result over the frame limit was not sent");
                             self.send(&refused);
                         }
-                        _ => {}
+                        Err(error) => warn!(%error, "a tool result could not be encoded"),
                     }
+                    // Freeing a large outline's strings takes as long as
+                    // encoding them: after the frame is on its way, and off
+                    // the async workers.
+                    tokio::task::spawn_blocking(move || drop(message));
                 }
                 Effect::Send(message) => self.send(&message),
                 Effect::RunTool { call, tool } => {
