@@ -68,9 +68,18 @@ serverTest('the README walkthrough with the demo Planner', { accounts: ['alice',
   await tbd.locator('textarea').focus();
   await page.keyboard.type('Per seat, with a team discount');
   await waitFor(async () => (await page.locator('#editor .decision-active').count()) === 1, TIMEOUT, 'the paragraph highlighted');
-  const c = await tbd.boundingBox();
-  const p = await page.locator('#editor .decision-active').boundingBox();
-  assert.ok(Math.abs(c.y - p.y) <= 4, `the card is level with its paragraph (${c.y} vs ${p.y})`);
+  // The stack settles after the answered card above folded: wait for the
+  // card to come level, rather than measure it mid-move (seen under load).
+  let gap;
+  const level = async () => {
+    const c = await tbd.boundingBox();
+    const p = await page.locator('#editor .decision-active').boundingBox();
+    gap = `${c.y} vs ${p.y}`;
+    return Math.abs(c.y - p.y) <= 4;
+  };
+  await waitFor(level, TIMEOUT, 'the card level with its paragraph').catch((e) => {
+    throw new Error(`the card is not level with its paragraph (${gap}): ${e.message}`);
+  });
   await shot(page, '4-answering');
   await tbd.locator('.answer-submit').click();
   await waitFor(async () => (await tbd.getAttribute('data-state')) === 'answered', TIMEOUT, 'answered');
