@@ -11,6 +11,7 @@
 use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Bytes;
 use margin_decisions::{DecisionCard, LiveOutline, Outline};
@@ -50,6 +51,13 @@ const SERVER: ConnId = 0;
 
 /// Most commands handled in one batch (one storage transaction).
 const MAX_BATCH: usize = 256;
+
+/// How long a document nobody has open stays loaded after its last
+/// command. A Planner's turn calls its tools one after another on a
+/// document nobody may be viewing; unloading after each call rebuilt the
+/// document from storage and took a new owner epoch for the next one (and
+/// fenced the last one's final compaction).
+const LINGER: Duration = Duration::from_secs(30);
 
 struct Member {
     conn: Conn,
@@ -132,8 +140,8 @@ pub struct DocumentTask {
     poisoned: bool,
 }
 
-/// Loads document `id` and runs its task until nobody is connected, storage
-/// fails, or the server shuts down.
+/// Loads document `id` and runs its task until nobody connected has used it
+/// for [`LINGER`], storage fails, or the server shuts down.
 pub async fn run(
     id: String,
     hub: Hub,
@@ -278,8 +286,11 @@ impl DocumentTask {
             .as_ref()
             .map(|lease| lease.holder.lapsed.clone())
             .unwrap_or_default();
+        // Set while nobody is connected: when the last command came.
+        let mut idle_since: Option<Instant> = None;
         loop {
             let deadline = self.compactor.deadline();
+            let linger = idle_since.map(|since| since + LINGER);
             let first = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => {
@@ -299,6 +310,10 @@ impl DocumentTask {
                 _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                     self.start_compaction();
                     continue;
+                }
+                _ = sleep_until(linger.unwrap_or_else(Instant::now)), if linger.is_some() => {
+                    debug!("nobody used the document for a while; unloading it");
+                    return;
                 }
                 command = rx.recv() => match command {
                     Some(command) => command,
@@ -343,9 +358,7 @@ impl DocumentTask {
                     return;
                 }
             }
-            if self.members.is_empty() {
-                return;
-            }
+            idle_since = self.members.is_empty().then(Instant::now);
         }
     }
 

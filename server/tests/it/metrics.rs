@@ -99,3 +99,22 @@ on_both_backends! {
         scrape_until(&s, |t| value(t, "margin_event_streams{feed=\"document\"}") == 0.0).await;
     }
 }
+
+on_both_backends! {
+    // A Planner's tools on a document nobody has open: the document stays
+    // loaded between calls instead of being rebuilt from storage for each
+    // (issue #16).
+    async fn a_document_nobody_has_open_stays_loaded_between_tool_calls(db) {
+        let s = Scene::new(&db).await;
+        let read = s.server.post(Some(&s.token), &format!("/documents/{}/tools/read_document", s.doc), json!({})).await.1;
+        let edit = json!({"revision": read["revision"], "edits": [{"op": "insert", "kind": "paragraph", "text": "Budget"}]});
+        let (status, edited) = s.server.post(Some(&s.token), &format!("/documents/{}/tools/edit_plan", s.doc), edit).await;
+        assert_eq!(status, 200, "{edited}");
+        // Nobody is connected, and the task that made the edit is still
+        // there a while later.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let text = scrape(&s).await;
+        assert_eq!(value(&text, "margin_sync_connections"), 0.0);
+        assert_eq!(value(&text, "margin_documents_loaded"), 1.0);
+    }
+}
