@@ -92,7 +92,7 @@ use yrs::{ClientID, Doc, ReadTxn, StateVector, Text, Transact, Update, XmlFragme
 use support::accounts::owner;
 use support::cpu::{settle, CpuSnap, CpuUse, ServerCpu};
 use support::knobs::{env_or, under_cargo_bench};
-use support::margin::{margin_bin, Margin};
+use support::margin::{margin_bin, Margin, Storage};
 use support::report::{describe, percentile, table_head};
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
@@ -156,27 +156,13 @@ async fn bench() {
     for line in describe(&bin) {
         println!("{line}");
     }
-    let data = tempfile::tempdir().expect("a temp data dir");
-    let postgres = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty());
-    let (url, args) = match &postgres {
-        Some(url) => (url.clone(), vec!["--database-url".to_owned(), url.clone()]),
-        None => (
-            Store::sqlite_url_in(data.path()).expect("the bench's data folder"),
-            Vec::new(),
-        ),
-    };
+    let storage = Storage::from_env();
+    let url = storage.url();
     let store = Store::open(&url).await.expect("the bench's store");
     let owner = owner(&store, "compaction", Some("Compaction plan")).await;
     let (token, document) = (owner.token, owner.document.expect("a document"));
-    let margin = Margin::start(&bin, data.path(), &args).await;
-    println!(
-        "storage: {}",
-        if postgres.is_some() {
-            "PostgreSQL"
-        } else {
-            "SQLite"
-        }
-    );
+    let margin = Margin::start(&bin, storage.data.path(), &storage.serve_args()).await;
+    println!("storage: {}", storage.name());
     let sync = format!(
         "ws://{}/documents/{document}/sync?token={token}",
         margin.addr

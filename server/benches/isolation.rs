@@ -43,7 +43,7 @@ use serde_json::json;
 
 use support::cpu::{settle, CpuSnap, CpuUse, ServerCpu};
 use support::knobs::env_or;
-use support::margin::{margin_bin, Margin};
+use support::margin::{margin_bin, Margin, Storage};
 use support::planner::{account, Api, Link, Turn};
 use support::report::{describe, percentile, table_head};
 use support::sync::viewer;
@@ -76,29 +76,18 @@ async fn bench() {
     for line in describe(&bin) {
         println!("{line}");
     }
-    let data = tempfile::tempdir().expect("a temp data dir");
     // `DATABASE_URL=postgres://…/db` runs it on PostgreSQL (give it an empty
     // database).
-    let url = std::env::var("DATABASE_URL").ok();
-    let mut args = vec!["--data".to_owned(), data.path().display().to_string()];
-    if let Some(url) = &url {
-        args.extend(["--database-url".to_owned(), url.clone()]);
-    }
+    let storage = Storage::from_env();
+    let args = storage.cli_args();
     // `SEPARATE=1` (a diagnostic): A's document belongs to another account,
     // so A runs on another machine's link and B's link carries none of A's
     // results.
     let separate = env_or::<u8>("SEPARATE", 0) == 1;
     let token = account(&bin, &args, "iso");
     let other = separate.then(|| account(&bin, &args, "iso2"));
-    let margin = Margin::start(&bin, data.path(), &args[2..]).await;
-    println!(
-        "storage: {}",
-        if url.is_some() {
-            "PostgreSQL"
-        } else {
-            "SQLite"
-        }
-    );
+    let margin = Margin::start(&bin, storage.data.path(), &storage.serve_args()).await;
+    println!("storage: {}", storage.name());
     let api = Api::new(margin.addr);
     let setup = prepare(&api, token, other).await;
     let filled = Instant::now();

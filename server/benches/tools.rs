@@ -46,7 +46,7 @@ use serde_json::{json, Value};
 
 use support::cpu::{settle, CpuSnap, ServerCpu};
 use support::knobs::{env_or, under_cargo_bench};
-use support::margin::{margin_bin, Margin};
+use support::margin::{margin_bin, Margin, Storage};
 use support::planner::{account, Api, Link, Turn};
 use support::report::{percentile_ms, table_head, ReportFrame};
 use support::sync::SyncSocket;
@@ -93,22 +93,10 @@ async fn bench() {
     let bin = margin_bin("tools");
     let knobs = Knobs::from_env();
     let frame = ReportFrame::start(&bin, knobs.line());
-    let data = tempfile::tempdir().expect("a temp data dir");
-    let mut args = vec!["--data".to_owned(), data.path().display().to_string()];
-    let url = std::env::var("DATABASE_URL").ok();
-    if let Some(url) = &url {
-        args.extend(["--database-url".to_owned(), url.clone()]);
-    }
-    let token = account(&bin, &args, "planner");
-    let margin = Margin::start(&bin, data.path(), &args[2..]).await;
-    println!(
-        "storage: {}",
-        if url.is_some() {
-            "PostgreSQL"
-        } else {
-            "SQLite"
-        }
-    );
+    let storage = Storage::from_env();
+    let token = account(&bin, &storage.cli_args(), "planner");
+    let margin = Margin::start(&bin, storage.data.path(), &storage.serve_args()).await;
+    println!("storage: {}", storage.name());
     let api = Api::new(margin.addr);
     let credential = api.pair(&token, "laptop").await;
     let document = api.document(&token, "plan").await;

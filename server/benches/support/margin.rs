@@ -54,6 +54,57 @@ struct LogSummary {
     head: Vec<String>,
 }
 
+/// Where a bench's server keeps its data: a fresh temp data dir, and the
+/// database `DATABASE_URL` names (give it an empty one), else SQLite in
+/// that dir.
+pub(crate) struct Storage {
+    pub(crate) data: tempfile::TempDir,
+    /// `DATABASE_URL`, when set.
+    database_url: Option<String>,
+}
+
+impl Storage {
+    pub(crate) fn from_env() -> Storage {
+        Storage {
+            data: tempfile::tempdir().expect("a temp data dir"),
+            database_url: std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()),
+        }
+    }
+
+    /// What `margin serve` is given besides `--data` ([`Margin::start`]
+    /// passes that).
+    pub(crate) fn serve_args(&self) -> Vec<String> {
+        match &self.database_url {
+            Some(url) => vec!["--database-url".to_owned(), url.clone()],
+            None => Vec::new(),
+        }
+    }
+
+    /// What another `margin` command (`account add`) is given.
+    pub(crate) fn cli_args(&self) -> Vec<String> {
+        let mut args = vec!["--data".to_owned(), self.data.path().display().to_string()];
+        args.extend(self.serve_args());
+        args
+    }
+
+    /// The store's URL, for a bench that writes to it directly.
+    pub(crate) fn url(&self) -> String {
+        match &self.database_url {
+            Some(url) => url.clone(),
+            None => margin_server::storage::Store::sqlite_url_in(self.data.path())
+                .expect("the bench's data folder"),
+        }
+    }
+
+    /// `PostgreSQL` or `SQLite`, for the report.
+    pub(crate) fn name(&self) -> &'static str {
+        match self.database_url {
+            Some(_) => "PostgreSQL",
+            None => "SQLite",
+        }
+    }
+}
+
 /// A `margin serve` process of the bench, with what it logs tallied.
 pub(crate) struct Margin {
     child: Child,
