@@ -12,7 +12,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use margin_decisions::{wire, Access, BatchError, Cause, Outline, Refusal, Strictness};
+use margin_decisions::{wire, Access, BatchError, Outline, Strictness};
 use margin_protocol::decisions::{
     EditPlanInput, EditPlanOutput, OpenDecisionInput, OpenDecisionsInput, OpenDecisionsOutput,
     ReadDocumentOutput, ToolRefusal,
@@ -237,13 +237,27 @@ impl Tools {
         input: OpenDecisionInput,
         recorder: Option<Recorder>,
     ) -> Result<OpenDecisionsOutput, ToolError> {
+        Ok(self
+            .one_card(account, document, input, recorder)
+            .await?
+            .output)
+    }
+
+    /// One card at the current revision (`open_decision`, `ask`).
+    async fn one_card(
+        &self,
+        account: &Account,
+        document: &str,
+        input: OpenDecisionInput,
+        recorder: Option<Recorder>,
+    ) -> Result<Decided, ToolError> {
         let cards = [input.card];
         let batch = Batch {
             revision: input.revision,
             cards: &cards,
             strictness: Strictness::CurrentOnly,
         };
-        Ok(self.open(account, document, batch, recorder).await?.output)
+        self.open(account, document, batch, recorder).await
     }
 
     /// `ask`: a question for people, as one card at the current revision
@@ -302,13 +316,7 @@ impl Tools {
                 .await
                 .map(ToolOutput::Decisions),
             ToolCall::Ask(input) => {
-                let cards = [input.card];
-                let batch = Batch {
-                    revision: input.revision,
-                    cards: &cards,
-                    strictness: Strictness::CurrentOnly,
-                };
-                return match self.open(account, document, batch, recorder).await {
+                return match self.one_card(account, document, input, recorder).await {
                     Ok(decided) => Ran {
                         result: Ok(ToolOutput::Decisions(decided.output)),
                         answered: decided.answered,
@@ -349,14 +357,9 @@ impl Tools {
         let span = tracing::info_span!("open_decisions", document, revision, cards = cards.len());
         async move {
             // Access first: nothing about the batch is read without it (D10).
-            let access = self.access(account, document, Intent::Write).await?;
-            if access == Access::Denied {
-                return Err(BatchError::Refused(Refusal {
-                    key: None,
-                    cause: Cause::NoAccess,
-                })
-                .into());
-            }
+            self.access(account, document, Intent::Write)
+                .await?
+                .granted()?;
             let specs = cards
                 .iter()
                 .map(wire::card_spec)

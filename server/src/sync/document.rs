@@ -522,18 +522,15 @@ impl DocumentTask {
                 return;
             }
         };
+        // The mirror is in the decisions map, outside the blocks: the
+        // outline at the revision it makes is the one judged against.
         let wrote = writes::project(self.awareness.doc(), &judged.mirror);
         let changed = wrote.is_some();
-        let outline = match wrote {
-            Some(change) => {
-                effects.deltas.push((SERVER, change));
-                self.live.refresh();
-                self.live.snapshot()
-            }
-            None => outline,
-        };
+        if let Some(change) = wrote {
+            effects.deltas.push((SERVER, change));
+        }
         let before = effects.deltas.len();
-        if let (Some(recorder), true) = (recorder, changed) {
+        if let Some(recorder) = recorder.filter(|_| changed) {
             let captured = judged.captured.clone();
             let rider = tools::rider(recorder, move |revision, _| {
                 ToolOutput::Decisions(captured.at(revision))

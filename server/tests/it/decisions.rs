@@ -601,8 +601,9 @@ fn mirrored_state(client: &SyncClient, id: &str) -> Option<String> {
 }
 
 on_both_backends! {
-    // #12 defect 4: a person's change is committed before its mirror, so a
-    // crash between the two leaves the row and the map apart.
+    // #12 defect 4: a row changed without its mirror (a crash between the
+    // two, before a card's change and its mirror shared one transaction)
+    // is put right when the document loads.
     async fn a_card_whose_mirror_drifted_from_its_row_is_repaired_when_the_document_loads(db) {
         let mut s = Scene::new(&db, &PLAN).await;
         let read = s.read().await;
