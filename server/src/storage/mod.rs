@@ -258,6 +258,11 @@ impl Store {
 async fn sqlite_pool(url: &str, size: u32, read_only: bool) -> Result<AnyPool, StorageError> {
     let pool = AnyPoolOptions::new()
         .max_connections(size)
+        // sqlx pings a connection before lending it out, by default: on
+        // SQLite that is one more round trip to the connection's worker
+        // thread for every transaction, to check a connection in this
+        // very process.
+        .test_before_acquire(false)
         .after_connect(move |conn, _meta| {
             Box::pin(async move {
                 // Durability: a commit is on disk before it returns (SPEC W3).
