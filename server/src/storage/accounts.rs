@@ -23,7 +23,7 @@ impl Store {
             .bind(&id)
             .bind(name)
             .bind(now_ms())
-            .execute(self.writes())
+            .execute(&mut *self.writes().await?)
             .await
             .map_err(|e| {
                 conflict_on_unique(e, || format!("an account named {name:?} already exists"))
@@ -53,7 +53,7 @@ impl Store {
             .bind(token_hash)
             .bind(&account.id)
             .bind(now_ms())
-            .execute(self.writes())
+            .execute(&mut *self.writes().await?)
             .await?;
         Ok(())
     }
@@ -63,7 +63,7 @@ impl Store {
     pub async fn remove_token(&self, token_hash: &str) -> Result<(), StorageError> {
         sqlx::query("DELETE FROM tokens WHERE hash = $1")
             .bind(token_hash)
-            .execute(self.writes())
+            .execute(&mut *self.writes().await?)
             .await?;
         Ok(())
     }
@@ -106,7 +106,7 @@ impl Store {
         let done = sqlx::query("DELETE FROM tokens WHERE hash = $1 AND account_id = $2")
             .bind(hash)
             .bind(&account.id)
-            .execute(self.writes())
+            .execute(&mut *self.writes().await?)
             .await?;
         match done.rows_affected() {
             0 => Err(StorageError::NotFound("token")),

@@ -11,9 +11,10 @@
 //! of the group commits; the documents the fenced updates return tell
 //! which appends landed.
 
-use sqlx::{AnyPool, Row};
+use sqlx::Row;
 
 use super::group::{Bounds, Commits};
+use super::writer::Writer;
 use super::{int, now_ms, StorageError};
 
 /// How editors' appends are grouped: at most 64 or 8 MiB of changes
@@ -45,8 +46,8 @@ pub(super) enum Landed {
     Fenced,
 }
 
-/// Commits groups of appends through the one-connection writer pool.
-pub(super) struct Appends(pub AnyPool);
+/// Commits groups of appends through the store's one write connection.
+pub(super) struct Appends(pub Writer);
 
 impl Commits for Appends {
     type Write = Append;
@@ -62,7 +63,7 @@ impl Commits for Appends {
 }
 
 /// Commits `appends` in one transaction, in one round trip.
-async fn commit(writer: &AnyPool, appends: &[Append]) -> Result<Vec<Landed>, StorageError> {
+async fn commit(writer: &Writer, appends: &[Append]) -> Result<Vec<Landed>, StorageError> {
     let sql = group_sql(appends);
     let now = now_ms();
     let mut query = sqlx::query(&sql);
@@ -79,7 +80,7 @@ async fn commit(writer: &AnyPool, appends: &[Append]) -> Result<Vec<Landed>, Sto
             query = query.bind(update.as_slice());
         }
     }
-    let mut connection = writer.acquire().await?;
+    let mut connection = writer.lend().await?;
     // Several statements in one prepared query: sqlx 0.8 runs them in
     // order on SQLite (its docs call this behaviour deprecated, for 0.9).
     let rows = match query.fetch_all(&mut *connection).await {

@@ -26,7 +26,8 @@ impl Store {
     /// Creates `cards` on document `id` in one transaction: all or none. A
     /// key that already exists is a [`StorageError::Conflict`].
     pub async fn create_cards(&self, id: &str, cards: &[DecisionCard]) -> Result<(), StorageError> {
-        let mut tx = self.writes().begin().await?;
+        let mut writer = self.writes().await?;
+        let mut tx = writer.begin().await?;
         insert_cards(&mut tx, self.backend(), id, cards).await?;
         tx.commit().await?;
         Ok(())
@@ -71,7 +72,8 @@ impl Store {
     /// alone writes the row without its mirror, as a crash between the two
     /// once could.
     pub async fn update_card(&self, id: &str, changed: &StoredCard) -> Result<(), StorageError> {
-        let mut tx = self.writes().begin().await?;
+        let mut writer = self.writes().await?;
+        let mut tx = writer.begin().await?;
         update_cards(&mut tx, id, std::slice::from_ref(changed)).await?;
         tx.commit().await?;
         Ok(())
@@ -82,7 +84,7 @@ impl Store {
 /// the version before, so a change made from an older copy of the card
 /// is a [`StorageError::Conflict`] and writes nothing.
 pub(super) async fn update_cards(
-    tx: &mut Transaction<'static, Any>,
+    tx: &mut Transaction<'_, Any>,
     id: &str,
     changed: &[StoredCard],
 ) -> Result<(), StorageError> {
@@ -127,7 +129,7 @@ const CARDS_PER_INSERT: usize = 64;
 /// driver looks each up by name in a list as long as the statement);
 /// PostgreSQL numbers them.
 pub(super) async fn insert_cards(
-    tx: &mut Transaction<'static, Any>,
+    tx: &mut Transaction<'_, Any>,
     backend: Backend,
     id: &str,
     cards: &[DecisionCard],

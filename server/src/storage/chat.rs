@@ -44,7 +44,7 @@ impl Store {
             .bind(kind.as_str())
             .bind(text)
             .bind(created_at)
-            .fetch_one(self.writes())
+            .fetch_one(&mut *self.writes().await?)
             .await;
             match inserted {
                 Ok(row) => {

@@ -74,7 +74,8 @@ impl Store {
     pub async fn register_node(&self, advertise: &str, ttl_ms: i64) -> Result<Node, StorageError> {
         self.cluster_only()?;
         let id = format!("node-{}", uuid::Uuid::new_v4().simple());
-        let mut tx = self.writes().begin().await?;
+        let mut writer = self.writes().await?;
+        let mut tx = writer.begin().await?;
         sqlx::query(&format!(
             "DELETE FROM cluster_nodes WHERE expires_at < {DB_NOW} - $1"
         ))
@@ -107,7 +108,7 @@ impl Store {
         ))
         .bind(id)
         .bind(ttl_ms)
-        .execute(self.writes())
+        .execute(&mut *self.writes().await?)
         .await?;
         Ok(renewed.rows_affected() == 1)
     }
@@ -118,7 +119,7 @@ impl Store {
         sqlx::query("UPDATE cluster_nodes SET draining = $2 WHERE id = $1")
             .bind(id)
             .bind(draining)
-            .execute(self.writes())
+            .execute(&mut *self.writes().await?)
             .await?;
         Ok(())
     }
@@ -126,7 +127,8 @@ impl Store {
     /// Node `id` leaves: its row and its leases go, so its documents are
     /// free at once (a graceful stop, after they unloaded).
     pub async fn remove_node(&self, id: &str) -> Result<(), StorageError> {
-        let mut tx = self.writes().begin().await?;
+        let mut writer = self.writes().await?;
+        let mut tx = writer.begin().await?;
         sqlx::query("DELETE FROM document_leases WHERE node = $1")
             .bind(id)
             .execute(&mut *tx)
@@ -166,7 +168,7 @@ impl Store {
             "INSERT INTO cluster_secret (id, secret) VALUES (1, $1) ON CONFLICT (id) DO NOTHING",
         )
         .bind(fresh)
-        .execute(self.writes())
+        .execute(&mut *self.writes().await?)
         .await?;
         let row = sqlx::query("SELECT secret FROM cluster_secret WHERE id = 1")
             .fetch_one(&self.pool)
@@ -202,7 +204,8 @@ impl Store {
     /// transaction as the lease, so the previous owner's writes are refused
     /// from the moment this commits ([`StorageError::OwnerMoved`]).
     pub async fn take_document(&self, id: &str, node: &str) -> Result<Take, StorageError> {
-        let mut tx = self.writes().begin().await?;
+        let mut writer = self.writes().await?;
+        let mut tx = writer.begin().await?;
         // Takes of one document queue here, and wait for the compactions
         // under the epoch they replace (see `claim_document`).
         self.lock_owner(&mut tx, id, "pg_advisory_xact_lock")
@@ -262,7 +265,7 @@ impl Store {
         .bind(id)
         .bind(node)
         .bind(epoch.0)
-        .execute(self.writes())
+        .execute(&mut *self.writes().await?)
         .await?;
         Ok(())
     }
@@ -307,7 +310,7 @@ impl Store {
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(channel)
             .bind(payload)
-            .execute(self.writes())
+            .execute(&mut *self.writes().await?)
             .await?;
         Ok(())
     }

@@ -58,7 +58,8 @@ impl Store {
     ) -> Result<DocumentRow, StorageError> {
         let id = Uuid::new_v4().to_string();
         let created_at = now_ms();
-        let mut tx = self.writes().begin().await?;
+        let mut writer = self.writes().await?;
+        let mut tx = writer.begin().await?;
         sqlx::query(
             "INSERT INTO documents (id, title, owner_id, revision, created_at) VALUES ($1, $2, $3, 0, $4)",
         )
@@ -142,7 +143,7 @@ impl Store {
             sqlx::query("UPDATE documents SET title = $1 WHERE id = $2 AND archived_at IS NULL")
                 .bind(title)
                 .bind(id)
-                .execute(self.writes())
+                .execute(&mut *self.writes().await?)
                 .await?;
         if done.rows_affected() == 1 {
             return Ok(true);
@@ -173,14 +174,14 @@ impl Store {
             )
             .bind(now_ms())
             .bind(id)
-            .execute(self.writes())
+            .execute(&mut *self.writes().await?)
             .await?
         } else {
             sqlx::query(
                 "UPDATE documents SET archived_at = NULL WHERE id = $1 AND archived_at IS NOT NULL",
             )
             .bind(id)
-            .execute(self.writes())
+            .execute(&mut *self.writes().await?)
             .await?
         };
         if done.rows_affected() == 1 {
@@ -194,7 +195,8 @@ impl Store {
     /// Deletes document `id` and everything under it — its update log and
     /// snapshot, decision cards, Chat and members — in one transaction.
     pub async fn delete_document(&self, id: &str) -> Result<(), StorageError> {
-        let mut tx = self.writes().begin().await?;
+        let mut writer = self.writes().await?;
+        let mut tx = writer.begin().await?;
         // Children first, so this holds whether or not the database enforces
         // (and cascades) the foreign keys; the document row last says
         // whether there was anything to delete. A session's journal and

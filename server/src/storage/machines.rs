@@ -64,7 +64,8 @@ impl Store {
     ) -> Result<Machine, StorageError> {
         let id = Uuid::new_v4().to_string();
         let now = now_ms();
-        let mut tx = self.writes().begin().await?;
+        let mut writer = self.writes().await?;
+        let mut tx = writer.begin().await?;
         sqlx::query(
             "INSERT INTO machines (id, account_id, name, created_at) VALUES ($1, $2, $3, $4)",
         )
@@ -103,7 +104,8 @@ impl Store {
         expires_at: i64,
     ) -> Result<(), StorageError> {
         let now = now_ms();
-        let mut tx = self.writes().begin().await?;
+        let mut writer = self.writes().await?;
+        let mut tx = writer.begin().await?;
         let added = sqlx::query(
             "INSERT INTO machine_credentials (credential_hash, machine_id, created_at, expires_at) \
              SELECT $1, $2, $3, $4 WHERE EXISTS (SELECT 1 FROM machines WHERE id = $2 AND revoked_at IS NULL)",
@@ -160,7 +162,7 @@ impl Store {
         )
         .bind(expires_at)
         .bind(credential_hash)
-        .execute(self.writes())
+        .execute(&mut *self.writes().await?)
         .await?;
         let row =
             sqlx::query("SELECT expires_at FROM machine_credentials WHERE credential_hash = $1")
@@ -203,7 +205,7 @@ impl Store {
         .bind(now_ms())
         .bind(id)
         .bind(&account.id)
-        .execute(self.writes())
+        .execute(&mut *self.writes().await?)
         .await?;
         if done.rows_affected() == 1 {
             return Ok(());

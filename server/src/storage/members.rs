@@ -56,7 +56,7 @@ impl Store {
         .bind(id)
         .bind(&member.id)
         .bind(role.as_str())
-        .execute(self.writes())
+        .execute(&mut *self.writes().await?)
         .await?;
         if done.rows_affected() == 0 {
             return Err(StorageError::Conflict(format!(
@@ -78,7 +78,7 @@ impl Store {
         )
         .bind(id)
         .bind(name)
-        .execute(self.writes())
+        .execute(&mut *self.writes().await?)
         .await?;
         if done.rows_affected() == 1 {
             return Ok(());

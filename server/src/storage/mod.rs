@@ -8,11 +8,12 @@
 //! transaction.
 //!
 //! Writes go through [`Store::writes`], reads through the shared pool. On
-//! SQLite that is a pool of one connection: the database takes one writer
-//! at a time anyway, and queueing writers here wakes the next the moment
-//! the last commits, where writers racing for the file lock would sleep in
-//! SQLite's busy handler for up to tens of milliseconds — an editor's
-//! append waiting behind a compaction's snapshot did exactly that (S3).
+//! SQLite that is one connection the store owns (`writer`): the database
+//! takes one writer at a time anyway, and queueing writers here wakes the
+//! next the moment the last commits, where writers racing for the file
+//! lock would sleep in SQLite's busy handler for up to tens of
+//! milliseconds — an editor's append waiting behind a compaction's
+//! snapshot did exactly that (S3).
 //! Its reader connections are `query_only`, so a write sent the wrong way
 //! fails loudly instead of racing. Editors' appends there are committed in
 //! groups (`append_group`): every append waiting when the writer frees up
@@ -30,12 +31,13 @@ mod machines;
 mod members;
 mod sessions;
 mod updates;
+mod writer;
 
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sqlx::any::{AnyPoolOptions, AnyRow};
-use sqlx::{AnyPool, Executor, Row};
+use sqlx::{AnyConnection, AnyPool, Connection, Executor, Row};
 
 pub use accounts::Account;
 pub use cards::StoredCard;
@@ -154,9 +156,9 @@ pub enum Backend {
 pub struct Store {
     /// Reads (and, on PostgreSQL, writes too).
     pool: AnyPool,
-    /// Writes: on SQLite a one-connection pool of its own, on PostgreSQL
-    /// the same pool as reads.
-    writer: AnyPool,
+    /// Writes: on SQLite one connection of its own, on PostgreSQL the
+    /// same pool as reads.
+    writer: writer::Writer,
     /// On SQLite, commits editors' appends in groups (`append_group`).
     committer: Option<group::Group<append_group::Appends>>,
     backend: Backend,
@@ -183,10 +185,16 @@ impl Store {
             Backend::Sqlite => {
                 // The writer first: it creates the file and runs the
                 // migrations before any reader opens it.
-                let writer = sqlite_pool(url, 1, false).await?;
-                sqlx::migrate!("./migrations/sqlite").run(&writer).await?;
-                check_sqlite_durability(&writer).await?;
-                (sqlite_pool(url, 4, true).await?, writer)
+                let mut writer = AnyConnection::connect(url).await?;
+                sqlite_pragmas(&mut writer, false).await?;
+                sqlx::migrate!("./migrations/sqlite")
+                    .run(&mut writer)
+                    .await?;
+                check_sqlite_durability(&mut writer).await?;
+                (
+                    sqlite_readers(url, 4).await?,
+                    writer::Writer::owning(writer),
+                )
             }
             Backend::Postgres => {
                 reach_postgres(url).await?;
@@ -195,7 +203,7 @@ impl Store {
                     .connect(url)
                     .await?;
                 sqlx::migrate!("./migrations/postgres").run(&pool).await?;
-                (pool.clone(), pool)
+                (pool.clone(), writer::Writer::Pooled(pool))
             }
         };
         let committer = match backend {
@@ -230,9 +238,10 @@ impl Store {
         ))
     }
 
-    /// The pool every write goes through (see the module comment).
-    fn writes(&self) -> &AnyPool {
-        &self.writer
+    /// The connection every write goes through, once the writers before
+    /// have let it go (see the module comment).
+    async fn writes(&self) -> Result<writer::Lent, StorageError> {
+        self.writer.lend().await
     }
 
     /// Which backend this store runs on.
@@ -246,16 +255,15 @@ impl Store {
         Ok(())
     }
 
-    /// Closes the pools, waiting for connections to finish.
+    /// Closes the pools and the writer, waiting for connections to finish.
     pub async fn close(&self) {
         self.pool.close().await;
         self.writer.close().await;
     }
 }
 
-/// A pool of `size` connections to the SQLite database at `url`, each
-/// durable (SPEC W3); `read_only` ones refuse every write.
-async fn sqlite_pool(url: &str, size: u32, read_only: bool) -> Result<AnyPool, StorageError> {
+/// A pool of `size` read-only connections to the SQLite database at `url`.
+async fn sqlite_readers(url: &str, size: u32) -> Result<AnyPool, StorageError> {
     let pool = AnyPoolOptions::new()
         .max_connections(size)
         // sqlx pings a connection before lending it out, by default: on
@@ -263,35 +271,37 @@ async fn sqlite_pool(url: &str, size: u32, read_only: bool) -> Result<AnyPool, S
         // thread for every transaction, to check a connection in this
         // very process.
         .test_before_acquire(false)
-        .after_connect(move |conn, _meta| {
-            Box::pin(async move {
-                // Durability: a commit is on disk before it returns (SPEC W3).
-                conn.execute("PRAGMA journal_mode = WAL").await?;
-                conn.execute("PRAGMA synchronous = FULL").await?;
-                conn.execute("PRAGMA foreign_keys = ON").await?;
-                // Writers queue in-process; this covers a checkpoint or
-                // another process holding the file.
-                conn.execute("PRAGMA busy_timeout = 10000").await?;
-                if read_only {
-                    conn.execute("PRAGMA query_only = ON").await?;
-                }
-                Ok(())
-            })
-        })
+        .after_connect(|conn, _meta| Box::pin(sqlite_pragmas(conn, true)))
         .connect(url)
         .await?;
     Ok(pool)
 }
 
+/// Sets up an SQLite connection: durable (SPEC W3); a `read_only` one
+/// refuses every write, so a write sent the wrong way fails loudly.
+async fn sqlite_pragmas(conn: &mut AnyConnection, read_only: bool) -> Result<(), sqlx::Error> {
+    // Durability: a commit is on disk before it returns (SPEC W3).
+    conn.execute("PRAGMA journal_mode = WAL").await?;
+    conn.execute("PRAGMA synchronous = FULL").await?;
+    conn.execute("PRAGMA foreign_keys = ON").await?;
+    // Writers queue in-process; this covers a checkpoint or another
+    // process holding the file.
+    conn.execute("PRAGMA busy_timeout = 10000").await?;
+    if read_only {
+        conn.execute("PRAGMA query_only = ON").await?;
+    }
+    Ok(())
+}
+
 /// Refuses to run on an SQLite connection that would acknowledge a commit
 /// before it is on disk (SPEC W3).
-async fn check_sqlite_durability(pool: &AnyPool) -> Result<(), StorageError> {
+async fn check_sqlite_durability(conn: &mut AnyConnection) -> Result<(), StorageError> {
     let journal: String = sqlx::query("PRAGMA journal_mode")
-        .fetch_one(pool)
+        .fetch_one(&mut *conn)
         .await?
         .try_get(0)?;
     let synchronous: i64 = sqlx::query("PRAGMA synchronous")
-        .fetch_one(pool)
+        .fetch_one(&mut *conn)
         .await?
         .try_get(0)?;
     // synchronous: 2 = FULL, 3 = EXTRA.

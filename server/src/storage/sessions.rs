@@ -134,7 +134,8 @@ impl Store {
     /// fence does not hold fails the transaction with
     /// [`StorageError::JournalMoved`].
     pub async fn commit_sessions(&self, writes: &[SessionWrite]) -> Result<(), StorageError> {
-        let mut tx = self.writes().begin().await?;
+        let mut writer = self.writes().await?;
+        let mut tx = writer.begin().await?;
         for write in writes {
             write_session(&mut tx, self.backend, write).await?;
         }
@@ -235,7 +236,7 @@ impl Store {
 /// the stored session is not at `write.base` and `write.cursor`, nothing
 /// is written and [`StorageError::JournalMoved`] says where it is.
 pub async fn write_session(
-    tx: &mut Transaction<'static, Any>,
+    tx: &mut Transaction<'_, Any>,
     backend: Backend,
     write: &SessionWrite,
 ) -> Result<(), StorageError> {
@@ -377,7 +378,7 @@ pub async fn write_session(
 /// that lookup was an eighth of the session writer's CPU. PostgreSQL
 /// numbers its parameters and shares `$1` (and `$2`) between rows.
 async fn insert_rows(
-    tx: &mut Transaction<'static, Any>,
+    tx: &mut Transaction<'_, Any>,
     backend: Backend,
     table: &str,
     id: &str,

@@ -55,7 +55,7 @@ pub struct Epoch(pub i64);
 
 /// Moves document `id` to its next owner epoch in `tx` and returns it.
 pub(super) async fn next_epoch(
-    tx: &mut Transaction<'static, Any>,
+    tx: &mut Transaction<'_, Any>,
     id: &str,
 ) -> Result<Epoch, StorageError> {
     let row = sqlx::query("UPDATE documents SET epoch = epoch + 1 WHERE id = $1 RETURNING epoch")
@@ -149,7 +149,8 @@ impl Store {
     /// every later write of the document's state names. Whoever held the
     /// one before is refused from now on ([`StorageError::OwnerMoved`]).
     pub async fn claim_document(&self, id: &str) -> Result<Epoch, StorageError> {
-        let mut tx = self.writes().begin().await?;
+        let mut writer = self.writes().await?;
+        let mut tx = writer.begin().await?;
         self.lock_owner(&mut tx, id, "pg_advisory_xact_lock")
             .await?;
         let epoch = next_epoch(&mut tx, id).await?;
@@ -164,7 +165,7 @@ impl Store {
     /// the one writer connection serialises them already.
     pub(super) async fn lock_owner(
         &self,
-        tx: &mut Transaction<'static, Any>,
+        tx: &mut Transaction<'_, Any>,
         id: &str,
         function: &str,
     ) -> Result<(), StorageError> {
@@ -219,7 +220,8 @@ impl Store {
             }
         }
         let next = expected + updates.len() as i64;
-        let mut tx = self.writes().begin().await?;
+        let mut writer = self.writes().await?;
+        let mut tx = writer.begin().await?;
         // The fenced statement says who edited too: one row, one update.
         let sql = match riding.edited_by {
             None => {
@@ -298,7 +300,8 @@ impl Store {
         revision: i64,
         state: &[u8],
     ) -> Result<(), StorageError> {
-        let mut tx = self.writes().begin().await?;
+        let mut writer = self.writes().await?;
+        let mut tx = writer.begin().await?;
         self.lock_owner(&mut tx, id, "pg_advisory_xact_lock_shared")
             .await?;
         // Under the owner lock the epoch read here holds until the commit:

@@ -1,0 +1,93 @@
+//! The connection every write goes through: on SQLite one connection the
+//! store owns and lends to one writer at a time, on PostgreSQL any
+//! connection of the pool.
+//!
+//! SQLite takes one writer at a time, so its writers queue here, in
+//! order, and the next runs the moment the last lets go. A pool of one
+//! connection did the same, but sqlx pings a pooled connection each time it
+//! is given back (and, by default, lent): a round trip to the connection's
+//! worker thread on every transaction, each costing more than the SQL of
+//! an editor's append, to check a connection in this very process.
+
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+
+use sqlx::any::Any;
+use sqlx::pool::PoolConnection;
+use sqlx::AnyConnection;
+use sqlx::{AnyPool, Connection, Transaction};
+use tokio::sync::{Mutex, OwnedMappedMutexGuard, OwnedMutexGuard};
+
+use super::StorageError;
+
+/// Where writes get their connection; cheap to clone.
+#[derive(Clone, Debug)]
+pub(super) enum Writer {
+    /// SQLite: the one write connection, `None` once the store is closed.
+    Owned(Arc<Mutex<Option<AnyConnection>>>),
+    /// PostgreSQL: the shared pool.
+    Pooled(AnyPool),
+}
+
+/// A connection lent to one writer, given back when dropped.
+pub(super) enum Lent {
+    Owned(OwnedMappedMutexGuard<Option<AnyConnection>, AnyConnection>),
+    Pooled(PoolConnection<Any>),
+}
+
+impl Writer {
+    /// Owns `connection` for every write.
+    pub fn owning(connection: AnyConnection) -> Self {
+        Writer::Owned(Arc::new(Mutex::new(Some(connection))))
+    }
+
+    /// The connection, once the writers before have let it go.
+    pub async fn lend(&self) -> Result<Lent, StorageError> {
+        match self {
+            Writer::Owned(connection) => {
+                OwnedMutexGuard::try_map(connection.clone().lock_owned().await, Option::as_mut)
+                    .map(Lent::Owned)
+                    .map_err(|_| StorageError::Database(sqlx::Error::PoolClosed))
+            }
+            Writer::Pooled(pool) => Ok(Lent::Pooled(pool.acquire().await?)),
+        }
+    }
+
+    /// Closes the owned connection once the writer holding it is done;
+    /// later writes fail as on a closed pool. A pool is closed with the
+    /// store's.
+    pub async fn close(&self) {
+        if let Writer::Owned(connection) = self {
+            if let Some(connection) = connection.lock().await.take() {
+                let _ = connection.close().await;
+            }
+        }
+    }
+}
+
+impl Lent {
+    /// Begins a transaction on the lent connection.
+    pub async fn begin(&mut self) -> Result<Transaction<'_, Any>, sqlx::Error> {
+        Connection::begin(&mut **self).await
+    }
+}
+
+impl Deref for Lent {
+    type Target = AnyConnection;
+
+    fn deref(&self) -> &AnyConnection {
+        match self {
+            Lent::Owned(connection) => connection,
+            Lent::Pooled(connection) => connection,
+        }
+    }
+}
+
+impl DerefMut for Lent {
+    fn deref_mut(&mut self) -> &mut AnyConnection {
+        match self {
+            Lent::Owned(connection) => connection,
+            Lent::Pooled(connection) => connection,
+        }
+    }
+}
