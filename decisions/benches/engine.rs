@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use margin_decisions::{
-    open_decisions, Access, CardSpec, Digest, DocumentState, Key, LiveOutline, Outline, Passage,
-    ReadCache, ResponseKind, Strictness, FRAGMENT_NAME,
+    open_decisions, wire, Access, CardSpec, Digest, DocumentState, Key, LiveOutline, Outline,
+    Passage, ReadCache, ResponseKind, Strictness, FRAGMENT_NAME,
 };
 use yrs::types::xml::{XmlElementPrelim, XmlTextPrelim};
 use yrs::{Doc, GetString, ReadTxn, Text, Transact, XmlFragment, XmlOut};
@@ -259,6 +259,20 @@ fn main() {
         "`Outline::of_doc`, 10,000 blocks",
         &full,
         Some(("p50", Duration::from_millis(3))),
+    );
+
+    // --- The outline as `read_document` sends it -----------------------------
+    let wire_blocks: Vec<Duration> = (0..200)
+        .map(|_| {
+            let (d, blocks) = time(|| black_box(wire::blocks(&outline)));
+            drop(blocks);
+            d
+        })
+        .collect();
+    row(
+        "`wire::blocks` (`read_document`'s blocks), 10,000 blocks",
+        &stats(wire_blocks),
+        None,
     );
 
     // --- Re-outline after a one-block edit ----------------------------------

@@ -37,7 +37,9 @@ impl Digest {
 
     /// Lower-case hex, the form used on the wire.
     pub fn to_hex(&self) -> String {
-        blake3::Hash::from(self.0).to_hex().to_string()
+        // `String::from`, not `to_string`: that goes through `Display`,
+        // a fifth of `read_document`'s block conversion.
+        String::from(blake3::Hash::from(self.0).to_hex().as_str())
     }
 }
 
@@ -78,9 +80,62 @@ impl BlockIdentity {
     }
 }
 
+impl BlockIdentity {
+    /// The `client:clock` form, as `to_string` gives it but without the
+    /// formatting machinery: `read_document` writes one per block.
+    pub fn to_wire(&self) -> String {
+        String::from(self.written().as_str())
+    }
+
+    /// The `client:clock` form, written on the stack.
+    fn written(&self) -> Written {
+        let mut written = Written {
+            bytes: [0; Written::CAPACITY],
+            len: 0,
+        };
+        written.push_number(self.client);
+        written.bytes[written.len] = b':';
+        written.len += 1;
+        written.push_number(u64::from(self.clock));
+        written
+    }
+}
+
+/// A block identity's text: at most 20 digits, a colon and 10 digits.
+struct Written {
+    bytes: [u8; Written::CAPACITY],
+    len: usize,
+}
+
+impl Written {
+    const CAPACITY: usize = 31;
+
+    fn push_number(&mut self, mut n: u64) {
+        let mut digits = [0u8; 20];
+        let mut count = 0;
+        loop {
+            digits[count] = b'0' + (n % 10) as u8;
+            count += 1;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        for digit in digits[..count].iter().rev() {
+            self.bytes[self.len] = *digit;
+            self.len += 1;
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        // Only ASCII digits and a colon were written.
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+    }
+}
+
 impl fmt::Display for BlockIdentity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.client, self.clock)
+        f.write_str(self.written().as_str())
     }
 }
 
@@ -413,6 +468,21 @@ mod tests {
         assert_eq!(BlockIdentity::parse(&identity.to_string()), Some(identity));
         assert_eq!(BlockIdentity::parse("42"), None);
         assert_eq!(BlockIdentity::parse("a:1"), None);
+    }
+
+    #[test]
+    fn identity_is_written_as_client_colon_clock_at_every_width() {
+        for (client, clock, text) in [
+            (0, 0, "0:0"),
+            (10, 9, "10:9"),
+            (1_234_567_890, 100, "1234567890:100"),
+            (u64::MAX, u32::MAX, "18446744073709551615:4294967295"),
+        ] {
+            let identity = BlockIdentity { client, clock };
+            assert_eq!(identity.to_wire(), text);
+            assert_eq!(identity.to_string(), text);
+            assert_eq!(BlockIdentity::parse(text), Some(identity));
+        }
     }
 
     #[test]

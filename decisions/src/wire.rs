@@ -91,7 +91,7 @@ pub fn blocks(outline: &Outline) -> Vec<BlockEntry> {
             kind: String::from(&*b.kind),
             text: String::from(&*b.text),
             digest: b.digest.to_hex(),
-            identity: b.identity.to_string(),
+            identity: b.identity.to_wire(),
         })
         .collect()
 }
