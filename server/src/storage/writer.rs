@@ -11,6 +11,7 @@
 
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
+use std::time::Duration;
 
 use sqlx::any::Any;
 use sqlx::pool::PoolConnection;
@@ -19,6 +20,10 @@ use sqlx::{AnyPool, Connection, Transaction};
 use tokio::sync::{Mutex, OwnedMappedMutexGuard, OwnedMutexGuard};
 
 use super::StorageError;
+
+/// How long a writer waits for the owned connection before it gives up
+/// with an error, as it would waiting on sqlx's pool (its default).
+const LEND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where writes get their connection; cheap to clone.
 #[derive(Clone, Debug)]
@@ -43,9 +48,18 @@ impl Writer {
 
     /// The connection, once the writers before have let it go.
     pub async fn lend(&self) -> Result<Lent, StorageError> {
+        self.lend_within(LEND_TIMEOUT).await
+    }
+
+    /// [`Writer::lend`], waiting at most `timeout` for the owned
+    /// connection.
+    async fn lend_within(&self, timeout: Duration) -> Result<Lent, StorageError> {
         match self {
             Writer::Owned(connection) => {
-                OwnedMutexGuard::try_map(connection.clone().lock_owned().await, Option::as_mut)
+                let held = tokio::time::timeout(timeout, connection.clone().lock_owned())
+                    .await
+                    .map_err(|_| StorageError::Database(sqlx::Error::PoolTimedOut))?;
+                OwnedMutexGuard::try_map(held, Option::as_mut)
                     .map(Lent::Owned)
                     .map_err(|_| StorageError::Database(sqlx::Error::PoolClosed))
             }
@@ -89,5 +103,41 @@ impl DerefMut for Lent {
             Lent::Owned(connection) => connection,
             Lent::Pooled(connection) => connection,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn owning() -> Writer {
+        sqlx::any::install_default_drivers();
+        let connection = AnyConnection::connect("sqlite::memory:")
+            .await
+            .expect("an in-memory database opens");
+        Writer::owning(connection)
+    }
+
+    #[tokio::test]
+    async fn a_writer_waiting_longer_than_the_lend_timeout_gets_an_error() {
+        let writer = owning().await;
+        let held = writer.lend().await.expect("the first writer gets it");
+        let waiting = writer.lend_within(Duration::from_millis(20)).await;
+        assert!(matches!(
+            waiting,
+            Err(StorageError::Database(sqlx::Error::PoolTimedOut))
+        ));
+        drop(held);
+        assert!(writer.lend().await.is_ok(), "free again once let go");
+    }
+
+    #[tokio::test]
+    async fn a_closed_writer_refuses_to_lend() {
+        let writer = owning().await;
+        writer.close().await;
+        assert!(matches!(
+            writer.lend().await,
+            Err(StorageError::Database(sqlx::Error::PoolClosed))
+        ));
     }
 }
