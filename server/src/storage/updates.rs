@@ -242,7 +242,10 @@ impl Store {
         }
         let moved = moved.execute(&mut *tx).await?;
         if moved.rows_affected() != 1 {
+            // The write connection goes back before the read that says
+            // why: on SQLite every other writer waits for it.
             drop(tx);
+            drop(writer);
             return Err(self.fence_failure(id, epoch, expected).await);
         }
         for (offset, update) in updates.iter().enumerate() {
