@@ -70,6 +70,18 @@ impl From<ID> for BlockIdentity {
 }
 
 impl BlockIdentity {
+    /// The `client:clock` form, as `to_string` gives it but without the
+    /// formatting machinery: `read_document` writes one per block.
+    pub fn to_wire(&self) -> String {
+        let (mut client, mut clock) = (itoa::Buffer::new(), itoa::Buffer::new());
+        let (client, clock) = (client.format(self.client), clock.format(self.clock));
+        let mut wire = String::with_capacity(client.len() + 1 + clock.len());
+        wire.push_str(client);
+        wire.push(':');
+        wire.push_str(clock);
+        wire
+    }
+
     /// Parses the `client:clock` form.
     pub fn parse(text: &str) -> Option<BlockIdentity> {
         let (client, clock) = text.split_once(':')?;
@@ -80,62 +92,12 @@ impl BlockIdentity {
     }
 }
 
-impl BlockIdentity {
-    /// The `client:clock` form, as `to_string` gives it but without the
-    /// formatting machinery: `read_document` writes one per block.
-    pub fn to_wire(&self) -> String {
-        String::from(self.written().as_str())
-    }
-
-    /// The `client:clock` form, written on the stack.
-    fn written(&self) -> Written {
-        let mut written = Written {
-            bytes: [0; Written::CAPACITY],
-            len: 0,
-        };
-        written.push_number(self.client);
-        written.bytes[written.len] = b':';
-        written.len += 1;
-        written.push_number(u64::from(self.clock));
-        written
-    }
-}
-
-/// A block identity's text: at most 20 digits, a colon and 10 digits.
-struct Written {
-    bytes: [u8; Written::CAPACITY],
-    len: usize,
-}
-
-impl Written {
-    const CAPACITY: usize = 31;
-
-    fn push_number(&mut self, mut n: u64) {
-        let mut digits = [0u8; 20];
-        let mut count = 0;
-        loop {
-            digits[count] = b'0' + (n % 10) as u8;
-            count += 1;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        for digit in digits[..count].iter().rev() {
-            self.bytes[self.len] = *digit;
-            self.len += 1;
-        }
-    }
-
-    fn as_str(&self) -> &str {
-        // Only ASCII digits and a colon were written.
-        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
-    }
-}
-
 impl fmt::Display for BlockIdentity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.written().as_str())
+        let (mut client, mut clock) = (itoa::Buffer::new(), itoa::Buffer::new());
+        f.write_str(client.format(self.client))?;
+        f.write_str(":")?;
+        f.write_str(clock.format(self.clock))
     }
 }
 
