@@ -16,6 +16,7 @@ use margin_decisions::{
     open_decisions, wire, Access, CardSpec, Digest, DocumentState, Key, LiveOutline, Outline,
     Passage, ReadCache, ResponseKind, Strictness, FRAGMENT_NAME,
 };
+use margin_protocol::decisions::ReadDocumentOutput;
 use yrs::types::xml::{XmlElementPrelim, XmlTextPrelim};
 use yrs::{Doc, GetString, ReadTxn, Text, Transact, XmlFragment, XmlOut};
 
@@ -269,9 +270,37 @@ fn main() {
             d
         })
         .collect();
+    row("`wire::blocks`, 10,000 blocks", &stats(wire_blocks), None);
+    // The read's JSON both ways: entries encoded by serde (how reads were
+    // sent before), and written straight from the outline (how they are).
+    let through_serde: Vec<Duration> = (0..200)
+        .map(|_| {
+            let (d, json) = time(|| {
+                let read = ReadDocumentOutput {
+                    revision: 1,
+                    outline: wire::blocks(&outline),
+                };
+                black_box(serde_json::to_string(&read))
+            });
+            drop(json);
+            d
+        })
+        .collect();
     row(
-        "`wire::blocks` (`read_document`'s blocks), 10,000 blocks",
-        &stats(wire_blocks),
+        "a read's JSON through `wire::blocks` and serde, 10,000 blocks",
+        &stats(through_serde),
+        None,
+    );
+    let written: Vec<Duration> = (0..200)
+        .map(|_| {
+            let (d, json) = time(|| black_box(wire::encoded_read(1, &outline)));
+            drop(json);
+            d
+        })
+        .collect();
+    row(
+        "`wire::encoded_read` (`read_document`'s JSON), 10,000 blocks",
+        &stats(written),
         None,
     );
 

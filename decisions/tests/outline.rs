@@ -172,3 +172,44 @@ fn formatted_and_nested_text_is_read_as_plain_words() {
     assert_eq!(&*outline.blocks()[0].kind, "bulletList");
     assert_eq!(&*outline.blocks()[0].text, "first item second item");
 }
+
+#[test]
+fn a_read_written_straight_from_the_outline_is_the_json_of_its_wire_blocks() {
+    use margin_decisions::wire;
+    use margin_protocol::decisions::ReadDocumentOutput;
+
+    let doc = Doc::new();
+    let texts = [
+        "Ship the beta",
+        "She said \"no\" twice",
+        r"a back\slash and a \u escape",
+        "a bell \u{7} and a delete \u{7f}",
+        "tabs\tand\nnewlines collapse",
+        "Café, naïve, 北京, 🚀",
+        "</script><!--",
+        "",
+    ];
+    for (i, text) in texts.iter().enumerate() {
+        insert_paragraph(&doc, i as u32, text);
+    }
+    {
+        // A client may name an element anything.
+        let fragment = doc.get_or_insert_xml_fragment(FRAGMENT_NAME);
+        let mut txn = doc.transact_mut();
+        let odd = fragment.insert(&mut txn, 2, XmlElementPrelim::empty("we\"ird\\kind"));
+        odd.insert(&mut txn, 0, XmlTextPrelim::new("odd"));
+    }
+    let outline = Outline::of_doc(&doc);
+    let written = wire::encoded_read(-7, &outline).unwrap();
+    let through_serde = ReadDocumentOutput {
+        revision: -7,
+        outline: wire::blocks(&outline),
+    };
+    assert_eq!(
+        written.json(),
+        serde_json::to_string(&through_serde).unwrap()
+    );
+    assert_eq!(written.decode().unwrap(), through_serde);
+    let empty = wire::encoded_read(0, &Outline::default()).unwrap();
+    assert_eq!(empty.json(), r#"{"revision":0,"outline":[]}"#);
+}

@@ -145,6 +145,47 @@ pub struct ReadDocumentOutput {
     pub outline: Vec<BlockEntry>,
 }
 
+/// A [`ReadDocumentOutput`] already encoded as its JSON: how the server
+/// sends a read. A read of 10,000 blocks is megabytes of text; writing it
+/// once, straight from the outline, costs a fraction of building a
+/// [`BlockEntry`] per block and encoding those (issue #16). Readers decode
+/// [`ReadDocumentOutput`]; only a writer makes one of these.
+#[derive(Clone, Debug)]
+pub struct EncodedRead(Box<serde_json::value::RawValue>);
+
+impl EncodedRead {
+    /// `json`, which must be a `read_document` output's encoding. It is
+    /// checked to be JSON, so a fault in a writer can never put a broken
+    /// frame on the wire.
+    pub fn new(json: String) -> Result<Self, serde_json::Error> {
+        serde_json::value::RawValue::from_string(json).map(EncodedRead)
+    }
+
+    /// The encoding.
+    pub fn json(&self) -> &str {
+        self.0.get()
+    }
+
+    /// Decoded; what a reader gets.
+    pub fn decode(&self) -> Result<ReadDocumentOutput, serde_json::Error> {
+        serde_json::from_str(self.json())
+    }
+}
+
+impl PartialEq for EncodedRead {
+    fn eq(&self, other: &Self) -> bool {
+        self.json() == other.json()
+    }
+}
+
+impl Eq for EncodedRead {}
+
+impl Serialize for EncodedRead {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
 /// One change to the document's blocks.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]

@@ -16,8 +16,8 @@ use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
 
 use crate::decisions::{
-    EditPlanInput, EditPlanOutput, OpenDecisionInput, OpenDecisionsInput, OpenDecisionsOutput,
-    ReadDocumentOutput, ToolRefusal,
+    EditPlanInput, EditPlanOutput, EncodedRead, OpenDecisionInput, OpenDecisionsInput,
+    OpenDecisionsOutput, ReadDocumentOutput, ToolRefusal,
 };
 use crate::refusal::RefusalCode;
 use crate::sessions::{UpdatePlanInput, UpdatePlanOutput};
@@ -206,6 +206,11 @@ pub enum ToolOutput {
     ReadDocument(ReadDocumentOutput),
     /// `edit_plan`.
     EditPlan(EditPlanOutput),
+    /// `read_document`, as the server sends it: already encoded. Never
+    /// decoded into: its JSON reads back as [`ToolOutput::ReadDocument`].
+    #[serde(skip_deserializing)]
+    #[schemars(skip)]
+    EncodedRead(EncodedRead),
 }
 
 impl ToolOutput {
@@ -288,6 +293,18 @@ mod tests {
             ToolCall::parse("read_document", serde_json::Value::Null, false),
             Ok(ToolCall::ReadDocument(ReadDocumentInput {}))
         );
+    }
+
+    #[test]
+    fn an_encoded_read_is_sent_as_its_json_and_read_back_as_a_read() {
+        let json = r#"{"revision":3,"outline":[{"index":0,"kind":"paragraph","text":"Ship \"it\"","digest":"ab","identity":"1:2"}]}"#;
+        let output = ToolOutput::EncodedRead(EncodedRead::new(json.into()).unwrap());
+        assert_eq!(serde_json::to_string(&output).unwrap(), json);
+        let read: ReadDocumentOutput = output.decode().unwrap();
+        assert_eq!(read.outline[0].text, "Ship \"it\"");
+        let back: ToolOutput = serde_json::from_str(json).unwrap();
+        assert_eq!(back, ToolOutput::ReadDocument(read));
+        assert!(EncodedRead::new(r#"{"revision":3,"outline":["#.into()).is_err());
     }
 
     #[test]

@@ -408,7 +408,9 @@ async fn sample_document(running: &Running, account: &Account) -> Result<String,
     let mut read = tools
         .read_document(account, &document.id)
         .await
-        .map_err(failed)?;
+        .map_err(failed)?
+        .decode()
+        .map_err(|e| DemoError::Sample(e.to_string()))?;
     for (kind, text) in SAMPLE {
         let after = read.outline.last().map(|block| PassageAddress {
             index: block.index,

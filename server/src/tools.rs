@@ -14,8 +14,8 @@ use std::time::Instant;
 
 use margin_decisions::{wire, Access, BatchError, Outline, Strictness};
 use margin_protocol::decisions::{
-    EditPlanInput, EditPlanOutput, OpenDecisionInput, OpenDecisionsInput, OpenDecisionsOutput,
-    ReadDocumentOutput, ToolRefusal,
+    EditPlanInput, EditPlanOutput, EncodedRead, OpenDecisionInput, OpenDecisionsInput,
+    OpenDecisionsOutput, ToolRefusal,
 };
 use margin_protocol::tools::{ToolCall, ToolName, ToolOutput};
 use margin_protocol::RefusalCode;
@@ -130,17 +130,14 @@ impl Tools {
         &self,
         account: &Account,
         document: &str,
-    ) -> Result<ReadDocumentOutput, ToolError> {
+    ) -> Result<EncodedRead, ToolError> {
         self.access(account, document, Intent::Read)
             .await?
             .granted()?;
         let (revision, outline) = self.hub.outline(document, None).await?;
-        let blocks = blocks_of(&outline).await?;
+        let read = encoded_read(revision, &outline).await?;
         self.hub.remember_read(document, revision, outline);
-        Ok(ReadDocumentOutput {
-            revision,
-            outline: blocks,
-        })
+        Ok(read)
     }
 
     /// `edit_plan`: edits addressed at the current revision; the outline of
@@ -302,7 +299,7 @@ impl Tools {
             ToolCall::ReadDocument(_) => self
                 .read_document(account, document)
                 .await
-                .map(ToolOutput::ReadDocument),
+                .map(ToolOutput::EncodedRead),
             ToolCall::EditPlan(input) => self
                 .edit_plan(account, document, input, PLANNER_EDITOR, recorder)
                 .await
@@ -436,19 +433,21 @@ impl Granted for Access {
     }
 }
 
-/// Most blocks turned into wire entries on the async workers; a larger
-/// outline is converted on a blocking thread.
+/// Most blocks written as a read on the async workers; a larger outline is
+/// written on a blocking thread.
 const BLOCKS_INLINE: usize = 512;
 
-/// `outline`'s blocks as the wire shows them.
-async fn blocks_of(outline: &Arc<Outline>) -> Result<Vec<margin_protocol::BlockEntry>, ToolError> {
-    if outline.len() <= BLOCKS_INLINE {
-        return Ok(wire::blocks(outline));
-    }
-    let outline = outline.clone();
-    tokio::task::spawn_blocking(move || wire::blocks(&outline))
-        .await
-        .map_err(|e| ToolError::Internal(format!("reading the outline stopped: {e}")))
+/// `read_document`'s output for `outline` at `revision`.
+async fn encoded_read(revision: i64, outline: &Arc<Outline>) -> Result<EncodedRead, ToolError> {
+    let written = if outline.len() <= BLOCKS_INLINE {
+        wire::encoded_read(revision, outline)
+    } else {
+        let outline = outline.clone();
+        tokio::task::spawn_blocking(move || wire::encoded_read(revision, &outline))
+            .await
+            .map_err(|e| ToolError::Internal(format!("reading the outline stopped: {e}")))?
+    };
+    written.map_err(|e| ToolError::Internal(format!("the read could not be written: {e}")))
 }
 
 /// A batch of cards as a call wrote it.

@@ -6,8 +6,8 @@
 use axum::extract::{Path, State};
 use axum::Json;
 use margin_protocol::decisions::{
-    EditPlanInput, EditPlanOutput, OpenDecisionInput, OpenDecisionsInput, OpenDecisionsOutput,
-    ReadDocumentOutput,
+    EditPlanInput, EditPlanOutput, EncodedRead, OpenDecisionInput, OpenDecisionsInput,
+    OpenDecisionsOutput,
 };
 
 use super::extract::{Caller, JsonBody};
@@ -28,11 +28,12 @@ impl From<ToolError> for AppError {
     }
 }
 
+/// Answers with a `ReadDocumentOutput`, written straight from the outline.
 pub async fn read_document(
     State(state): State<AppState>,
     Caller(account): Caller,
     Path(id): Path<String>,
-) -> Result<Json<ReadDocumentOutput>, AppError> {
+) -> Result<Json<EncodedRead>, AppError> {
     Ok(Json(
         observed(
             ToolName::ReadDocument,

@@ -808,7 +808,10 @@ fn within_frame_limit(message: &ServerMessage, frame: String) -> Framed {
     }
     // Only a read changes nothing; every other tool's result is of a
     // change already made.
-    let wrote = !matches!(output, ToolOutput::ReadDocument(_));
+    let wrote = !matches!(
+        output,
+        ToolOutput::ReadDocument(_) | ToolOutput::EncodedRead(_)
+    );
     let done = if wrote {
         "its changes were made: read the document to see them"
     } else {
@@ -836,21 +839,11 @@ fn within_frame_limit(message: &ServerMessage, frame: String) -> Framed {
 /// Frames larger than this are encoded on a blocking thread.
 const LARGE_FRAME: usize = 256 * 1024;
 
-/// About how many bytes `output` takes as JSON, without encoding it: what
-/// decides whether a read's result is kept (`KEPT_READ_BYTES`). Encoding a
-/// 10,000-block outline only to measure it cost as much as the read.
+/// How many bytes `output` takes as JSON: what decides whether a read's
+/// result is kept (`KEPT_READ_BYTES`). A read comes encoded already.
 fn encoded_size(output: &ToolOutput) -> usize {
     match output {
-        ToolOutput::ReadDocument(read) => {
-            // `{"index":…,"kind":"…","text":"…","digest":"…","identity":"…"},`
-            const FIELDS: usize = 64;
-            let blocks: usize = read
-                .outline
-                .iter()
-                .map(|b| FIELDS + b.kind.len() + b.text.len() + b.digest.len() + b.identity.len())
-                .sum();
-            32 + blocks
-        }
+        ToolOutput::EncodedRead(read) => read.json().len(),
         other => serde_json::to_vec(other).map_or(0, |v| v.len()),
     }
 }
@@ -874,7 +867,7 @@ fn refusal_of(error: ToolError, tool: &str) -> ToolRefusal {
 
 #[cfg(test)]
 mod tests {
-    use margin_protocol::decisions::{EditPlanOutput, ReadDocumentOutput};
+    use margin_protocol::decisions::{EditPlanOutput, EncodedRead};
 
     use super::*;
 
@@ -889,10 +882,8 @@ mod tests {
     }
 
     fn read() -> ToolOutput {
-        ToolOutput::ReadDocument(ReadDocumentOutput {
-            revision: 3,
-            outline: Vec::new(),
-        })
+        let json = r#"{"revision":3,"outline":[]}"#.to_string();
+        ToolOutput::EncodedRead(EncodedRead::new(json).unwrap())
     }
 
     #[test]

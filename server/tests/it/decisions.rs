@@ -81,6 +81,8 @@ impl Scene {
             .read_document(&self.owner, &self.doc)
             .await
             .unwrap()
+            .decode()
+            .unwrap()
     }
 
     async fn open(
