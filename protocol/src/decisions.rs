@@ -149,16 +149,17 @@ pub struct ReadDocumentOutput {
 /// sends a read. A read of 10,000 blocks is megabytes of text; writing it
 /// once, straight from the outline, costs a fraction of building a
 /// [`BlockEntry`] per block and encoding those (issue #16). Readers decode
-/// [`ReadDocumentOutput`]; only a writer makes one of these.
+/// [`ReadDocumentOutput`]; only a writer makes one of these. Shared, so a
+/// read kept for the next reader of its revision is never copied.
 #[derive(Clone, Debug)]
-pub struct EncodedRead(Box<serde_json::value::RawValue>);
+pub struct EncodedRead(std::sync::Arc<serde_json::value::RawValue>);
 
 impl EncodedRead {
     /// `json`, which must be a `read_document` output's encoding. It is
     /// checked to be JSON, so a fault in a writer can never put a broken
     /// frame on the wire.
     pub fn new(json: String) -> Result<Self, serde_json::Error> {
-        serde_json::value::RawValue::from_string(json).map(EncodedRead)
+        serde_json::value::RawValue::from_string(json).map(|raw| EncodedRead(raw.into()))
     }
 
     /// The encoding.

@@ -16,12 +16,14 @@
 //! document open (a typist), and a second one watches it, so the server
 //! keeps it loaded. Then the machine links and `@planner` starts a turn:
 //!
-//! 1. **`read_document`**: `READS` calls in a closed loop (one in flight);
-//!    round trip = `tool-call` written → its `tool-result` read. Reported
-//!    with the result's frame size against the server's frame limit (64
-//!    MiB) and a machine's (1 MiB).
+//! 1. **`read_document` again**: `READS` calls in a closed loop (one in
+//!    flight), each at the revision the last one read; round trip =
+//!    `tool-call` written → its `tool-result` read. Reported with the
+//!    result's frame size against the server's frame limit (64 MiB) and a
+//!    machine's (1 MiB).
 //! 2. **`open_decisions`**: `ROUNDS` rounds of: the Planner reads (over the
-//!    link, not timed), the typist types `STALE` edits into the last
+//!    link, timed apart as **`read_document` at a new revision**: the
+//!    round before moved the document on), the typist types `STALE` edits into the last
 //!    paragraph (each its own revision; the round waits until the watcher
 //!    has them all, so they are committed), then the Planner opens `BATCH`
 //!    new cards of `PASSAGES` passages each, addressed at the revision it
@@ -131,9 +133,11 @@ async fn bench() {
     settle(env_or("QUIET_WAIT_SECONDS", 60.0)).await;
     let snap = CpuSnap::take(cpu);
     let mut opens = Vec::new();
+    let mut fresh_reads = Vec::new();
     let mut next_block = knobs.cards;
     for round in 0..knobs.rounds {
-        let read = read_over(&link, &turn, &format!("r{round}")).await;
+        let (took, read) = read_over(&link, &turn, &format!("r{round}")).await;
+        fresh_reads.push(took);
         for k in 0..knobs.stale {
             typist
                 .type_in_last(&format!(" [{round}.{k}]"))
@@ -202,9 +206,17 @@ async fn bench() {
         )
     };
     out.push_str(&row(
-        format!("`read_document`, {} blocks", knobs.blocks),
+        format!("`read_document` again, {} blocks", knobs.blocks),
         &reads,
         read_cpu.server,
+    ));
+    out.push_str(&format!(
+        "| `read_document` at a new revision, {} blocks | {} | {:.2} | {:.2} | {:.2} | (in the round's) |\n",
+        knobs.blocks,
+        fresh_reads.len(),
+        percentile_ms(&fresh_reads, 50.0),
+        percentile_ms(&fresh_reads, 99.0),
+        percentile_ms(&fresh_reads, 100.0),
     ));
     out.push_str(&row(
         format!(
@@ -285,11 +297,12 @@ async fn read_loop(link: &Link, turn: &Turn, count: usize) -> (Vec<Duration>, us
     (samples, bytes)
 }
 
-/// `read_document` as call `id`; its output.
-async fn read_over(link: &Link, turn: &Turn, id: &str) -> Value {
+/// `read_document` as call `id`: its round trip, as [`read_loop`] times
+/// it, and its output.
+async fn read_over(link: &Link, turn: &Turn, id: &str) -> (Duration, Value) {
     let id = format!("{}-{id}", turn.prefix);
-    link.send_call(turn, &id, "read_document", json!({}));
-    let (_, frame) = link.wait(&id).await;
+    let sent = link.send_call(turn, &id, "read_document", json!({}));
+    let (arrived, frame) = link.wait(&id).await;
     let mut result: Value = serde_json::from_str(&frame).expect("a tool-result");
-    result["output"].take()
+    (arrived - sent, result["output"].take())
 }

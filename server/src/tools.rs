@@ -135,7 +135,15 @@ impl Tools {
             .await?
             .granted()?;
         let (revision, outline) = self.hub.outline(document, None).await?;
-        let read = encoded_read(revision, &outline).await?;
+        let read = match self.hub.encoded_read(document, revision, &outline) {
+            Some(read) => read,
+            None => {
+                let read = encoded_read(revision, &outline).await?;
+                self.hub
+                    .keep_encoded_read(document, revision, &outline, read.clone());
+                read
+            }
+        };
         self.hub.remember_read(document, revision, outline);
         Ok(read)
     }

@@ -9,6 +9,7 @@ use std::num::NonZeroUsize;
 
 use margin_decisions::{Edit, Outline, DEFAULT_READS};
 use margin_protocol::chat::{ChatKind, ChatMessageView};
+use margin_protocol::decisions::EncodedRead;
 use margin_protocol::sync::close;
 use margin_protocol::Role;
 use tokio::sync::{mpsc, oneshot};
@@ -20,6 +21,7 @@ use super::compaction::Compaction;
 use super::conn::{self, Closer, Conn, ConnId, OutboxReader};
 use super::decide::{Batch, Decided};
 use super::document;
+use super::encoded_reads::{EncodedReads, ENCODED_READ_BYTES};
 use super::load::{rebuilt, LoadError};
 use super::reads::Reads;
 use crate::cards::{CardChange, ChangeRefused};
@@ -74,6 +76,8 @@ struct Inner {
     docs: Mutex<HashMap<String, mpsc::Sender<Command>>>,
     /// What the Planner read of each document (SPEC S5).
     reads: Reads,
+    /// The last `read_document` output written for each document.
+    encoded_reads: EncodedReads,
     /// Sync connections per document (SPEC P3: idle release only with
     /// nobody viewing).
     viewers: Mutex<HashMap<String, usize>>,
@@ -154,6 +158,7 @@ impl Hub {
                 ownership,
                 docs: Mutex::new(HashMap::new()),
                 reads: Reads::new(settings.read_capacity),
+                encoded_reads: EncodedReads::new(ENCODED_READ_BYTES),
                 viewers: Mutex::new(HashMap::new()),
                 watchers: Watchers::default(),
                 tracker,
@@ -315,6 +320,29 @@ impl Hub {
         Ok(outline)
     }
 
+    /// The `read_document` output of `outline` at `revision` of `id`, if
+    /// one was written and is still kept.
+    pub fn encoded_read(
+        &self,
+        id: &str,
+        revision: i64,
+        outline: &Arc<Outline>,
+    ) -> Option<EncodedRead> {
+        self.inner.encoded_reads.get(id, revision, outline)
+    }
+
+    /// Keeps `read`, the `read_document` output of `outline` at `revision`
+    /// of `id`, for the next reader of that revision.
+    pub fn keep_encoded_read(
+        &self,
+        id: &str,
+        revision: i64,
+        outline: &Arc<Outline>,
+        read: EncodedRead,
+    ) {
+        self.inner.encoded_reads.keep(id, revision, outline, read);
+    }
+
     /// Remembers that the Planner read `outline` at `revision` of `id`.
     pub fn remember_read(&self, id: &str, revision: i64, outline: Arc<Outline>) {
         self.inner.reads.remember(id, revision, outline);
@@ -439,6 +467,7 @@ impl Hub {
             }
         }
         self.inner.reads.forget(id);
+        self.inner.encoded_reads.forget(id);
     }
 
     /// Asks `id`'s task something and waits for the answer, starting a task

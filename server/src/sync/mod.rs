@@ -8,6 +8,7 @@ pub mod conn;
 pub mod decide;
 pub mod document;
 mod editor;
+mod encoded_reads;
 pub mod frame;
 pub mod hub;
 pub mod load;

@@ -232,6 +232,20 @@ on_both_backends! {
         assert_eq!(output.captured, 1);
     }
 
+    async fn a_read_of_a_revision_already_read_is_the_kept_read_and_a_new_revision_is_read_anew(db) {
+        let mut s = Scene::new(&db, &PLAN).await;
+        let tools = s.tools();
+        let first = tools.read_document(&s.owner, &s.doc).await.unwrap();
+        let again = tools.read_document(&s.owner, &s.doc).await.unwrap();
+        // The same revision: the read written once, shared (issue #16).
+        assert!(std::ptr::eq(first.json(), again.json()));
+        s.person_inserts(0, "typed").await;
+        let after = tools.read_document(&s.owner, &s.doc).await.unwrap().decode().unwrap();
+        assert_eq!(after.revision, first.decode().unwrap().revision + 1);
+        assert_eq!(&*after.outline[0].text, "typed");
+        assert_eq!(after.outline.len(), PLAN.len() + 1);
+    }
+
     async fn edit_plan_at_a_stale_revision_changes_nothing(db) {
         let mut s = Scene::new(&db, &PLAN).await;
         let read = s.read().await;

@@ -1,0 +1,174 @@
+//! The `read_document` output last written for each document, kept so a
+//! read of a revision already read is not written again (issue #16).
+//! Writing a 10,000-block read is milliseconds of CPU, most of it loading
+//! 10,000 texts scattered through the heap; a Planner reads a revision
+//! again while it waits for people, and every session on a document reads
+//! the same one. Bounded by bytes, least recently read first out; lost,
+//! like any cache, in a restart.
+
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex, Weak};
+
+use lru::LruCache;
+use margin_decisions::Outline;
+use margin_protocol::decisions::EncodedRead;
+
+/// How many bytes of written reads are kept, across documents: a
+/// 10,000-block plan's read is about 2.2 MB.
+pub const ENCODED_READ_BYTES: usize = 32 * 1024 * 1024;
+
+/// At most this many documents' reads are kept, however small.
+const DOCUMENTS: NonZeroUsize = match NonZeroUsize::new(4096) {
+    Some(n) => n,
+    None => NonZeroUsize::MIN,
+};
+
+/// One document's last written read.
+struct Kept {
+    revision: i64,
+    /// The outline it was written from: a read is reused only for that
+    /// very outline, so nothing rebuilt or reloaded since can be answered
+    /// with another's text, whatever its revision says.
+    outline: Weak<Outline>,
+    read: EncodedRead,
+}
+
+/// The last written read of each document, within a byte budget.
+pub struct EncodedReads {
+    kept: Mutex<Shelf>,
+    budget: usize,
+}
+
+struct Shelf {
+    reads: LruCache<String, Kept>,
+    bytes: usize,
+}
+
+impl EncodedReads {
+    /// Keeps at most `budget` bytes of written reads.
+    pub fn new(budget: usize) -> Self {
+        EncodedReads {
+            kept: Mutex::new(Shelf {
+                reads: LruCache::new(DOCUMENTS),
+                bytes: 0,
+            }),
+            budget,
+        }
+    }
+
+    /// The read of `id` written from `outline` at `revision`, if kept.
+    /// Cheap: the read is shared, not copied.
+    pub fn get(&self, id: &str, revision: i64, outline: &Arc<Outline>) -> Option<EncodedRead> {
+        let mut shelf = self.kept.lock().ok()?;
+        let kept = shelf.reads.get(id)?;
+        let same = kept.revision == revision && Weak::as_ptr(&kept.outline) == Arc::as_ptr(outline);
+        same.then(|| kept.read.clone())
+    }
+
+    /// Keeps `read`, written from `outline` at `revision` of `id`, in place
+    /// of the document's last; the least recently read go while over the
+    /// budget. A read larger than the whole budget is not kept.
+    pub fn keep(&self, id: &str, revision: i64, outline: &Arc<Outline>, read: EncodedRead) {
+        let size = read.json().len();
+        let Ok(mut shelf) = self.kept.lock() else {
+            return;
+        };
+        if let Some(old) = shelf.reads.pop(id) {
+            shelf.bytes -= old.read.json().len();
+        }
+        if size > self.budget {
+            return;
+        }
+        while shelf.bytes + size > self.budget {
+            match shelf.reads.pop_lru() {
+                Some((_, old)) => shelf.bytes -= old.read.json().len(),
+                None => break,
+            }
+        }
+        let kept = Kept {
+            revision,
+            outline: Arc::downgrade(outline),
+            read,
+        };
+        if let Some((_, old)) = shelf.reads.push(id.to_owned(), kept) {
+            // Over the count of documents: the least recently read went.
+            shelf.bytes -= old.read.json().len();
+        }
+        shelf.bytes += size;
+    }
+
+    /// Forgets `id`'s read (it was deleted).
+    pub fn forget(&self, id: &str) {
+        if let Ok(mut shelf) = self.kept.lock() {
+            if let Some(old) = shelf.reads.pop(id) {
+                shelf.bytes -= old.read.json().len();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(revision: i64, padding: usize) -> EncodedRead {
+        let text = "x".repeat(padding);
+        EncodedRead::new(format!(
+            r#"{{"revision":{revision},"outline":[],"pad":"{text}"}}"#
+        ))
+        .expect("valid JSON")
+    }
+
+    #[test]
+    fn a_kept_read_is_the_same_read_for_the_same_revision_and_outline() {
+        let reads = EncodedReads::new(1024);
+        let outline = Arc::new(Outline::default());
+        let written = read(3, 10);
+        reads.keep("d", 3, &outline, written.clone());
+        let again = reads.get("d", 3, &outline).expect("kept");
+        assert_eq!(again, written);
+        // Shared, not copied.
+        assert!(std::ptr::eq(again.json(), written.json()));
+    }
+
+    #[test]
+    fn a_kept_read_is_not_given_for_another_revision_outline_or_document() {
+        let reads = EncodedReads::new(1024);
+        let outline = Arc::new(Outline::default());
+        reads.keep("d", 3, &outline, read(3, 10));
+        assert!(reads.get("d", 4, &outline).is_none(), "another revision");
+        let rebuilt = Arc::new(Outline::default());
+        assert!(reads.get("d", 3, &rebuilt).is_none(), "another outline");
+        assert!(reads.get("e", 3, &outline).is_none(), "another document");
+        reads.forget("d");
+        assert!(reads.get("d", 3, &outline).is_none(), "forgotten");
+    }
+
+    #[test]
+    fn the_least_recently_read_go_first_when_over_the_byte_budget() {
+        let one = read(1, 100).json().len();
+        let reads = EncodedReads::new(2 * one);
+        let outline = Arc::new(Outline::default());
+        reads.keep("a", 1, &outline, read(1, 100));
+        reads.keep("b", 1, &outline, read(1, 100));
+        assert!(reads.get("a", 1, &outline).is_some(), "a read last");
+        reads.keep("c", 1, &outline, read(1, 100));
+        assert!(reads.get("b", 1, &outline).is_none(), "b went");
+        assert!(reads.get("a", 1, &outline).is_some());
+        assert!(reads.get("c", 1, &outline).is_some());
+        // A document's new read takes its old one's place, not more room.
+        reads.keep("a", 2, &outline, read(2, 100));
+        assert!(reads.get("c", 1, &outline).is_some());
+        assert!(reads.get("a", 2, &outline).is_some());
+    }
+
+    #[test]
+    fn a_read_larger_than_the_budget_is_not_kept() {
+        let reads = EncodedReads::new(50);
+        let outline = Arc::new(Outline::default());
+        reads.keep("a", 1, &outline, read(1, 1));
+        reads.keep("a", 2, &outline, read(2, 100));
+        assert!(reads.get("a", 2, &outline).is_none());
+        assert!(reads.get("a", 1, &outline).is_none(), "its old one went");
+    }
+}
