@@ -28,7 +28,9 @@ struct Kept {
     revision: i64,
     /// The outline it was written from: a read is reused only for that
     /// very outline, so nothing rebuilt or reloaded since can be answered
-    /// with another's text, whatever its revision says.
+    /// with another's text, whatever its revision says. (Held weakly, it
+    /// is not kept alive; its allocation is, so no other outline can
+    /// take its address.)
     outline: Weak<Outline>,
     read: EncodedRead,
 }
