@@ -23,13 +23,13 @@
 //!    machine's (1 MiB).
 //! 2. **`open_decisions`**: `ROUNDS` rounds of: the Planner reads (over the
 //!    link, timed apart as **`read_document` at a new revision**: the
-//!    round before moved the document on), the typist types `STALE` edits into the last
-//!    paragraph (each its own revision; the round waits until the watcher
-//!    has them all, so they are committed), then the Planner opens `BATCH`
-//!    new cards of `PASSAGES` passages each, addressed at the revision it
-//!    read — stale by `STALE` — on paragraphs nobody else addressed. Timed
-//!    is that call alone; every card must come back `created`, or the
-//!    bench stops. Cards stored grow by `BATCH` a round.
+//!    round before moved the document on), the typist types `STALE` edits
+//!    into the last paragraph (each its own revision; the round waits until
+//!    the watcher has them all, so they are committed), then the Planner
+//!    opens `BATCH` new cards of `PASSAGES` passages each, addressed at the
+//!    revision it read — stale by `STALE` — on paragraphs nobody else
+//!    addressed. Timed is that call alone; every card must come back
+//!    `created`, or the bench stops. Cards stored grow by `BATCH` a round.
 //!
 //! Knobs (env vars): `MARGIN_BIN` (default `target/release/margin`),
 //! `DATABASE_URL`, `BLOCKS` (10000), `CARDS` (500), `READS` (100),
