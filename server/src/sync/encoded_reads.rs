@@ -75,15 +75,13 @@ impl EncodedReads {
         let Ok(mut shelf) = self.kept.lock() else {
             return;
         };
-        if let Some(old) = shelf.reads.pop(id) {
-            shelf.bytes -= old.read.json().len();
-        }
+        shelf.forget(id);
         if size > self.budget {
             return;
         }
         while shelf.bytes + size > self.budget {
             match shelf.reads.pop_lru() {
-                Some((_, old)) => shelf.bytes -= old.read.json().len(),
+                Some((_, old)) => shelf.let_go(&old),
                 None => break,
             }
         }
@@ -94,7 +92,7 @@ impl EncodedReads {
         };
         if let Some((_, old)) = shelf.reads.push(id.to_owned(), kept) {
             // Over the count of documents: the least recently read went.
-            shelf.bytes -= old.read.json().len();
+            shelf.let_go(&old);
         }
         shelf.bytes += size;
     }
@@ -102,10 +100,22 @@ impl EncodedReads {
     /// Forgets `id`'s read (it was deleted).
     pub fn forget(&self, id: &str) {
         if let Ok(mut shelf) = self.kept.lock() {
-            if let Some(old) = shelf.reads.pop(id) {
-                shelf.bytes -= old.read.json().len();
-            }
+            shelf.forget(id);
         }
+    }
+}
+
+impl Shelf {
+    /// Takes `id`'s read off the shelf.
+    fn forget(&mut self, id: &str) {
+        if let Some(old) = self.reads.pop(id) {
+            self.let_go(&old);
+        }
+    }
+
+    /// Counts out the bytes of `old`, taken off the shelf.
+    fn let_go(&mut self, old: &Kept) {
+        self.bytes -= old.read.json().len();
     }
 }
 
