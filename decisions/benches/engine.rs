@@ -293,7 +293,7 @@ fn main() {
     );
     let written: Vec<Duration> = (0..200)
         .map(|_| {
-            let (d, json) = time(|| black_box(wire::encoded_read(1, &outline)));
+            let (d, json) = time(|| black_box(wire::encoded_read(1, &outline, None)));
             drop(json);
             d
         })
@@ -301,6 +301,35 @@ fn main() {
     row(
         "`wire::encoded_read` (`read_document`'s JSON), 10,000 blocks",
         &stats(written),
+        None,
+    );
+    // The next read, after 50 blocks were typed in: written from the last
+    // read, on a document of its own so the rows below see the same one.
+    let mut side = Rng(0x51de_0000_0000_0001);
+    let typed = build_doc(BLOCKS, &mut side);
+    let first = Outline::of_doc(&typed);
+    let typable: Vec<u32> = first
+        .blocks()
+        .iter()
+        .filter(|b| &*b.kind == "paragraph")
+        .map(|b| b.index as u32)
+        .collect();
+    let mut last = wire::encoded_read(0, &first, None).unwrap();
+    let from_last: Vec<Duration> = (1..=100)
+        .map(|revision| {
+            for _ in 0..50 {
+                let at = typable[side.below(typable.len())];
+                type_into(&typed, at, 0, "typed ");
+            }
+            let now = Outline::of_doc(&typed);
+            let (d, next) = time(|| wire::encoded_read(revision, &now, Some(&last)).unwrap());
+            last = next;
+            d
+        })
+        .collect();
+    row(
+        "`wire::encoded_read` from the last read, 50 blocks typed in since",
+        &stats(from_last),
         None,
     );
 

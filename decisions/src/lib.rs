@@ -19,6 +19,7 @@ mod edit;
 mod live;
 mod outline;
 mod people;
+mod read_json;
 mod reads;
 mod refusal;
 pub mod wire;

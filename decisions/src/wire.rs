@@ -3,7 +3,7 @@
 
 use margin_protocol::decisions::{
     AnswerBody, CaptureStatus, CaptureView, CardInput, ChoiceView, DecisionCardView, EditInput,
-    EncodedRead, OpenDecisionsOutput, PassageAddress,
+    OpenDecisionsOutput, PassageAddress,
 };
 use margin_protocol::BlockEntry;
 
@@ -11,6 +11,8 @@ use crate::capture::{Capture, CaptureSummary, InvalidInput, Outcome};
 use crate::card::{Answer, CardSpec, DecisionCard, Key, Passage, ResponseKind};
 use crate::edit::{BlockKind, Edit};
 use crate::outline::Outline;
+
+pub use crate::read_json::{encoded_read, WrittenRead};
 
 fn invalid(key: Option<&Key>, message: impl Into<String>) -> InvalidInput {
     InvalidInput {
@@ -94,66 +96,6 @@ pub fn blocks(outline: &Outline) -> Vec<BlockEntry> {
             identity: b.identity.to_wire(),
         })
         .collect()
-}
-
-/// `read_document`'s output for `outline` at `revision`, written straight
-/// from the outline: the same JSON as a [`ReadDocumentOutput`] of
-/// [`blocks`], byte for byte, without a `BlockEntry` and five strings per
-/// block and without serde's byte-at-a-time escaping of text that, in a
-/// plan, almost never needs it.
-///
-/// [`ReadDocumentOutput`]: margin_protocol::decisions::ReadDocumentOutput
-pub fn encoded_read(revision: i64, outline: &Outline) -> Result<EncodedRead, serde_json::Error> {
-    let blocks = outline.blocks();
-    // A block's fixed part (field names, index, digest, identity) is at
-    // most about 170 bytes; 160 a block rarely grows the buffer.
-    let room = blocks
-        .iter()
-        .map(|b| 160 + b.kind.len() + b.text.len())
-        .sum::<usize>();
-    let mut json = String::with_capacity(32 + room);
-    json.push_str("{\"revision\":");
-    json.push_str(itoa::Buffer::new().format(revision));
-    json.push_str(",\"outline\":[");
-    for (k, block) in blocks.iter().enumerate() {
-        if k > 0 {
-            json.push(',');
-        }
-        json.push_str("{\"index\":");
-        json.push_str(itoa::Buffer::new().format(block.index));
-        json.push_str(",\"kind\":");
-        push_string(&mut json, &block.kind)?;
-        json.push_str(",\"text\":");
-        push_string(&mut json, &block.text)?;
-        json.push_str(",\"digest\":\"");
-        block.digest.push_hex(&mut json);
-        json.push_str("\",\"identity\":\"");
-        block.identity.push_wire(&mut json);
-        json.push_str("\"}");
-    }
-    json.push_str("]}");
-    EncodedRead::new(json)
-}
-
-/// Whether JSON needs `text` escaped: serde escapes `"`, `\\` and controls.
-fn needs_escaping(text: &str) -> bool {
-    // No early exit, so the compiler checks many bytes at a time.
-    text.bytes().fold(false, |any, b| {
-        any | (b < b' ') | (b == b'"') | (b == b'\\')
-    })
-}
-
-/// Appends `text` as a JSON string: as it is between quotes when nothing in
-/// it needs escaping, else as serde writes it.
-fn push_string(json: &mut String, text: &str) -> Result<(), serde_json::Error> {
-    if needs_escaping(text) {
-        json.push_str(&serde_json::to_string(text)?);
-    } else {
-        json.push('"');
-        json.push_str(text);
-        json.push('"');
-    }
-    Ok(())
 }
 
 /// A batch's result on the wire, with the document's `revision` after it;

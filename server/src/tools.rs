@@ -12,6 +12,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use margin_decisions::wire::WrittenRead;
 use margin_decisions::{wire, Access, BatchError, Outline, Strictness};
 use margin_protocol::decisions::{
     EditPlanInput, EditPlanOutput, EncodedRead, OpenDecisionInput, OpenDecisionsInput,
@@ -138,9 +139,11 @@ impl Tools {
         let read = match self.hub.encoded_read(document, revision, &outline) {
             Some(read) => read,
             None => {
-                let read = encoded_read(revision, &outline).await?;
+                let last = self.hub.last_encoded_read(document);
+                let written = encoded_read(revision, &outline, last).await?;
+                let read = written.read().clone();
                 self.hub
-                    .keep_encoded_read(document, revision, &outline, read.clone());
+                    .keep_encoded_read(document, revision, &outline, written);
                 read
             }
         };
@@ -445,13 +448,18 @@ impl Granted for Access {
 /// written on a blocking thread.
 const BLOCKS_INLINE: usize = 512;
 
-/// `read_document`'s output for `outline` at `revision`.
-async fn encoded_read(revision: i64, outline: &Arc<Outline>) -> Result<EncodedRead, ToolError> {
+/// `read_document`'s output for `outline` at `revision`, copying what it
+/// can from `last`, the document's last read written.
+async fn encoded_read(
+    revision: i64,
+    outline: &Arc<Outline>,
+    last: Option<WrittenRead>,
+) -> Result<WrittenRead, ToolError> {
     let written = if outline.len() <= BLOCKS_INLINE {
-        wire::encoded_read(revision, outline)
+        wire::encoded_read(revision, outline, last.as_ref())
     } else {
         let outline = outline.clone();
-        tokio::task::spawn_blocking(move || wire::encoded_read(revision, &outline))
+        tokio::task::spawn_blocking(move || wire::encoded_read(revision, &outline, last.as_ref()))
             .await
             .map_err(|e| ToolError::Internal(format!("reading the outline stopped: {e}")))?
     };

@@ -1,20 +1,23 @@
 //! The `read_document` output last written for each document, kept so a
-//! read of a revision already read is not written again (issue #16).
-//! Writing a 10,000-block read is milliseconds of CPU, most of it loading
-//! 10,000 texts scattered through the heap; a Planner reads a revision
-//! again while it waits for people, and every session on a document reads
-//! the same one. Bounded by bytes, least recently read first out; lost,
-//! like any cache, in a restart.
+//! read of a revision already read is not written again, and a read of a
+//! new revision is written from it (issue #16). Writing a 10,000-block
+//! read whole is milliseconds of CPU, most of it loading 10,000 texts
+//! scattered through the heap; a Planner reads a revision again while it
+//! waits for people, every session on a document reads the same one, and
+//! between two revisions most blocks are unchanged. Bounded by bytes, least
+//! recently read first out; lost, like any cache, in a restart.
 
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, Weak};
 
 use lru::LruCache;
+use margin_decisions::wire::WrittenRead;
 use margin_decisions::Outline;
 use margin_protocol::decisions::EncodedRead;
 
 /// How many bytes of written reads are kept, across documents: a
-/// 10,000-block plan's read is about 2.2 MB.
+/// 10,000-block plan's read is about 2.2 MB, and 0.6 MB more says where
+/// each block's entry lies in it.
 pub const ENCODED_READ_BYTES: usize = 32 * 1024 * 1024;
 
 /// At most this many documents' reads are kept, however small.
@@ -32,7 +35,7 @@ struct Kept {
     /// is not kept alive; its allocation is, so no other outline can
     /// take its address.)
     outline: Weak<Outline>,
-    read: EncodedRead,
+    written: WrittenRead,
 }
 
 /// The last written read of each document, within a byte budget.
@@ -64,14 +67,21 @@ impl EncodedReads {
         let mut shelf = self.kept.lock().ok()?;
         let kept = shelf.reads.get(id)?;
         let same = kept.revision == revision && Weak::as_ptr(&kept.outline) == Arc::as_ptr(outline);
-        same.then(|| kept.read.clone())
+        same.then(|| kept.written.read().clone())
     }
 
-    /// Keeps `read`, written from `outline` at `revision` of `id`, in place
-    /// of the document's last; the least recently read go while over the
-    /// budget. A read larger than the whole budget is not kept.
-    pub fn keep(&self, id: &str, revision: i64, outline: &Arc<Outline>, read: EncodedRead) {
-        let size = read.json().len();
+    /// The read of `id` written last, whatever its revision: what a read
+    /// of another revision is written from.
+    pub fn last(&self, id: &str) -> Option<WrittenRead> {
+        let mut shelf = self.kept.lock().ok()?;
+        shelf.reads.get(id).map(|kept| kept.written.clone())
+    }
+
+    /// Keeps `written`, written from `outline` at `revision` of `id`, in
+    /// place of the document's last; the least recently read go while over
+    /// the budget. A read larger than the whole budget is not kept.
+    pub fn keep(&self, id: &str, revision: i64, outline: &Arc<Outline>, written: WrittenRead) {
+        let size = written.size();
         let Ok(mut shelf) = self.kept.lock() else {
             return;
         };
@@ -88,7 +98,7 @@ impl EncodedReads {
         let kept = Kept {
             revision,
             outline: Arc::downgrade(outline),
-            read,
+            written,
         };
         if let Some((_, old)) = shelf.reads.push(id.to_owned(), kept) {
             // Over the count of documents: the least recently read went.
@@ -115,37 +125,46 @@ impl Shelf {
 
     /// Counts out the bytes of `old`, taken off the shelf.
     fn let_go(&mut self, old: &Kept) {
-        self.bytes -= old.read.json().len();
+        self.bytes -= old.written.size();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use margin_decisions::{wire, Block, BlockIdentity, Digest};
 
-    fn read(revision: i64, padding: usize) -> EncodedRead {
+    /// A read of one block of `padding` letters at `revision`.
+    fn read(revision: i64, padding: usize) -> WrittenRead {
         let text = "x".repeat(padding);
-        EncodedRead::new(format!(
-            r#"{{"revision":{revision},"outline":[],"pad":"{text}"}}"#
-        ))
-        .expect("valid JSON")
+        let block = Block {
+            index: 0,
+            kind: Arc::from("paragraph"),
+            digest: Digest::of("paragraph", &text),
+            text: Arc::from(text),
+            identity: BlockIdentity {
+                client: 1,
+                clock: 0,
+            },
+        };
+        wire::encoded_read(revision, &Outline::from_blocks(vec![block]), None).expect("written")
     }
 
     #[test]
     fn a_kept_read_is_the_same_read_for_the_same_revision_and_outline() {
-        let reads = EncodedReads::new(1024);
+        let reads = EncodedReads::new(4096);
         let outline = Arc::new(Outline::default());
         let written = read(3, 10);
         reads.keep("d", 3, &outline, written.clone());
         let again = reads.get("d", 3, &outline).expect("kept");
-        assert_eq!(again, written);
+        assert_eq!(&again, written.read());
         // Shared, not copied.
-        assert!(std::ptr::eq(again.json(), written.json()));
+        assert!(std::ptr::eq(again.json(), written.read().json()));
     }
 
     #[test]
     fn a_kept_read_is_not_given_for_another_revision_outline_or_document() {
-        let reads = EncodedReads::new(1024);
+        let reads = EncodedReads::new(4096);
         let outline = Arc::new(Outline::default());
         reads.keep("d", 3, &outline, read(3, 10));
         assert!(reads.get("d", 4, &outline).is_none(), "another revision");
@@ -157,8 +176,22 @@ mod tests {
     }
 
     #[test]
+    fn the_last_read_of_a_document_is_given_to_write_the_next_from() {
+        let reads = EncodedReads::new(4096);
+        let outline = Arc::new(Outline::default());
+        assert!(reads.last("d").is_none());
+        let written = read(3, 10);
+        reads.keep("d", 3, &outline, written.clone());
+        let last = reads.last("d").expect("kept");
+        assert!(std::ptr::eq(last.read().json(), written.read().json()));
+        assert!(reads.last("e").is_none(), "another document");
+        reads.forget("d");
+        assert!(reads.last("d").is_none(), "forgotten");
+    }
+
+    #[test]
     fn the_least_recently_read_go_first_when_over_the_byte_budget() {
-        let one = read(1, 100).json().len();
+        let one = read(1, 100).size();
         let reads = EncodedReads::new(2 * one);
         let outline = Arc::new(Outline::default());
         reads.keep("a", 1, &outline, read(1, 100));
@@ -176,7 +209,7 @@ mod tests {
 
     #[test]
     fn a_read_larger_than_the_budget_is_not_kept() {
-        let reads = EncodedReads::new(50);
+        let reads = EncodedReads::new(read(1, 1).size() + 10);
         let outline = Arc::new(Outline::default());
         reads.keep("a", 1, &outline, read(1, 1));
         reads.keep("a", 2, &outline, read(2, 100));

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use std::num::NonZeroUsize;
 
+use margin_decisions::wire::WrittenRead;
 use margin_decisions::{Edit, Outline, DEFAULT_READS};
 use margin_protocol::chat::{ChatKind, ChatMessageView};
 use margin_protocol::decisions::EncodedRead;
@@ -331,16 +332,25 @@ impl Hub {
         self.inner.encoded_reads.get(id, revision, outline)
     }
 
-    /// Keeps `read`, the `read_document` output of `outline` at `revision`
-    /// of `id`, for the next reader of that revision.
+    /// The `read_document` output of `id` written last, whatever its
+    /// revision, if still kept: the next read is written from it.
+    pub fn last_encoded_read(&self, id: &str) -> Option<WrittenRead> {
+        self.inner.encoded_reads.last(id)
+    }
+
+    /// Keeps `written`, the `read_document` output of `outline` at
+    /// `revision` of `id`, for the next reader of that revision and the
+    /// next read written.
     pub fn keep_encoded_read(
         &self,
         id: &str,
         revision: i64,
         outline: &Arc<Outline>,
-        read: EncodedRead,
+        written: WrittenRead,
     ) {
-        self.inner.encoded_reads.keep(id, revision, outline, read);
+        self.inner
+            .encoded_reads
+            .keep(id, revision, outline, written);
     }
 
     /// Remembers that the Planner read `outline` at `revision` of `id`.

@@ -244,6 +244,12 @@ on_both_backends! {
         assert_eq!(after.revision, first.decode().unwrap().revision + 1);
         assert_eq!(&*after.outline[0].text, "typed");
         assert_eq!(after.outline.len(), PLAN.len() + 1);
+        // Written from the first read: the blocks it had are the same
+        // blocks, one place further on.
+        for (was, now) in first.decode().unwrap().outline.iter().zip(&after.outline[1..]) {
+            assert_eq!((was.index + 1, &was.text, &was.digest, &was.identity),
+                       (now.index, &now.text, &now.digest, &now.identity));
+        }
     }
 
     async fn edit_plan_at_a_stale_revision_changes_nothing(db) {
