@@ -87,41 +87,36 @@ mod support;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
-use margin_protocol::chat::{ChatMessageView, PostChat};
 use margin_protocol::decisions::{EditInput, EditPlanInput, ReadDocumentOutput};
-use margin_protocol::link::{
-    Capabilities, ClientMessage, PlannerView, ServerMessage, PROTOCOL_VERSION,
-};
+use margin_protocol::link::{Capabilities, ClientMessage, ServerMessage, PROTOCOL_VERSION};
 use margin_protocol::tools::ToolOutput;
 use serde_json::{json, Value};
-use tokio::net::{TcpListener, TcpStream};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tokio_util::sync::CancellationToken;
 
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
-
-/// Row labels.
-use support::accounts::{members, Member, Wanted};
+use support::accounts::{planners, Member};
 use support::cpu::{settle, CpuSnap, CpuUse, ServerCpu};
 use support::knobs::{env_or, require_open_files, under_cargo_bench, Parts};
+use support::machine::{
+    call, connect, frame, hello, keep_alive, next_message, send, tool_call, Frame, Ws, PATIENCE,
+};
 use support::margin::{margin_bin, Margin};
 use support::peers::{self, PeerProcess};
-use support::process::{loadavg, Mem, TcpCounters};
-use support::report::{paired, percentile, print_summary, ratio, table_head, ReportFrame};
+use support::planner::Api;
+use support::process::{loadavg, Mem, TcpCounters, ACCEPT_QUEUE};
+use support::report::{ms, paired, percentile, print_summary, ratio, table_head, ReportFrame};
 
+/// Row labels.
 const MARGIN_CLOSED: &str = "margin, doc not open";
 const MARGIN_OPEN: &str = "margin, doc open";
 const PEER: &str = "peer";
-/// How long any single expected answer may take before the bench gives up.
-const PATIENCE: Duration = Duration::from_secs(60);
 
 fn main() {
     if !under_cargo_bench("link") {
@@ -197,242 +192,6 @@ async fn run(config: Config) {
         many_links(&config, &mut report).await;
     }
     print_summary(&report.render());
-}
-
-// ---------------------------------------------------------------- setup
-
-/// Writes `count` accounts, each with a token, a paired machine and a
-/// document, into the store in `data` before any server runs on it.
-async fn prepare(data: &Path, prefix: &str, count: usize) -> Vec<Member> {
-    members(data, count, |i| {
-        let name = format!("{prefix}{i:05}");
-        Wanted {
-            machine: Some(format!("{name} laptop")),
-            document: Some(format!("{name}'s plan")),
-            name,
-        }
-    })
-    .await
-}
-
-// ---------------------------------------------------------------- HTTP
-
-/// Sends `request` (`method path`, for messages) and reads a JSON answer;
-/// a non-2xx status is an error carrying its body.
-async fn answer<T: serde::de::DeserializeOwned>(
-    request: reqwest::RequestBuilder,
-    method: &str,
-    path: &str,
-) -> Result<T, String> {
-    let response = request
-        .send()
-        .await
-        .map_err(|e| format!("{method} {path}: {e}"))?;
-    let status = response.status();
-    if !status.is_success() {
-        let body = response.text().await.unwrap_or_default();
-        return Err(format!("{method} {path}: {status} {body}"));
-    }
-    response
-        .json()
-        .await
-        .map_err(|e| format!("{method} {path}: {e}"))
-}
-
-struct Api {
-    base: String,
-    http: reqwest::Client,
-}
-
-impl Api {
-    fn new(addr: SocketAddr) -> Api {
-        Api {
-            base: format!("http://{addr}"),
-            http: reqwest::Client::new(),
-        }
-    }
-
-    async fn post<B: serde::Serialize, T: serde::de::DeserializeOwned>(
-        &self,
-        token: &str,
-        path: &str,
-        body: &B,
-    ) -> Result<T, String> {
-        let request = self.http.post(format!("{}{path}", self.base));
-        answer(request.bearer_auth(token).json(body), "POST", path).await
-    }
-
-    async fn get<T: serde::de::DeserializeOwned>(
-        &self,
-        token: &str,
-        path: &str,
-    ) -> Result<T, String> {
-        let request = self.http.get(format!("{}{path}", self.base));
-        answer(request.bearer_auth(token), "GET", path).await
-    }
-
-    async fn chat(
-        &self,
-        token: &str,
-        document: &str,
-        text: &str,
-    ) -> Result<ChatMessageView, String> {
-        self.post(
-            token,
-            &format!("/documents/{document}/chat"),
-            &PostChat { text: text.into() },
-        )
-        .await
-    }
-
-    async fn planner(&self, token: &str, document: &str) -> Result<PlannerView, String> {
-        self.get(token, &format!("/documents/{document}/planner"))
-            .await
-    }
-}
-
-// ---------------------------------------------------------------- the link client
-
-async fn connect(addr: SocketAddr, credential: Option<&str>) -> Result<Ws, String> {
-    let mut request = format!("ws://{addr}/machine")
-        .into_client_request()
-        .map_err(|e| format!("bad link URL: {e}"))?;
-    if let Some(credential) = credential {
-        request.headers_mut().insert(
-            "Authorization",
-            format!("Bearer {credential}")
-                .parse()
-                .map_err(|e| format!("bad credential header: {e}"))?,
-        );
-    }
-    // The machine side disables Nagle, as a latency-minded connector would;
-    // the servers' sockets are left as each server sets them.
-    let (ws, _) = tokio_tungstenite::connect_async_with_config(request, None, true)
-        .await
-        .map_err(|e| format!("link connect: {e}"))?;
-    Ok(ws)
-}
-
-async fn send(ws: &mut Ws, message: &ClientMessage) -> Result<(), String> {
-    let text = serde_json::to_string(message).map_err(|e| format!("serialising: {e}"))?;
-    ws.send(Message::text(text))
-        .await
-        .map_err(|e| format!("link write: {e}"))
-}
-
-/// What a frame from the server was.
-// One value per frame read, never stored: its size does not matter.
-#[allow(clippy::large_enum_variant)]
-enum Frame {
-    Message(ServerMessage, usize),
-    Closed(String),
-    Other,
-}
-
-fn frame(next: Option<Result<Message, tokio_tungstenite::tungstenite::Error>>) -> Frame {
-    match next {
-        Some(Ok(Message::Text(text))) => match serde_json::from_str::<ServerMessage>(text.as_str())
-        {
-            Ok(message) => Frame::Message(message, text.len()),
-            Err(e) => Frame::Closed(format!("server sent a malformed message ({e}): {text}")),
-        },
-        Some(Ok(Message::Close(close))) => Frame::Closed(match close {
-            Some(close) => format!("{} {}", u16::from(close.code), close.reason.as_str()),
-            None => "close without code".into(),
-        }),
-        Some(Ok(_)) => Frame::Other,
-        Some(Err(e)) => Frame::Closed(format!("error: {e}")),
-        None => Frame::Closed("eof".into()),
-    }
-}
-
-/// The next message that is not a heartbeat (heartbeats are answered).
-async fn next_message(ws: &mut Ws) -> Result<(ServerMessage, usize), String> {
-    tokio::time::timeout(PATIENCE, async {
-        loop {
-            match frame(ws.next().await) {
-                Frame::Message(ServerMessage::Heartbeat { seq }, _) => {
-                    send(ws, &ClientMessage::HeartbeatAck { seq }).await?;
-                }
-                Frame::Message(message, bytes) => return Ok((message, bytes)),
-                Frame::Closed(why) => return Err(format!("link closed: {why}")),
-                Frame::Other => {}
-            }
-        }
-    })
-    .await
-    .map_err(|_| "the server said nothing for 60 s".to_owned())?
-}
-
-async fn hello(ws: &mut Ws) -> Result<(), String> {
-    send(
-        ws,
-        &ClientMessage::Hello {
-            protocol_version: PROTOCOL_VERSION,
-            features: vec!["resumable-sessions".into()],
-            run_capacity: None,
-            manifest: None,
-        },
-    )
-    .await?;
-    match next_message(ws).await? {
-        (ServerMessage::Welcome { .. }, _) => Ok(()),
-        (other, _) => Err(format!("expected welcome, got {other:?}")),
-    }
-}
-
-fn tool_call(
-    session: &str,
-    turn: &str,
-    call_id: String,
-    name: &str,
-    arguments: Value,
-) -> ClientMessage {
-    ClientMessage::ToolCall {
-        session: session.into(),
-        turn: turn.into(),
-        call_id,
-        name: name.into(),
-        arguments,
-    }
-}
-
-/// One tool call, waited for: its output, or its refusal.
-async fn call(
-    ws: &mut Ws,
-    session: &str,
-    turn: &str,
-    name: &str,
-    arguments: Value,
-) -> Result<(Result<Value, String>, usize), String> {
-    let id = format!("setup-{name}-{}", CALLS.fetch_add(1, Ordering::Relaxed));
-    send(ws, &tool_call(session, turn, id.clone(), name, arguments)).await?;
-    loop {
-        match next_message(ws).await? {
-            (
-                ServerMessage::ToolResult {
-                    call_id,
-                    output,
-                    error,
-                    ..
-                },
-                bytes,
-            ) if call_id == id => {
-                return Ok((
-                    match (output, error) {
-                        (Some(output), _) => Ok(serde_json::to_value(&output).unwrap_or_default()),
-                        (None, Some(error)) => Err(format!("{}: {}", error.code, error.message)),
-                        (None, None) => Err("a tool-result with neither output nor error".into()),
-                    },
-                    bytes,
-                ))
-            }
-            (ServerMessage::Refusal { code, message, .. }, _) => {
-                return Err(format!("refused: {code}: {message}"))
-            }
-            _ => {}
-        }
-    }
 }
 
 // ---------------------------------------------------------------- the peer
@@ -517,40 +276,17 @@ fn peer_process() {
 /// second's busy share, in cores.
 async fn quiet(budget: Duration, turns: &mut [Turn]) -> f64 {
     let heartbeats = async {
-        futures_util::future::join_all(turns.iter_mut().map(answer_heartbeats)).await;
+        futures_util::future::join_all(turns.iter_mut().map(|turn| async {
+            let why = keep_alive(&mut turn.ws).await;
+            println!("  {} closed the link while idle: {why}", turn.server);
+        }))
+        .await;
         std::future::pending::<()>().await
     };
     tokio::select! {
         busy = settle(budget.as_secs_f64()) => busy,
         () = heartbeats => unreachable!("answering heartbeats never ends"),
     }
-}
-
-/// Keeps an idle turn's link alive until it closes.
-async fn answer_heartbeats(turn: &mut Turn) {
-    loop {
-        match frame(turn.ws.next().await) {
-            Frame::Message(ServerMessage::Heartbeat { seq }, _) => {
-                if send(&mut turn.ws, &ClientMessage::HeartbeatAck { seq })
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-            }
-            Frame::Closed(why) => {
-                println!("  {} closed the link while idle: {why}", turn.server);
-                return;
-            }
-            Frame::Message(..) | Frame::Other => {}
-        }
-    }
-}
-
-// ---------------------------------------------------------------- statistics
-
-fn ms(ns: u64) -> String {
-    format!("{:.3}", ns as f64 / 1e6)
 }
 
 // ---------------------------------------------------------------- part 1: round trips
@@ -567,24 +303,22 @@ struct RttRun {
     missing: usize,
     sent_rate: f64,
     achieved_rate: f64,
-    rtt_sorted: Vec<u64>,
-    lag_p99: u64,
-    lag_max: u64,
+    rtt_sorted: Vec<Duration>,
+    lag_p99: Duration,
+    lag_max: Duration,
     result_bytes: usize,
     cpu: CpuUse,
     load: String,
 }
 
 impl RttRun {
-    fn p(&self, p: f64) -> u64 {
+    fn p(&self, p: f64) -> Duration {
         percentile(&self.rtt_sorted, p)
     }
 
-    fn mean(&self) -> u64 {
-        if self.rtt_sorted.is_empty() {
-            return 0;
-        }
-        self.rtt_sorted.iter().sum::<u64>() / self.rtt_sorted.len() as u64
+    fn mean(&self) -> Duration {
+        let n = u32::try_from(self.rtt_sorted.len()).unwrap_or(u32::MAX);
+        self.rtt_sorted.iter().sum::<Duration>() / n.max(1)
     }
 
     fn server_us_per_call(&self) -> f64 {
@@ -593,15 +327,16 @@ impl RttRun {
 
     /// p50, p90, p99, p99.9, max and mean round trip, in ms.
     fn latencies(&self) -> [String; 6] {
-        let [p50, p90, p99, p999, max] = [50.0, 90.0, 99.0, 99.9, 100.0].map(|p| ms(self.p(p)));
-        [p50, p90, p99, p999, max, ms(self.mean())]
+        let [p50, p90, p99, p999, max] =
+            [50.0, 90.0, 99.0, 99.9, 100.0].map(|p| format!("{:.3}", ms(self.p(p))));
+        [p50, p90, p99, p999, max, format!("{:.3}", ms(self.mean()))]
     }
 
     fn line(&self) -> String {
         let [p50, p90, p99, p999, max, mean] = self.latencies();
         format!(
             "{} {:<14} rep {}: sent {} ({:.0}/s), results {} ({:.0}/s), refused {}, missing {}; \
-             rtt p50 {} p90 {} p99 {} p99.9 {} max {} mean {} ms; schedule lag p99 {} max {} ms; \
+             rtt p50 {} p90 {} p99 {} p99.9 {} max {} mean {} ms; schedule lag p99 {:.3} max {:.3} ms; \
              server CPU {:.0}% ({:.1} µs/call), client {:.0}%, other {:.0}%; result frame {} B; load {}",
             self.server,
             self.mode,
@@ -677,7 +412,7 @@ async fn paced(turn: &mut Turn, rate: u64, seconds: f64) -> RttRun {
                     let Some(sent) = call_index(run, &call_id).and_then(|k| sent_at.get(k).copied().flatten()) else {
                         continue;
                     };
-                    rtt.push((now - sent).as_nanos() as u64);
+                    rtt.push(now - sent);
                     last_result = now;
                     result_bytes = bytes;
                     if output.is_some() && error.is_none() { results += 1 } else { refused += 1 }
@@ -693,7 +428,7 @@ async fn paced(turn: &mut Turn, rate: u64, seconds: f64) -> RttRun {
                 let now = Instant::now();
                 while next < total && due(next) <= now {
                     let lagged = now.saturating_duration_since(due(next));
-                    lag.push(lagged.as_nanos() as u64);
+                    lag.push(lagged);
                     let message = tool_call(&turn.session, &turn.turn, call_id(run, next), "read_document", json!({}));
                     sent_at[next] = Some(Instant::now());
                     send(&mut turn.ws, &message).await.expect("tool-call write");
@@ -767,7 +502,7 @@ async fn closed_loop(turn: &mut Turn, seconds: f64, count: Option<usize>) -> Rtt
                     },
                     bytes,
                 ) if call_id == id => {
-                    rtt.push(at.elapsed().as_nanos() as u64);
+                    rtt.push(at.elapsed());
                     result_bytes = bytes;
                     if output.is_some() && error.is_none() {
                         results += 1
@@ -804,12 +539,26 @@ async fn closed_loop(turn: &mut Turn, seconds: f64, count: Option<usize>) -> Rtt
         sent_rate: sent as f64 / wall,
         achieved_rate: (results + refused) as f64 / wall,
         rtt_sorted: rtt,
-        lag_p99: 0,
-        lag_max: 0,
+        lag_p99: Duration::ZERO,
+        lag_max: Duration::ZERO,
         result_bytes,
         cpu,
         load: loadavg(),
     }
+}
+
+/// A new id for a setup call of `name`.
+fn setup_call_id(name: &str) -> String {
+    format!("setup-{name}-{}", CALLS.fetch_add(1, Ordering::Relaxed))
+}
+
+/// `read_document` in turn `live`, waited for: its output and frame size.
+async fn read_document(ws: &mut Ws, live: (&str, &str)) -> (Value, usize) {
+    let id = setup_call_id("read_document");
+    let (output, bytes) = call(ws, live, id, "read_document", json!({}))
+        .await
+        .expect("read_document");
+    (output.expect("read_document refused"), bytes)
 }
 
 /// Links `member`'s machine to Margin, starts a turn on its document with
@@ -848,11 +597,9 @@ async fn margin_turn(
             (other, _) => println!("  before invoke: {other:?}"),
         }
     };
-    let (read, _) = call(&mut ws, &session, &turn, "read_document", json!({}))
-        .await
-        .expect("read_document");
-    let read: ReadDocumentOutput =
-        serde_json::from_value(read.expect("read_document refused")).expect("read_document output");
+    let live = (session.as_str(), turn.as_str());
+    let (read, _) = read_document(&mut ws, live).await;
+    let read: ReadDocumentOutput = serde_json::from_value(read).expect("read_document output");
     let mut edits = vec![EditInput::Insert {
         after: None,
         kind: "heading".into(),
@@ -875,18 +622,15 @@ async fn margin_turn(
     };
     let (edited, _) = call(
         &mut ws,
-        &session,
-        &turn,
+        live,
+        setup_call_id("edit_plan"),
         "edit_plan",
         serde_json::to_value(&edit).expect("edit input"),
     )
     .await
     .expect("edit_plan");
     edited.unwrap_or_else(|r| panic!("edit_plan refused: {r}"));
-    let (output, bytes) = call(&mut ws, &session, &turn, "read_document", json!({}))
-        .await
-        .expect("read_document");
-    let output = output.expect("read_document refused");
+    let (output, bytes) = read_document(&mut ws, live).await;
     let turn = Turn {
         ws,
         session,
@@ -901,7 +645,7 @@ async fn round_trips(config: &Config, report: &mut Report) {
     println!("\n== part 1: tool-call round trip (read_document in a live turn) ==");
     let dir = tempfile::tempdir().expect("cannot make a temp dir");
     // Two accounts: one document nobody has open, one open in an "editor".
-    let members = prepare(dir.path(), "rtt", 2).await;
+    let members = planners(dir.path(), "rtt", 2).await;
     let margin = Margin::start(&config.bin, dir.path(), &[]).await;
     println!(
         "margin {} listening on {} (pid {})",
@@ -951,7 +695,7 @@ async fn round_trips(config: &Config, report: &mut Report) {
     for turn in turns.iter_mut() {
         let warm = closed_loop(turn, 0.0, Some(config.warmup)).await;
         println!(
-            "{} warm-up: {} calls, p50 {} ms",
+            "{} warm-up: {} calls, p50 {:.3} ms",
             turn.server,
             warm.results,
             ms(warm.p(50.0))
@@ -1103,14 +847,12 @@ struct Burst {
     failures: BTreeMap<String, usize>,
     /// Burst start → the last `welcome`.
     all_welcomed: Duration,
-    /// Connect → `welcome` per link, sorted (ns).
-    open_sorted: Vec<u64>,
-    /// The kernel's TCP counters during the burst (machine-wide):
-    /// `ListenOverflows`, `TCPReqQFullDoCookies`, `TCPSynRetrans`.
-    tcp: [u64; 3],
+    /// Connect → `welcome` per link, sorted.
+    open_sorted: Vec<Duration>,
+    /// The kernel's [`ACCEPT_QUEUE`] counters during the burst
+    /// (machine-wide).
+    tcp: [u64; ACCEPT_QUEUE.len()],
 }
-
-const TCP_COUNTERS: [&str; 3] = ["ListenOverflows", "TCPReqQFullDoCookies", "TCPSynRetrans"];
 
 /// Spawns one [`idle_machine`] per credential, all at once, and waits for
 /// every `welcome` (or failure). The tasks keep running until `stop`.
@@ -1122,7 +864,7 @@ async fn burst(
 ) -> (Burst, Vec<tokio::task::JoinHandle<bool>>) {
     let n = credentials.len();
     let (opened_tx, mut opened_rx) = tokio::sync::mpsc::unbounded_channel();
-    let tcp_before = TcpCounters::now(TCP_COUNTERS);
+    let tcp_before = TcpCounters::now(ACCEPT_QUEUE);
     let start = Instant::now();
     let tasks: Vec<_> = credentials
         .into_iter()
@@ -1143,7 +885,7 @@ async fn burst(
     for _ in 0..n {
         match tokio::time::timeout(PATIENCE, opened_rx.recv()).await {
             Ok(Some(Ok((took, since_start)))) => {
-                open.push(took.as_nanos() as u64);
+                open.push(took);
                 result.all_welcomed = result.all_welcomed.max(since_start);
             }
             Ok(Some(Err(e))) => {
@@ -1162,14 +904,14 @@ async fn burst(
     result.open_sorted = open;
     result.tcp = tcp_before.since().values;
     println!(
-        "{} of {n} links welcomed ({} failed) in {:?}; open p50 {} p99 {} max {} ms; TCP {:?}",
+        "{} of {n} links welcomed ({} failed) in {:?}; open p50 {:.3} p99 {:.3} max {:.3} ms; TCP {:?}",
         result.opened,
         result.failed,
         result.all_welcomed,
         ms(percentile(&result.open_sorted, 50.0)),
         ms(percentile(&result.open_sorted, 99.0)),
         ms(percentile(&result.open_sorted, 100.0)),
-        TCP_COUNTERS.iter().zip(result.tcp).collect::<Vec<_>>(),
+        ACCEPT_QUEUE.iter().zip(result.tcp).collect::<Vec<_>>(),
     );
     if !result.failures.is_empty() {
         println!("  failures: {:?}", result.failures);
@@ -1231,7 +973,7 @@ async fn many_links(config: &Config, report: &mut Report) {
     };
     let dir = tempfile::tempdir().expect("cannot make a temp dir");
     let setup = Instant::now();
-    let members = prepare(dir.path(), "m", n).await;
+    let members = planners(dir.path(), "m", n).await;
     result.setup = setup.elapsed();
     println!(
         "{n} accounts, machines and documents written in {:?}",
@@ -1503,7 +1245,7 @@ format!(
                 .filter(|r| r.mode.starts_with("paced"))
                 .map(|r| {
                     format!(
-                        "{} rep {}: p99 {} ms, max {} ms",
+                        "{} rep {}: p99 {:.3} ms, max {:.3} ms",
                         r.server,
                         r.rep,
                         ms(r.lag_p99),
@@ -1529,9 +1271,9 @@ format!(
                     m.rep,
                     m.server,
                     m.mode,
-                    ratio(m.p(50.0) as f64, p.p(50.0) as f64),
-                    ratio(m.p(99.0) as f64, p.p(99.0) as f64),
-                    ratio(m.p(100.0) as f64, p.p(100.0) as f64),
+                    ratio(ms(m.p(50.0)), ms(p.p(50.0))),
+                    ratio(ms(m.p(99.0)), ms(p.p(99.0))),
+                    ratio(ms(m.p(100.0)), ms(p.p(100.0))),
                     ratio(m.achieved_rate, p.achieved_rate),
                     ratio(m.server_us_per_call(), p.server_us_per_call()),
                 );
@@ -1548,13 +1290,6 @@ format!(
         if let Some(l) = &self.links {
             let n = l.burst.opened.max(1) as f64;
             let pn = l.peer.burst.opened.max(1) as f64;
-            let ratio = |a: f64, b: f64| {
-                if b > 0.0 {
-                    format!("{:.2}", a / b)
-                } else {
-                    "—".into()
-                }
-            };
             let _ = writeln!(
                 out,
                 "\n### {} machine links at once, one session each\n",
@@ -1586,10 +1321,10 @@ format!(
                 );
                 let _ = writeln!(
                     out,
-                    "| link open (connect → `welcome`) {name} | {} ms | {} ms | {} |",
+                    "| link open (connect → `welcome`) {name} | {:.3} ms | {:.3} ms | {} |",
                     ms(a),
                     ms(b),
-                    ratio(a as f64, b as f64)
+                    ratio(ms(a), ms(b))
                 );
             }
             let per = |a: u64, b: u64, n: f64| (a as f64 - b as f64) * 1024.0 / n;
@@ -1616,7 +1351,7 @@ format!(
                 "| closed before the end | {} | {} | |",
                 l.closed_during, l.peer.closed
             );
-            for (i, name) in TCP_COUNTERS.iter().enumerate() {
+            for (i, name) in ACCEPT_QUEUE.iter().enumerate() {
                 let _ = writeln!(
                     out,
                     "| kernel `{name}` during the burst | {} | {} | |",

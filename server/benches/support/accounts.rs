@@ -79,13 +79,25 @@ pub(crate) async fn owner(store: &Store, name: &str, document: Option<&str>) -> 
     .await
 }
 
+/// `count` accounts named `{prefix}{i:05}`, each with a token, a paired
+/// machine and a document, written to the SQLite store in `data` before
+/// any server runs on it: a Planner's setting, one account a machine (a
+/// document's Planner binds to its owner's machine).
+pub(crate) async fn planners(data: &Path, prefix: &str, count: usize) -> Vec<Member> {
+    members(data, count, |i| {
+        let name = format!("{prefix}{i:05}");
+        Wanted {
+            machine: Some(format!("{name} laptop")),
+            document: Some(format!("{name}'s plan")),
+            name,
+        }
+    })
+    .await
+}
+
 /// Makes `count` accounts (`wanted(i)` for the `i`th, a few at a time) in
 /// the SQLite store in `data`, and closes it so a server can open it.
-pub(crate) async fn members(
-    data: &Path,
-    count: usize,
-    wanted: impl Fn(usize) -> Wanted,
-) -> Vec<Member> {
+pub(crate) async fn members(data: &Path, count: usize, wanted: impl Fn(usize) -> Wanted) -> Vec<Member> {
     let url = Store::sqlite_url_in(data).expect("cannot create the bench's data folder");
     let store = Store::open(&url)
         .await

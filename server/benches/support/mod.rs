@@ -11,7 +11,8 @@
 //! | [`report`] | the report's first lines, percentiles, ratios, table heads |
 //! | [`margin`] | the binary under test; starting and stopping `margin serve` |
 //! | [`accounts`] | accounts, tokens, machines, documents written before a run |
-//! | [`planner`] | a Planner's machine link, its turns and tool calls; accounts, machines and documents over HTTP |
+//! | [`machine`] | a machine's link driven by hand: connect, `hello`, send, the next message, one tool call; split, with heartbeats answered |
+//! | [`planner`] | a Planner's machine link, its turns and tool calls; accounts, machines, documents, Chat and a document's Planner over HTTP |
 //! | [`peers`] | peer servers' runtime and listener, in or out of process |
 //! | [`sync`] | a y-websocket client on `yrs` |
 //! | [`postgres`] | a bench's own PostgreSQL schema |
@@ -19,6 +20,7 @@
 pub(crate) mod accounts;
 pub(crate) mod cpu;
 pub(crate) mod knobs;
+pub(crate) mod machine;
 pub(crate) mod margin;
 pub(crate) mod peers;
 pub(crate) mod planner;

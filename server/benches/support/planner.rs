@@ -1,7 +1,8 @@
 //! A Planner's side of a running server for the benches that call tools:
-//! accounts made with the binary's own CLI, machines and documents made
-//! over HTTP, documents filled through the tools' HTTP routes, and one
-//! machine link that starts turns and times tool calls by call id.
+//! accounts made with the binary's own CLI, the HTTP API (machines,
+//! documents, Chat, a document's Planner; documents filled through the
+//! tools' HTTP routes), and one machine link that starts turns and times
+//! tool calls by call id.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -10,14 +11,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
-use margin_protocol::chat::PostChat;
+use margin_protocol::chat::{ChatMessageView, PostChat};
 use margin_protocol::decisions::{EditInput, EditPlanInput, ReadDocumentOutput};
-use margin_protocol::link::{ClientMessage, ServerMessage, PROTOCOL_VERSION};
+use margin_protocol::link::{ClientMessage, PlannerView, ServerMessage};
+use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
+
+use super::machine::{hello_message, request};
 
 /// Most edits one `edit_plan` takes.
 const EDITS_PER_CALL: usize = 64;
@@ -71,6 +74,36 @@ impl Api {
             .json()
             .await
             .unwrap_or_else(|e| panic!("POST {path}'s answer: {e}"))
+    }
+
+    /// GETs `path` as `token`: the answer, or what went wrong (a status
+    /// that is not 2xx, with its body).
+    pub(crate) async fn get<T: DeserializeOwned>(
+        &self,
+        token: &str,
+        path: &str,
+    ) -> Result<T, String> {
+        let request = self.http.get(format!("{}{path}", self.base));
+        answer(request.bearer_auth(token), "GET", path).await
+    }
+
+    /// Posts `text` in `document`'s Chat; the message, or what went wrong.
+    pub(crate) async fn chat(
+        &self,
+        token: &str,
+        document: &str,
+        text: &str,
+    ) -> Result<ChatMessageView, String> {
+        let path = format!("/documents/{document}/chat");
+        let request = self.http.post(format!("{}{path}", self.base));
+        let body = PostChat { text: text.into() };
+        answer(request.bearer_auth(token).json(&body), "POST", &path).await
+    }
+
+    /// `document`'s Planner as its owner sees it.
+    pub(crate) async fn planner(&self, token: &str, document: &str) -> Result<PlannerView, String> {
+        self.get(token, &format!("/documents/{document}/planner"))
+            .await
     }
 
     /// POSTs `body` to `path` as `token`; the answer's string `field`.
@@ -131,6 +164,28 @@ impl Api {
     }
 }
 
+/// Sends `request` (`method path`, for messages) and reads a JSON answer;
+/// a status that is not 2xx is an error carrying its body.
+async fn answer<T: DeserializeOwned>(
+    request: reqwest::RequestBuilder,
+    method: &str,
+    path: &str,
+) -> Result<T, String> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| format!("{method} {path}: {e}"))?;
+    let status = response.status();
+    if !status.is_success() {
+        let body = response.text().await.unwrap_or_default();
+        return Err(format!("{method} {path}: {status} {body}"));
+    }
+    response
+        .json()
+        .await
+        .map_err(|e| format!("{method} {path}: {e}"))
+}
+
 /// A session's running turn.
 pub(crate) struct Turn {
     pub(crate) session: String,
@@ -153,13 +208,7 @@ pub(crate) struct Link {
 
 impl Link {
     pub(crate) async fn open(addr: SocketAddr, credential: &str) -> Link {
-        let mut request = format!("ws://{addr}/machine")
-            .into_client_request()
-            .expect("a link URL");
-        request.headers_mut().insert(
-            "Authorization",
-            format!("Bearer {credential}").parse().expect("a header"),
-        );
+        let request = request(addr, Some(credential)).expect("a link request");
         // Results may be larger than what a machine may send.
         let config = WebSocketConfig::default()
             .max_message_size(None)
@@ -221,14 +270,7 @@ impl Link {
                 }
             }
         });
-        link.out
-            .send(ClientMessage::Hello {
-                protocol_version: PROTOCOL_VERSION,
-                features: vec!["resumable-sessions".into()],
-                run_capacity: None,
-                manifest: None,
-            })
-            .expect("hello");
+        link.out.send(hello_message()).expect("hello");
         tokio::time::sleep(Duration::from_millis(200)).await;
         link
     }
@@ -241,17 +283,9 @@ impl Link {
         document: &str,
         prefix: &'static str,
     ) -> Turn {
-        let posted = api
-            .http
-            .post(format!("{}/documents/{document}/chat", api.base))
-            .bearer_auth(token)
-            .json(&PostChat {
-                text: "@planner read".into(),
-            })
-            .send()
+        api.chat(token, document, "@planner read")
             .await
-            .expect("chat");
-        assert_eq!(posted.status().as_u16(), 201);
+            .unwrap_or_else(|e| panic!("chat: {e}"));
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let notified = self.woken.notified();

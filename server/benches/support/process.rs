@@ -57,6 +57,16 @@ pub(crate) fn open_fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }
 
+/// The counters that show a full accept queue during a burst of
+/// connections: a SYN dropped (retried by the client a second later) or
+/// answered with a cookie.
+pub(crate) const ACCEPT_QUEUE: [&str; 4] = [
+    "ListenOverflows",
+    "ListenDrops",
+    "TCPReqQFullDoCookies",
+    "TCPSynRetrans",
+];
+
 /// Machine-wide `TcpExt` counters of `/proc/net/netstat` (such as
 /// `ListenOverflows`, `TCPSynRetrans`): a full accept queue shows there,
 /// not in any client's error.

@@ -20,7 +20,12 @@ pub(crate) fn percentile<T: Copy + Default>(sorted: &[T], p: f64) -> T {
 pub(crate) fn percentile_ms(samples: &[Duration], p: f64) -> f64 {
     let mut sorted = samples.to_vec();
     sorted.sort_unstable();
-    percentile(&sorted, p).as_secs_f64() * 1e3
+    ms(percentile(&sorted, p))
+}
+
+/// A duration in milliseconds, for a figure printed to any precision.
+pub(crate) fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
 }
 
 /// `a / b` to two places, `—` when `b` is not positive.
