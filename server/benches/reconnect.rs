@@ -76,35 +76,33 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::stream::{self, StreamExt};
-use futures_util::SinkExt;
 use margin_protocol::chat::{ChatKind, ChatList};
 use margin_protocol::link::{
     ClientMessage, HeldSession, PlannerView, ResumedSession, RunStatus, ServerMessage,
-    PROTOCOL_VERSION, RESUMABLE_SESSIONS,
+    RESUMABLE_SESSIONS,
 };
 use serde_json::json;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::MaybeTlsStream;
 use tokio_util::sync::CancellationToken;
 
 // Each bench uses part of the shared helpers.
 #[allow(dead_code)]
 mod support;
 
-use support::accounts::{members, Wanted};
+use support::accounts::planners;
 use support::cpu::{settle_process, CpuSnap, CpuUse, ServerCpu};
 use support::knobs::{env_or, require_open_files};
+use support::machine::{frame, hello, next_message, request, send, Frame, Ws};
 use support::margin::{margin_bin, Margin};
-use support::process::{loadavg, open_fds, status_kib, TcpCounters};
-use support::report::{percentile_ms, ratio, table_head};
+use support::planner::Api;
+use support::process::{loadavg, open_fds, rss_kib, status_kib, TcpCounters, ACCEPT_QUEUE};
+use support::report::{ms, percentile_ms, ratio, table_head};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 type Result<T, E = Error> = std::result::Result<T, E>;
-type Ws = WebSocketStream<TcpStream>;
 
 /// Chat's lines when a kept session's machine drops and comes back.
 const DISCONNECTED: &str =
@@ -147,29 +145,6 @@ impl Config {
     }
 }
 
-/// The server's resident memory, in MiB (0 when it cannot be read).
-fn rss_mib(pid: u32) -> f64 {
-    status_kib(pid, "VmRSS:").unwrap_or(0) as f64 / 1024.0
-}
-
-/// The kernel's counters that show a full accept queue, over a storm.
-const TCP_COUNTERS: [&str; 3] = ["ListenOverflows", "ListenDrops", "TCPSynRetrans"];
-const OVERFLOWS: usize = 0;
-const DROPS: usize = 1;
-const SYN_RETRANS: usize = 2;
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn p50(samples: &[Duration]) -> f64 {
-    percentile_ms(samples, 50.0)
-}
-
-fn p99(samples: &[Duration]) -> f64 {
-    percentile_ms(samples, 99.0)
-}
-
 // ---------------------------------------------------------------- machines
 
 /// What one machine saw across all its links.
@@ -207,13 +182,8 @@ struct Machine {
 /// N accounts, each with a token, a document and a paired machine, written
 /// straight into the store the server will open.
 async fn set_up(data: &std::path::Path, n: usize) -> Result<Vec<Machine>> {
-    let made = members(data, n, |i| Wanted {
-        name: format!("storm-{i}"),
-        machine: Some(format!("machine {i}")),
-        document: Some(format!("Storm plan {i}")),
-    })
-    .await;
-    Ok(made
+    Ok(planners(data, "storm-", n)
+        .await
         .into_iter()
         .map(|m| Machine {
             token: m.token,
@@ -225,35 +195,6 @@ async fn set_up(data: &std::path::Path, n: usize) -> Result<Vec<Machine>> {
 }
 
 // ---------------------------------------------------------------- links
-
-async fn send(ws: &mut Ws, message: &ClientMessage) -> Result<()> {
-    let text = serde_json::to_string(message)?;
-    ws.send(Message::Text(text.into())).await?;
-    Ok(())
-}
-
-/// The next message that is not a heartbeat (heartbeats are answered) or a
-/// credential renewal (the bench links well within the first credential's
-/// lifetime).
-async fn next_work(ws: &mut Ws) -> Result<ServerMessage> {
-    loop {
-        match ws.next().await {
-            Some(Ok(Message::Text(text))) => match serde_json::from_str(&text)? {
-                ServerMessage::Heartbeat { seq } => {
-                    send(ws, &ClientMessage::HeartbeatAck { seq }).await?;
-                }
-                ServerMessage::Credential { .. } => {}
-                other => return Ok(other),
-            },
-            Some(Ok(Message::Close(frame))) => {
-                return Err(format!("the server closed the link: {frame:?}").into())
-            }
-            Some(Ok(_)) => {}
-            Some(Err(e)) => return Err(e.into()),
-            None => return Err("the link ended".into()),
-        }
-    }
-}
 
 /// A TCP connection that a drop aborts (RST, no FIN, no close frame), with
 /// the machine link's upgrade done; when TCP connected and the upgrade was
@@ -267,11 +208,8 @@ async fn connect(
     let connected = t0.elapsed();
     tcp.set_zero_linger()?;
     tcp.set_nodelay(true)?;
-    let mut request = format!("ws://{addr}/machine").into_client_request()?;
-    request
-        .headers_mut()
-        .insert("Authorization", format!("Bearer {credential}").parse()?);
-    let (ws, _) = tokio_tungstenite::client_async(request, tcp).await?;
+    let request = request(addr, Some(credential))?;
+    let (ws, _) = tokio_tungstenite::client_async(request, MaybeTlsStream::Plain(tcp)).await?;
     Ok((ws, connected, t0.elapsed()))
 }
 
@@ -280,31 +218,15 @@ async fn connect(
 /// `cut` it drops the socket without a close frame.
 async fn planner(mut ws: Ws, seen: Arc<Seen>, cut: CancellationToken) {
     loop {
-        let frame = tokio::select! {
+        let next = tokio::select! {
             _ = cut.cancelled() => return,
-            frame = ws.next() => frame,
+            next = ws.next() => next,
         };
-        let text = match frame {
-            Some(Ok(Message::Text(text))) => text,
-            Some(Ok(Message::Close(frame))) => {
-                seen.note(format!("the server closed the link: {frame:?}"));
-                return;
-            }
-            Some(Ok(_)) => continue,
-            Some(Err(e)) => {
-                seen.note(format!("link error: {e}"));
-                return;
-            }
-            None => {
-                seen.note("the link ended".into());
-                return;
-            }
-        };
-        let answered = match serde_json::from_str::<ServerMessage>(&text) {
-            Ok(ServerMessage::Heartbeat { seq }) => {
+        let answered = match frame(next) {
+            Frame::Message(ServerMessage::Heartbeat { seq }, _) => {
                 send(&mut ws, &ClientMessage::HeartbeatAck { seq }).await
             }
-            Ok(ServerMessage::Invoke { session, turn, .. }) => {
+            Frame::Message(ServerMessage::Invoke { session, turn, .. }, _) => {
                 seen.invokes.fetch_add(1, Ordering::SeqCst);
                 {
                     let mut held = seen.session.lock().unwrap_or_else(|e| e.into_inner());
@@ -332,14 +254,14 @@ async fn planner(mut ws: Ws, seen: Arc<Seen>, cut: CancellationToken) {
                     Err(e) => Err(e),
                 }
             }
-            Ok(ServerMessage::Credential { .. }) => Ok(()),
-            Ok(other) => {
+            Frame::Message(ServerMessage::Credential { .. }, _) | Frame::Other => Ok(()),
+            Frame::Message(other, _) => {
                 seen.note(format!("unexpected: {other:?}"));
                 Ok(())
             }
-            Err(e) => {
-                seen.note(format!("a malformed message: {e}"));
-                Ok(())
+            Frame::Closed(why) => {
+                seen.note(format!("the link closed: {why}"));
+                return;
             }
         };
         if let Err(e) = answered {
@@ -369,20 +291,9 @@ async fn handshake(
     t0: Instant,
 ) -> Result<(Ws, Arrival)> {
     let (mut ws, connected, upgraded) = connect(addr, credential, t0).await?;
-    let hello = ClientMessage::Hello {
-        protocol_version: PROTOCOL_VERSION,
-        features: vec![RESUMABLE_SESSIONS.into()],
-        run_capacity: None,
-        manifest: None,
-    };
-    send(&mut ws, &hello).await?;
-    match next_work(&mut ws).await? {
-        ServerMessage::Welcome { capabilities, .. }
-            if capabilities
-                .features
-                .iter()
-                .any(|f| f == RESUMABLE_SESSIONS) => {}
-        other => return Err(format!("expected a resumable welcome, got {other:?}").into()),
+    let granted = hello(&mut ws).await?;
+    if !granted.features.iter().any(|f| f == RESUMABLE_SESSIONS) {
+        return Err(format!("expected a resumable welcome, got {granted:?}").into());
     }
     let welcome = t0.elapsed();
     let Some(session) = resume else {
@@ -406,8 +317,8 @@ async fn handshake(
         }],
     };
     send(&mut ws, &resume).await?;
-    match next_work(&mut ws).await? {
-        ServerMessage::Resumed { sessions, ended } => {
+    match next_message(&mut ws).await? {
+        (ServerMessage::Resumed { sessions, ended }, _) => {
             let done = t0.elapsed();
             Ok((
                 ws,
@@ -420,7 +331,7 @@ async fn handshake(
                 },
             ))
         }
-        other => Err(format!("expected resumed, got {other:?}").into()),
+        (other, _) => Err(format!("expected resumed, got {other:?}").into()),
     }
 }
 
@@ -456,9 +367,8 @@ struct StormFigures {
     welcome: Vec<Duration>,
     done: Vec<Duration>,
     cpu: CpuUse,
-    /// Machine-wide accept-queue counters over the storm.
-    /// [`TCP_COUNTERS`] over the storm.
-    tcp: [u64; 3],
+    /// The machine-wide [`ACCEPT_QUEUE`] counters over the storm.
+    tcp: Option<TcpCounters<{ ACCEPT_QUEUE.len() }>>,
 }
 
 impl StormFigures {
@@ -516,7 +426,7 @@ async fn storm(
     tokio::time::sleep(Duration::from_millis(300)).await;
     let cpu = ServerCpu::Process(server.pid);
     let mark = CpuSnap::take(cpu);
-    let tcp = TcpCounters::now(TCP_COUNTERS);
+    let tcp = TcpCounters::now(ACCEPT_QUEUE);
     let _ = go.send(Some(Instant::now()));
     let mut figures = StormFigures {
         machines: machines.len(),
@@ -549,7 +459,7 @@ async fn storm(
         }
     }
     figures.cpu = mark.since(cpu);
-    figures.tcp = tcp.since().values;
+    figures.tcp = Some(tcp.since());
     Ok((
         Links {
             cut,
@@ -562,43 +472,22 @@ async fn storm(
 
 // ---------------------------------------------------------------- HTTP
 
-struct Api {
-    base: String,
-    http: reqwest::Client,
+/// What the server shows of the machines, over its HTTP API,
+/// `concurrency` requests at a time.
+struct Views {
+    api: Api,
     concurrency: usize,
 }
 
-impl Api {
-    async fn get<T: serde::de::DeserializeOwned>(&self, token: &str, path: &str) -> Result<T> {
-        let response = self
-            .http
-            .get(format!("{}{path}", self.base))
-            .bearer_auth(token)
-            .send()
-            .await?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(format!("GET {path}: {status} {}", response.text().await?).into());
-        }
-        Ok(response.json().await?)
-    }
-
+impl Views {
     async fn view(&self, machine: &Machine) -> Result<PlannerView> {
-        self.get(
-            &machine.token,
-            &format!("/documents/{}/planner", machine.document),
-        )
-        .await
+        Ok(self.api.planner(&machine.token, &machine.document).await?)
     }
 
     /// (DISCONNECTED, RECONNECTED, other system lines) in the document's Chat.
     async fn system_lines(&self, machine: &Machine) -> Result<(usize, usize, Vec<String>)> {
-        let chat: ChatList = self
-            .get(
-                &machine.token,
-                &format!("/documents/{}/chat", machine.document),
-            )
-            .await?;
+        let path = format!("/documents/{}/chat", machine.document);
+        let chat: ChatList = self.api.get(&machine.token, &path).await?;
         let (mut down, mut back, mut other) = (0, 0, Vec::new());
         for message in chat.messages {
             if message.kind != ChatKind::System {
@@ -614,22 +503,9 @@ impl Api {
     }
 
     async fn say(&self, machine: &Machine, text: &str) -> Result<()> {
-        let path = format!("/documents/{}/chat", machine.document);
-        let response = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(&machine.token)
-            .json(&json!({ "text": text }))
-            .send()
+        self.api
+            .chat(&machine.token, &machine.document, text)
             .await?;
-        if response.status().as_u16() != 201 {
-            return Err(format!(
-                "POST {path}: {} {}",
-                response.status(),
-                response.text().await?
-            )
-            .into());
-        }
         Ok(())
     }
 
@@ -697,29 +573,37 @@ impl StormFigures {
     }
 
     fn json(&self) -> serde_json::Value {
-        json!({
+        let mut figures = json!({
             "machines": self.machines,
             "failed": self.failed,
             "errors": self.errors,
-            "connect_p50_ms": p50(&self.connected),
-            "connect_p99_ms": p99(&self.connected),
             "syn_retried": self.retried(),
-            "upgrade_p50_ms": p50(&self.upgraded),
-            "upgrade_p99_ms": p99(&self.upgraded),
-            "welcome_p50_ms": p50(&self.welcome),
-            "welcome_p99_ms": p99(&self.welcome),
-            "done_p50_ms": p50(&self.done),
-            "done_p99_ms": p99(&self.done),
-            "step_p50_ms": p50(&self.step()),
-            "step_p99_ms": p99(&self.step()),
             "wall_ms": ms(self.wall()),
             "server_cpu_ms": self.cpu.server * 1e3,
             "bench_cpu_ms": self.cpu.client * 1e3,
             "other_cpu_pct": self.cpu.other_share(),
-            "listen_overflows": self.tcp[OVERFLOWS],
-            "listen_drops": self.tcp[DROPS],
-            "syn_retransmits": self.tcp[SYN_RETRANS],
-        })
+            "listen_overflows": self.tcp("ListenOverflows"),
+            "listen_drops": self.tcp("ListenDrops"),
+            "syn_retransmits": self.tcp("TCPSynRetrans"),
+        });
+        let steps = self.step();
+        for (name, samples) in [
+            ("connect", &self.connected),
+            ("upgrade", &self.upgraded),
+            ("welcome", &self.welcome),
+            ("done", &self.done),
+            ("step", &steps),
+        ] {
+            for p in [50, 99] {
+                figures[format!("{name}_p{p}_ms")] = json!(percentile_ms(samples, f64::from(p)));
+            }
+        }
+        figures
+    }
+
+    /// Counter `name` of [`ACCEPT_QUEUE`] over the storm.
+    fn tcp(&self, name: &str) -> u64 {
+        self.tcp.map_or(0, |tcp| tcp.get(name))
     }
 
     /// The figures the running log and the table both show, formatted:
@@ -728,8 +612,13 @@ impl StormFigures {
     /// ms, bench CPU ms, other CPU, listen overflows.
     fn cells(&self) -> [String; 12] {
         let [connect, welcome, step, done] =
-            [&self.connected, &self.welcome, &self.step(), &self.done]
-                .map(|s| format!("{:.1} / {:.1}", p50(s), p99(s)));
+            [&self.connected, &self.welcome, &self.step(), &self.done].map(|s| {
+                format!(
+                    "{:.1} / {:.1}",
+                    percentile_ms(s, 50.0),
+                    percentile_ms(s, 99.0)
+                )
+            });
         [
             (self.machines - self.failed).to_string(),
             self.failed.to_string(),
@@ -742,7 +631,7 @@ impl StormFigures {
             format!("{:.0}", self.cpu.server * 1e3),
             format!("{:.0}", self.cpu.client * 1e3),
             self.cpu.other_pct(),
-            self.tcp[OVERFLOWS].to_string(),
+            self.tcp("ListenOverflows").to_string(),
         ]
     }
 
@@ -751,7 +640,7 @@ impl StormFigures {
             self.cells();
         eprintln!(
             "  {label}: {ok} ok, {failed} failed; TCP connect p50 / p99 {connect} ms ({retried} took a SYN retry); welcome {welcome} ms; resume step {step} ms; done {done} ms; all done {wall} ms; server CPU {server} ms, bench CPU {bench} ms, other {other}; listen overflows {overflows}, SYN retransmits {}",
-            self.tcp[SYN_RETRANS],
+            self.tcp("TCPSynRetrans"),
         );
         for e in &self.errors {
             eprintln!("    error: {e}");
@@ -773,7 +662,7 @@ struct Sample {
 fn sample(server: &Margin, label: impl Into<String>) -> Sample {
     let sample = Sample {
         label: label.into(),
-        rss: rss_mib(server.pid),
+        rss: rss_kib(server.pid).unwrap_or(0) as f64 / 1024.0,
         fds: open_fds(server.pid),
     };
     eprintln!(
@@ -829,11 +718,8 @@ async fn run() -> Result<bool> {
     eprintln!("set up {n} accounts, documents and machines in {setup:.1?}");
 
     let server = Margin::start_logging(&config.bin, data.path(), &[], &config.server_log).await;
-    let api = Api {
-        base: format!("http://{}", server.addr),
-        http: reqwest::Client::builder()
-            .pool_max_idle_per_host(config.http_concurrency)
-            .build()?,
+    let api = Views {
+        api: Api::new(server.addr),
         concurrency: config.http_concurrency,
     };
     let api = &api;
@@ -1086,8 +972,14 @@ async fn run() -> Result<bool> {
             "| {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {} |",
             i + 1,
             ratio(ms(r.resume.wall()), ms(r.fresh.wall())),
-            ratio(p50(&r.resume.done), p50(&r.fresh.done)),
-            ratio(p99(&r.resume.done), p99(&r.fresh.done)),
+            ratio(
+                percentile_ms(&r.resume.done, 50.0),
+                percentile_ms(&r.fresh.done, 50.0)
+            ),
+            ratio(
+                percentile_ms(&r.resume.done, 99.0),
+                percentile_ms(&r.fresh.done, 99.0)
+            ),
             ratio(r.resume.cpu.server, r.fresh.cpu.server),
             ms(r.noticed),
             ms(r.chat_said),
