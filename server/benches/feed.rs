@@ -106,38 +106,27 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::serve::ListenerExt;
-use futures_util::stream::SplitSink;
-use futures_util::{SinkExt, StreamExt};
-use margin_protocol::link::{
-    ClientMessage, RunStatus, ServerMessage, PROTOCOL_VERSION, RESUMABLE_SESSIONS,
-};
+use margin_protocol::link::{ClientMessage, RunStatus, ServerMessage};
 use margin_protocol::sessions::{SessionEvent, SessionRun};
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::sync::{broadcast, mpsc};
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use tokio::sync::broadcast;
+use tokio_tungstenite::tungstenite::Utf8Bytes;
 
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
-
-use support::accounts::{members, Wanted};
+use support::accounts::planners;
 use support::cpu::{settle, CpuSnap, CpuUse, ServerCpu};
 use support::knobs::{env_or, require_open_files, under_cargo_bench, Parts};
+use support::machine::{Machine, PATIENCE};
 use support::margin::{margin_bin, Margin};
 use support::peers;
+use support::planner::Api;
 use support::process::{loadavg, rss_kib};
-use support::report::{paired, percentile, print_summary, ratio, table_head, ReportFrame};
+use support::report::{ms, paired, percentile, print_summary, ratio, table_head, ReportFrame};
+use support::sse::Sse;
 
 const MARGIN: &str = "margin";
 const PEER: &str = "peer";
-/// How long a subscriber or a setup step waits in silence before giving up.
-const PATIENCE: Duration = Duration::from_secs(60);
 /// Most events the peer writes at once (Margin reads 1,000 from storage).
 const PEER_BATCH: usize = 1_000;
-/// Bytes a subscriber reads at a time.
-const READ_CHUNK: usize = 16 * 1024;
 
 fn main() {
     if !under_cargo_bench("feed") {
@@ -221,97 +210,7 @@ async fn run(config: Config) {
     print_summary(&report.render());
 }
 
-// ---------------------------------------------------------------- the server process
-
 // ---------------------------------------------------------------- the generator
-
-/// A machine link that writes run reports. A task reads what the server
-/// sends: it answers heartbeats and queues the rest in `inbox`.
-struct Machine {
-    sink: Arc<tokio::sync::Mutex<SplitSink<Ws, Message>>>,
-    inbox: mpsc::UnboundedReceiver<ServerMessage>,
-    reader: tokio::task::JoinHandle<()>,
-}
-
-impl Machine {
-    async fn connect(url: &str, credential: Option<&str>) -> Machine {
-        let mut request = url.into_client_request().expect("link URL");
-        if let Some(credential) = credential {
-            request.headers_mut().insert(
-                "Authorization",
-                format!("Bearer {credential}")
-                    .parse()
-                    .expect("credential header"),
-            );
-        }
-        // The machine disables Nagle, as a latency-minded connector would.
-        let (ws, _) = tokio_tungstenite::connect_async_with_config(request, None, true)
-            .await
-            .unwrap_or_else(|e| panic!("link to {url}: {e}"));
-        let (sink, mut stream) = ws.split();
-        let sink = Arc::new(tokio::sync::Mutex::new(sink));
-        let (queue, inbox) = mpsc::unbounded_channel();
-        let acks = sink.clone();
-        let reader = tokio::spawn(async move {
-            while let Some(Ok(message)) = stream.next().await {
-                let Message::Text(text) = message else {
-                    continue;
-                };
-                match serde_json::from_str::<ServerMessage>(text.as_str()) {
-                    Ok(ServerMessage::Heartbeat { seq }) => {
-                        let ack = serde_json::to_string(&ClientMessage::HeartbeatAck { seq })
-                            .expect("heartbeat-ack");
-                        if acks.lock().await.send(Message::text(ack)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Ok(message) => {
-                        let _ = queue.send(message);
-                    }
-                    Err(e) => println!("  the server sent a malformed link message ({e}): {text}"),
-                }
-            }
-        });
-        Machine {
-            sink,
-            inbox,
-            reader,
-        }
-    }
-
-    async fn send(&self, text: Utf8Bytes) {
-        self.sink
-            .lock()
-            .await
-            .send(Message::Text(text))
-            .await
-            .expect("link write");
-    }
-
-    async fn next(&mut self) -> ServerMessage {
-        tokio::time::timeout(PATIENCE, self.inbox.recv())
-            .await
-            .expect("the server said nothing on the link for 60 s")
-            .expect("the link closed")
-    }
-
-    /// Refusals received so far.
-    fn refusals(&mut self) -> Vec<String> {
-        let mut refusals = Vec::new();
-        while let Ok(message) = self.inbox.try_recv() {
-            if let ServerMessage::Refusal { code, message, .. } = message {
-                refusals.push(format!("{code}: {message}"));
-            }
-        }
-        refusals
-    }
-}
-
-impl Drop for Machine {
-    fn drop(&mut self) {
-        self.reader.abort();
-    }
-}
 
 /// When each report was written: nanoseconds since `epoch`, plus one (0:
 /// not yet).
@@ -344,8 +243,8 @@ impl Sent {
 /// How the generator wrote its reports.
 struct Generated {
     sent_rate: f64,
-    lag_p99: u64,
-    lag_max: u64,
+    lag_p99: Duration,
+    lag_max: Duration,
     last_sent: Instant,
 }
 
@@ -370,7 +269,7 @@ async fn generate(machine: &Machine, session: &str, sent: &Sent, rate: Option<u6
         None => {
             for (k, report) in reports.iter().cycle().take(total).enumerate() {
                 sent.mark(k);
-                machine.send(report.clone()).await;
+                machine.send_text(report.clone()).await;
             }
         }
         Some(rate) => {
@@ -381,9 +280,9 @@ async fn generate(machine: &Machine, session: &str, sent: &Sent, rate: Option<u6
                 tokio::time::sleep_until(due(k).into()).await;
                 let now = Instant::now();
                 while k < total && due(k) <= now {
-                    lag.push(now.saturating_duration_since(due(k)).as_nanos() as u64);
+                    lag.push(now.saturating_duration_since(due(k)));
                     sent.mark(k);
-                    machine.send(reports[k % 2].clone()).await;
+                    machine.send_text(reports[k % 2].clone()).await;
                     k += 1;
                 }
             }
@@ -407,7 +306,9 @@ async fn generate(machine: &Machine, session: &str, sent: &Sent, rate: Option<u6
 struct Target {
     server: &'static str,
     addr: SocketAddr,
-    token: Option<String>,
+    api: Api,
+    /// The account's token (the peer checks none).
+    token: String,
     session: String,
     /// The cursor before the first report.
     base: u64,
@@ -428,46 +329,16 @@ impl Target {
         // The account, its machine and its document, written before the
         // server opens the store (as `margin account add` and `margin
         // machine pair` do).
-        let account = members(data.path(), 1, |_| Wanted {
-            name: "feed".into(),
-            machine: Some("feed laptop".into()),
-            document: Some("Feed plan".into()),
-        })
-        .await
-        .remove(0);
+        let account = planners(data.path(), "feed", 1).await.remove(0);
         let credential = account.credential.expect("a machine");
         let document = account.document.expect("a document");
         let margin = Margin::start(&config.bin, data.path(), args).await;
-        let mut machine =
-            Machine::connect(&format!("ws://{}/machine", margin.addr), Some(&credential)).await;
-        let hello = ClientMessage::Hello {
-            protocol_version: PROTOCOL_VERSION,
-            features: vec![RESUMABLE_SESSIONS.into()],
-            run_capacity: None,
-            manifest: None,
-        };
-        machine
-            .send(serde_json::to_string(&hello).expect("hello").into())
-            .await;
-        match machine.next().await {
-            ServerMessage::Welcome { .. } => {}
-            other => panic!("expected welcome, got {other:?}"),
-        }
-        let posted = reqwest::Client::new()
-            .post(format!(
-                "http://{}/documents/{}/chat",
-                margin.addr, document
-            ))
-            .bearer_auth(&account.token)
-            .json(&json!({ "text": "@planner go" }))
-            .send()
+        let mut machine = Machine::connect(margin.addr, Some(&credential)).await;
+        machine.hello().await;
+        let api = Api::new(margin.addr);
+        api.chat(&account.token, &document, "@planner go")
             .await
-            .expect("chat post");
-        assert!(
-            posted.status().is_success(),
-            "chat post: {}",
-            posted.status()
-        );
+            .unwrap_or_else(|e| panic!("chat post: {e}"));
         let session = loop {
             if let ServerMessage::Invoke { session, .. } = machine.next().await {
                 break session;
@@ -476,7 +347,8 @@ impl Target {
         let mut target = Target {
             server: MARGIN,
             addr: margin.addr,
-            token: Some(account.token),
+            api,
+            token: account.token,
             session,
             base: 0,
             machine,
@@ -492,10 +364,11 @@ impl Target {
         Target {
             server: PEER,
             addr,
-            token: None,
+            api: Api::new(addr),
+            token: "peer".into(),
             session,
             base: 0,
-            machine: Machine::connect(&format!("ws://{addr}/machine"), None).await,
+            machine: Machine::connect(addr, None).await,
             cpu: ServerCpu::Peer,
             margin: None,
         }
@@ -504,23 +377,12 @@ impl Target {
     /// The snapshot's cursor once it is at least `at_least` and, when
     /// `settle`, the same on two reads 100 ms apart (polled every 10 ms).
     async fn cursor(&self, at_least: u64, settle: bool) -> u64 {
-        let http = reqwest::Client::new();
-        let url = format!("http://{}/sessions/{}", self.addr, self.session);
+        let path = format!("/sessions/{}", self.session);
         let deadline = Instant::now() + PATIENCE;
         let mut last = None;
         loop {
-            let mut request = http.get(&url);
-            if let Some(token) = &self.token {
-                request = request.bearer_auth(token);
-            }
-            let cursor = match request.send().await {
-                Ok(response) if response.status().is_success() => response
-                    .json::<Value>()
-                    .await
-                    .ok()
-                    .and_then(|v| v["cursor"].as_u64()),
-                _ => None,
-            };
+            let snapshot = self.api.get::<Value>(&self.token, &path).await;
+            let cursor = snapshot.ok().and_then(|v| v["cursor"].as_u64());
             if let Some(cursor) = cursor.filter(|c| *c >= at_least) {
                 if !settle || last == Some(cursor) {
                     return cursor;
@@ -567,155 +429,7 @@ impl Target {
     }
 }
 
-// ---------------------------------------------------------------- the SSE client
-
-/// One subscriber: an HTTP/1.1 GET on its own connection, its chunked body
-/// decoded into `text`, where frames are parsed from.
-struct Sse {
-    stream: TcpStream,
-    raw: Vec<u8>,
-    chunked: bool,
-    /// Body bytes left in the current chunk.
-    left: usize,
-    /// The CRLF after a chunk's data is still to come.
-    crlf: bool,
-    text: Vec<u8>,
-    ended: bool,
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-impl Sse {
-    async fn open(addr: SocketAddr, path: &str, token: Option<&str>) -> Result<Sse, String> {
-        let mut stream = TcpStream::connect(addr)
-            .await
-            .map_err(|e| format!("connect: {e}"))?;
-        let _ = stream.set_nodelay(true);
-        let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-        let request = format!(
-            "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n{auth}\r\n"
-        );
-        stream
-            .write_all(request.as_bytes())
-            .await
-            .map_err(|e| format!("request: {e}"))?;
-        let mut raw = Vec::with_capacity(READ_CHUNK);
-        let head = loop {
-            if let Some(at) = find(&raw, b"\r\n\r\n") {
-                break at;
-            }
-            if raw.len() > READ_CHUNK {
-                return Err("response head over 16 KiB".into());
-            }
-            raw.reserve(READ_CHUNK);
-            match stream.read_buf(&mut raw).await {
-                Ok(0) => return Err("closed before the response head".into()),
-                Ok(_) => {}
-                Err(e) => return Err(format!("response: {e}")),
-            }
-        };
-        let head_text = String::from_utf8_lossy(&raw[..head]).to_ascii_lowercase();
-        let status = head_text
-            .split_whitespace()
-            .nth(1)
-            .unwrap_or("?")
-            .to_owned();
-        if status != "200" {
-            return Err(format!(
-                "{status}: {}",
-                String::from_utf8_lossy(&raw[head + 4..])
-            ));
-        }
-        let chunked = head_text.contains("transfer-encoding: chunked");
-        raw.drain(..head + 4);
-        Ok(Sse {
-            stream,
-            raw,
-            chunked,
-            left: 0,
-            crlf: false,
-            text: Vec::with_capacity(READ_CHUNK),
-            ended: false,
-        })
-    }
-
-    async fn fill(&mut self) -> std::io::Result<usize> {
-        self.raw.reserve(READ_CHUNK);
-        self.stream.read_buf(&mut self.raw).await
-    }
-
-    /// Moves the body bytes read so far from `raw` to `text`.
-    fn dechunk(&mut self) -> Result<(), String> {
-        if !self.chunked {
-            self.text.extend_from_slice(&self.raw);
-            self.raw.clear();
-            return Ok(());
-        }
-        let mut at = 0;
-        loop {
-            if self.left > 0 {
-                let take = self.left.min(self.raw.len() - at);
-                self.text.extend_from_slice(&self.raw[at..at + take]);
-                at += take;
-                self.left -= take;
-                if self.left > 0 {
-                    break;
-                }
-                self.crlf = true;
-            }
-            if self.crlf {
-                if self.raw.len() - at < 2 {
-                    break;
-                }
-                at += 2;
-                self.crlf = false;
-            }
-            let Some(nl) = self.raw[at..].iter().position(|&b| b == b'\n') else {
-                break;
-            };
-            let line = String::from_utf8_lossy(&self.raw[at..at + nl]);
-            let hex = line.split(';').next().unwrap_or("").trim();
-            let size = usize::from_str_radix(hex, 16)
-                .map_err(|_| format!("bad chunk size line {line:?}"))?;
-            at += nl + 1;
-            if size == 0 {
-                self.ended = true;
-                break;
-            }
-            self.left = size;
-        }
-        self.raw.drain(..at);
-        Ok(())
-    }
-}
-
-/// Calls `on(id, event, data)` for each whole frame in `text` (comments
-/// give a frame with no id and no event) and drops them from it.
-fn frames(text: &mut Vec<u8>, mut on: impl FnMut(Option<u64>, &[u8], &[u8])) {
-    let (mut start, mut line) = (0, 0);
-    let (mut id, mut event, mut data) = (None, 0..0, 0..0);
-    while let Some(nl) = text[line..].iter().position(|&b| b == b'\n') {
-        let end = line + nl;
-        let content = &text[line..end];
-        if content.is_empty() {
-            on(id, &text[event.clone()], &text[data.clone()]);
-            (id, event, data) = (None, 0..0, 0..0);
-            start = end + 1;
-        } else if let Some(value) = content.strip_prefix(b"id: ") {
-            id = value.iter().try_fold(0u64, |n, &b| {
-                b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
-            });
-        } else if content.starts_with(b"event: ") {
-            event = line + 7..end;
-        } else if content.starts_with(b"data: ") {
-            data = line + 6..end;
-        }
-        line = end + 1;
-    }
-    text.drain(..start);
-}
+// ---------------------------------------------------------------- the subscribers
 
 /// What a subscriber expects: ids `first..=last`; with `sent`, the id
 /// `base + 1 + k` is report `k`, checked and timed.
@@ -757,17 +471,13 @@ async fn follow(mut sse: Sse, expect: Expect) -> Tally {
     let mut next = expect.first;
     // Body bytes that came with the response head are read first.
     let mut now = Instant::now();
-    if !sse.raw.is_empty() {
+    if sse.buffered() > 0 {
         tally.first_read = Some(now);
-        tally.bytes = sse.raw.len() as u64;
+        tally.bytes = sse.buffered() as u64;
     }
     loop {
-        if let Err(e) = sse.dechunk() {
-            tally.error = Some(e);
-            break;
-        }
         let mut resync = None;
-        frames(&mut sse.text, |id, event, data| {
+        let read = sse.frames(|id, event, data| {
             let Some(id) = id else {
                 if event == b"resync" {
                     resync = Some(String::from_utf8_lossy(data).into_owned());
@@ -799,6 +509,10 @@ async fn follow(mut sse: Sse, expect: Expect) -> Tally {
                 None => tally.untimed += 1,
             }
         });
+        if let Err(e) = read {
+            tally.error = Some(e);
+            break;
+        }
         if let Some(reason) = resync {
             tally.error = Some(format!("told to resync: {reason}"));
             break;
@@ -806,7 +520,7 @@ async fn follow(mut sse: Sse, expect: Expect) -> Tally {
         if next > expect.last {
             break;
         }
-        if sse.ended {
+        if sse.ended() {
             tally.error = Some("the stream ended".into());
             break;
         }
@@ -1001,12 +715,6 @@ fn start_peer() -> (SocketAddr, Arc<PeerState>) {
     (addr, shared)
 }
 
-// ---------------------------------------------------------------- statistics
-
-fn ms(d: Duration) -> String {
-    format!("{:.1}", d.as_secs_f64() * 1e3)
-}
-
 // ---------------------------------------------------------------- part 1: fan-out
 
 /// One fan-out run.
@@ -1020,8 +728,8 @@ struct FanRun {
     open_all: Duration,
     events: usize,
     sent_rate: f64,
-    lag_p99: u64,
-    lag_max: u64,
+    lag_p99: Duration,
+    lag_max: Duration,
     deliveries: u64,
     /// First report written → last event read by anyone.
     wall: Duration,
@@ -1055,9 +763,9 @@ impl FanRun {
     fn line(&self) -> String {
         let d = |us: u32| format!("{:.1}", f64::from(us) / 1e3);
         format!(
-            "{} {} rep {}: {} of {} subscribed in {} ms; sent {:.0}/s (lag p99 {:.1} max {:.1} ms); {} deliveries in {} ms = {:.0}/s ({:.0} events/s to all), drain {} ms; delay p50 {} p90 {} p99 {} p99.9 {} max {} mean {:.1} ms; complete {} of {}, missing {}, gaps {}, duplicates {}, wrong {}, untimed {}; {:.0} B/event; server CPU {:.0}% ({:.2} µs/delivery), client {:.0}%, other {}; server RSS {} KiB; load {}",
+            "{} {} rep {}: {} of {} subscribed in {:.1} ms; sent {:.0}/s (lag p99 {:.1} max {:.1} ms); {} deliveries in {:.1} ms = {:.0}/s ({:.0} events/s to all), drain {:.1} ms; delay p50 {} p90 {} p99 {} p99.9 {} max {} mean {:.1} ms; complete {} of {}, missing {}, gaps {}, duplicates {}, wrong {}, untimed {}; {:.0} B/event; server CPU {:.0}% ({:.2} µs/delivery), client {:.0}%, other {}; server RSS {} KiB; load {}",
             self.server, self.mode, self.rep, self.opened, self.subscribers, ms(self.open_all),
-            self.sent_rate, self.lag_p99 as f64 / 1e6, self.lag_max as f64 / 1e6, self.deliveries, ms(self.wall),
+            self.sent_rate, ms(self.lag_p99), ms(self.lag_max), self.deliveries, ms(self.wall),
             self.delivery_rate(), self.delivery_rate() / self.subscribers.max(1) as f64, ms(self.drain),
             d(self.delay[0]), d(self.delay[1]), d(self.delay[2]), d(self.delay[3]), d(self.delay[4]), self.mean_us / 1e3,
             self.complete, self.subscribers, self.missing, self.gaps, self.duplicates, self.wrong, self.untimed,
@@ -1108,7 +816,7 @@ async fn fan_out_run(config: &Config, target: &Target, rate: Option<u64>) -> Fan
     let path = format!("/sessions/{}/events?after={}", target.session, target.base);
     let began = Instant::now();
     let opened = futures_util::future::join_all(
-        (0..n).map(|_| Sse::open(target.addr, &path, target.token.as_deref())),
+        (0..n).map(|_| Sse::open(target.addr, &path, &target.token)),
     )
     .await;
     let open_all = began.elapsed();
@@ -1224,7 +932,7 @@ impl ReplayRun {
 
     fn line(&self) -> String {
         format!(
-            "{} {} (after {}) rep {}: {} reader(s), {} events in {} ms = {:.0}/s, {:.1} MB/s; per reader p50 {} ms, first byte p50 {} ms; complete {}, missing {}, gaps {}, duplicates {}{}; server CPU {:.0} ms",
+            "{} {} (after {}) rep {}: {} reader(s), {} events in {:.1} ms = {:.0}/s, {:.1} MB/s; per reader p50 {:.1} ms, first byte p50 {:.1} ms; complete {}, missing {}, gaps {}, duplicates {}{}; server CPU {:.0} ms",
             self.server, self.reader, self.after, self.rep, self.readers, self.received, ms(self.total), self.rate(),
             self.bytes as f64 / 1e6 / self.total.as_secs_f64().max(1e-9), ms(self.each), ms(self.first_byte),
             self.complete, self.missing, self.gaps, self.duplicates,
@@ -1265,7 +973,7 @@ async fn replays(config: &Config, peer: SocketAddr, report: &mut Report) {
             cpu: snap.since(target.cpu),
         };
         println!(
-            "  {}: {n} reports written in {} ms, all committed in {} ms ({:.0} events/s), last id {last}; server CPU {:.0} ms",
+            "  {}: {n} reports written in {:.1} ms, all committed in {:.1} ms ({:.0} events/s), last id {last}; server CPU {:.0} ms",
             target.server,
             ms(sent),
             ms(committed),
@@ -1326,7 +1034,7 @@ async fn replay_run(
             let (addr, path, token) = (target.addr, path.clone(), target.token.clone());
             let expect = expect.clone();
             tokio::spawn(async move {
-                match Sse::open(addr, &path, token.as_deref()).await {
+                match Sse::open(addr, &path, &token).await {
                     Ok(sse) => follow(sse, expect).await,
                     Err(e) => Tally {
                         error: Some(e),
@@ -1434,7 +1142,7 @@ format!(
         for r in &self.fan {
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {} / {} | {} | {} | {} | {} | {:.0}% | {:.2} | {:.0}% | {} | {} |",
+                "| {} | {} | {} | {:.1} | {:.0} | {:.0} | {:.0} | {:.1} | {:.1} | {} | {} | {} | {} | {} | {:.1} | {} / {} | {} | {} | {} | {} | {:.0}% | {:.2} | {:.0}% | {} | {} |",
                 r.rep, r.server, r.mode, ms(r.open_all), r.sent_rate, r.delivery_rate(),
                 r.delivery_rate() / r.subscribers.max(1) as f64, ms(r.wall), ms(r.drain),
                 d(r.delay[0]), d(r.delay[1]), d(r.delay[2]), d(r.delay[3]), d(r.delay[4]), r.mean_us / 1e3,
@@ -1493,7 +1201,7 @@ format!(
         for g in &self.generation {
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {:.0} | {:.2} |",
+                "| {} | {} | {:.1} | {:.1} | {:.0} | {:.2} |",
                 g.server,
                 g.events,
                 ms(g.sent),
@@ -1506,7 +1214,7 @@ format!(
         for r in &self.replay {
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.1} | {} / {} | {} | {} | {} | {:.0} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} | {:.1} | {} / {} | {} | {} | {} | {:.0} | {} |",
                 r.rep,
                 r.server,
                 r.reader,

@@ -97,7 +97,7 @@ pub(crate) async fn planners(data: &Path, prefix: &str, count: usize) -> Vec<Mem
 
 /// Makes `count` accounts (`wanted(i)` for the `i`th, a few at a time) in
 /// the SQLite store in `data`, and closes it so a server can open it.
-pub(crate) async fn members(data: &Path, count: usize, wanted: impl Fn(usize) -> Wanted) -> Vec<Member> {
+async fn members(data: &Path, count: usize, wanted: impl Fn(usize) -> Wanted) -> Vec<Member> {
     let url = Store::sqlite_url_in(data).expect("cannot create the bench's data folder");
     let store = Store::open(&url)
         .await

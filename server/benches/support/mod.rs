@@ -13,6 +13,7 @@
 //! | [`accounts`] | accounts, tokens, machines, documents written before a run |
 //! | [`machine`] | a machine's link driven by hand: connect, `hello`, send, the next message, one tool call; split, with heartbeats answered |
 //! | [`planner`] | a Planner's machine link, its turns and tool calls; accounts, machines, documents, Chat and a document's Planner over HTTP |
+//! | [`sse`] | an SSE client on a raw HTTP/1.1 connection: the response head, chunked decoding, frames |
 //! | [`peers`] | peer servers' runtime and listener, in or out of process |
 //! | [`sync`] | a y-websocket client on `yrs` |
 //! | [`postgres`] | a bench's own PostgreSQL schema |
@@ -27,4 +28,5 @@ pub(crate) mod planner;
 pub(crate) mod postgres;
 pub(crate) mod process;
 pub(crate) mod report;
+pub(crate) mod sse;
 pub(crate) mod sync;
