@@ -27,13 +27,14 @@
 //!    for every read), and open in one (a sync client keeps it loaded). Each
 //!    case runs paced (open loop: `RATE` calls/s for `SECONDS`; calls do not
 //!    wait for results) and unpaced (closed loop: one call in flight, for
-//!    `SECONDS`). The **peer** is a minimal tokio-tungstenite server in this
-//!    process (its own runtime, as many worker threads as CPUs, like
-//!    `margin`'s) that parses each `ClientMessage` and answers a `tool-call`
-//!    with a `tool-result` carrying the `read_document` output Margin gave,
-//!    so both send the same bytes: the floor cost of a WebSocket JSON round
-//!    trip on this machine. The client code is the same for all three, and
-//!    the runs alternate (every paced run, then every closed loop).
+//!    `SECONDS`). The **peer** (`support::link_peer`) is a minimal
+//!    tokio-tungstenite server in this process (its own runtime, as many
+//!    worker threads as CPUs, like `margin`'s) that parses each
+//!    `ClientMessage` and answers a `tool-call` with a `tool-result`
+//!    carrying the `read_document` output Margin gave, so both send the
+//!    same bytes: the floor cost of a WebSocket JSON round trip on this
+//!    machine. The client code is the same for all three, and the runs
+//!    alternate (every paced run, then every closed loop).
 //! 2. **Memory per idle machine with one session** and 3. **concurrent
 //!    links** (`PARTS` contains `links`): `LINKS` accounts, each with a paired
 //!    machine and a document, are written to the store before the server
@@ -92,18 +93,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
 use margin_protocol::decisions::{EditInput, EditPlanInput, ReadDocumentOutput};
-use margin_protocol::link::{Capabilities, ClientMessage, ServerMessage, PROTOCOL_VERSION};
-use margin_protocol::tools::ToolOutput;
+use margin_protocol::link::{ClientMessage, ServerMessage};
 use serde_json::{json, Value};
-use tokio::net::TcpListener;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
 
 use support::accounts::{planners, Member};
 use support::cpu::{settle, CpuSnap, CpuUse, ServerCpu};
 use support::knobs::{env_or, require_open_files, under_cargo_bench, Parts};
+use support::link_peer;
 use support::machine::{
     call, connect, frame, hello, keep_alive, next_message, send, tool_call, Frame, Ws, PATIENCE,
 };
@@ -123,7 +123,7 @@ fn main() {
         return;
     }
     if std::env::var("LINK_BENCH_PEER").is_ok_and(|v| v == "serve") {
-        peer_process();
+        link_peer::serve_as_child();
         return;
     }
     let config = Config::from_env();
@@ -192,82 +192,6 @@ async fn run(config: Config) {
         many_links(&config, &mut report).await;
     }
     print_summary(&report.render());
-}
-
-// ---------------------------------------------------------------- the peer
-
-/// The peer: a minimal tokio-tungstenite JSON server. `hello` → `welcome`,
-/// `tool-call` → `tool-result` with `output`; everything else is parsed and
-/// gets no answer.
-async fn serve_peer(listener: TcpListener, output: Arc<ToolOutput>) {
-    // Margin's listener leaves Nagle on (axum's default); so does the peer,
-    // unless PEER_NODELAY=1.
-    let nodelay = peers::nodelay();
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
-        };
-        if nodelay {
-            let _ = stream.set_nodelay(true);
-        }
-        let output = output.clone();
-        tokio::spawn(async move {
-            let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
-                return;
-            };
-            while let Some(Ok(message)) = ws.next().await {
-                let Message::Text(text) = message else {
-                    continue;
-                };
-                let answer = match serde_json::from_str::<ClientMessage>(text.as_str()) {
-                    Ok(ClientMessage::Hello { .. }) => ServerMessage::Welcome {
-                        protocol_version: PROTOCOL_VERSION,
-                        machine: "peer".into(),
-                        capabilities: Capabilities::default(),
-                    },
-                    Ok(ClientMessage::ToolCall {
-                        session,
-                        turn,
-                        call_id,
-                        ..
-                    }) => ServerMessage::ToolResult {
-                        session,
-                        turn,
-                        call_id,
-                        output: Some(ToolOutput::clone(&output)),
-                        error: None,
-                    },
-                    Ok(ClientMessage::Detach {}) => break,
-                    // Acks, replies and anything malformed: parsed, no answer.
-                    Ok(_) | Err(_) => continue,
-                };
-                let Ok(text) = serde_json::to_string(&answer) else {
-                    break;
-                };
-                if ws.send(Message::text(text)).await.is_err() {
-                    break;
-                }
-            }
-        });
-    }
-}
-
-/// Starts the peer on its own runtime in this process (as many worker
-/// threads as CPUs, like `margin`'s); returns its address.
-fn start_peer(output: Value) -> SocketAddr {
-    let output: ToolOutput = serde_json::from_value(output).expect("a tool output");
-    peers::spawn(move |listener| serve_peer(listener, Arc::new(output)))
-}
-
-/// `LINK_BENCH_PEER=serve`: this binary as a peer *process*, so its memory
-/// can be read on its own (part 3's peer figure). Prints its address and
-/// serves until stdin closes.
-fn peer_process() {
-    let empty = ToolOutput::ReadDocument(ReadDocumentOutput {
-        revision: 0,
-        outline: Vec::new(),
-    });
-    peers::serve_as_child(|listener| serve_peer(listener, Arc::new(empty)));
 }
 
 /// Waits (up to `budget`) until the machine has been nearly idle for a
@@ -680,7 +604,7 @@ async fn round_trips(config: &Config, report: &mut Report) {
     report.rtt_doc = format!("{blocks} blocks, tool-result frame {bytes} bytes");
 
     // The peer answers with the same output, so the same bytes.
-    let peer_addr = start_peer(output);
+    let peer_addr = link_peer::start(output);
     let mut peer_ws = connect(peer_addr, None).await.expect("link to the peer");
     hello(&mut peer_ws).await.expect("the peer's welcome");
     let peer = Turn {

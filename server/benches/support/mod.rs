@@ -15,12 +15,16 @@
 //! | [`planner`] | a Planner's machine link, its turns and tool calls; accounts, machines, documents, Chat and a document's Planner over HTTP |
 //! | [`sse`] | an SSE client on a raw HTTP/1.1 connection: the response head, chunked decoding, frames |
 //! | [`peers`] | peer servers' runtime and listener, in or out of process |
+//! | [`feed_peer`] | the feed bench's peer: `run` reports in, `run_updated` frames out over SSE, from a cursor or live |
+//! | [`link_peer`] | the link bench's peer: `welcome`, and one fixed `tool-result` for every call |
 //! | [`sync`] | a y-websocket client on `yrs` |
 //! | [`postgres`] | a bench's own PostgreSQL schema |
 
 pub(crate) mod accounts;
 pub(crate) mod cpu;
+pub(crate) mod feed_peer;
 pub(crate) mod knobs;
+pub(crate) mod link_peer;
 pub(crate) mod machine;
 pub(crate) mod margin;
 pub(crate) mod peers;

@@ -1,7 +1,8 @@
 //! The peer servers a bench measures Margin against: the runtime, listener
 //! and socket options they share, in this process (its CPU told apart by
 //! its threads' name) or as a child process (its memory read on its own).
-//! What a peer answers is the bench's own scenario and stays in the bench.
+//! What a peer answers is in a module of its own ([`super::link_peer`],
+//! [`super::feed_peer`]).
 
 use std::future::Future;
 use std::net::SocketAddr;
