@@ -111,6 +111,7 @@ use support::peers;
 use support::planner::Api;
 use support::process::{loadavg, rss_kib};
 use support::report::{ms, paired, percentile, print_summary, ratio, table_head, ReportFrame};
+use support::schedule::Schedule;
 use support::sse::Sse;
 
 const MARGIN: &str = "margin";
@@ -252,7 +253,7 @@ async fn generate(machine: &Machine, session: &str, sent: &Sent, rate: Option<u6
     };
     let reports = [report(RunStatus::Running), report(RunStatus::Paused)];
     let total = sent.at.len();
-    let mut lag = Vec::with_capacity(total);
+    let mut lag = (Duration::ZERO, Duration::ZERO);
     match rate {
         None => {
             for (k, report) in reports.iter().cycle().take(total).enumerate() {
@@ -261,29 +262,25 @@ async fn generate(machine: &Machine, session: &str, sent: &Sent, rate: Option<u6
             }
         }
         Some(rate) => {
-            let start = Instant::now() + Duration::from_millis(2);
-            let due = |k: usize| start + Duration::from_secs_f64(k as f64 / rate as f64);
-            let mut k = 0;
-            while k < total {
-                tokio::time::sleep_until(due(k).into()).await;
+            let mut schedule = Schedule::new(rate, total, Duration::from_millis(2));
+            while !schedule.done() {
+                tokio::time::sleep_until(schedule.due().into()).await;
                 let now = Instant::now();
-                while k < total && due(k) <= now {
-                    lag.push(now.saturating_duration_since(due(k)));
+                while let Some(k) = schedule.take(now) {
                     sent.mark(k);
                     machine.send_text(reports[k % 2].clone()).await;
-                    k += 1;
                 }
             }
+            lag = schedule.lag();
         }
     }
     let last_sent = Instant::now();
-    lag.sort_unstable();
     let first = sent.at(0).unwrap_or(last_sent);
     Generated {
         sent_rate: total.saturating_sub(1).max(1) as f64
             / (last_sent - first).as_secs_f64().max(1e-9),
-        lag_p99: percentile(&lag, 99.0),
-        lag_max: percentile(&lag, 100.0),
+        lag_p99: lag.0,
+        lag_max: lag.1,
         last_sent,
     }
 }

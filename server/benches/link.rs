@@ -112,6 +112,7 @@ use support::peers::{self, PeerProcess};
 use support::planner::Api;
 use support::process::{loadavg, Mem, TcpCounters, ACCEPT_QUEUE};
 use support::report::{ms, paired, percentile, print_summary, ratio, table_head, ReportFrame};
+use support::schedule::Schedule;
 
 /// Row labels.
 const MARGIN_CLOSED: &str = "margin, doc not open";
@@ -315,19 +316,17 @@ fn call_index(run: u64, call_id: &str) -> Option<usize> {
 /// came back; round trip = write → matching result read.
 async fn paced(turn: &mut Turn, rate: u64, seconds: f64) -> RttRun {
     let total = ((rate as f64) * seconds).round().max(1.0) as usize;
-    let period = 1.0 / rate as f64;
     let mut sent_at: Vec<Option<Instant>> = vec![None; total];
     let mut rtt = Vec::with_capacity(total);
-    let mut lag = Vec::with_capacity(total);
-    let (mut next, mut results, mut refused, mut result_bytes) = (0usize, 0usize, 0usize, 0usize);
+    let (mut results, mut refused, mut result_bytes) = (0usize, 0usize, 0usize);
     let run = CALLS.fetch_add(1, Ordering::Relaxed);
     let mut last_result = Instant::now();
     let snap = CpuSnap::take(turn.cpu);
-    let start = Instant::now() + Duration::from_millis(5);
-    let due = |k: usize| start + Duration::from_secs_f64(k as f64 * period);
+    let mut schedule = Schedule::new(rate, total, Duration::from_millis(5));
+    let start = schedule.start();
     let mut last_sent = start;
     while results + refused < total {
-        let next_due = due(next.min(total - 1));
+        let next_due = schedule.due();
         tokio::select! {
             biased;
             next_frame = turn.ws.next() => match frame(next_frame) {
@@ -348,19 +347,16 @@ async fn paced(turn: &mut Turn, rate: u64, seconds: f64) -> RttRun {
                 Frame::Closed(why) => panic!("{} closed the link during the paced run: {why}", turn.server),
                 Frame::Other => {}
             },
-            _ = tokio::time::sleep_until(next_due.into()), if next < total => {
+            _ = tokio::time::sleep_until(next_due.into()), if !schedule.done() => {
                 let now = Instant::now();
-                while next < total && due(next) <= now {
-                    let lagged = now.saturating_duration_since(due(next));
-                    lag.push(lagged);
-                    let message = tool_call(&turn.session, &turn.turn, call_id(run, next), "read_document", json!({}));
-                    sent_at[next] = Some(Instant::now());
+                while let Some(k) = schedule.take(now) {
+                    let message = tool_call(&turn.session, &turn.turn, call_id(run, k), "read_document", json!({}));
+                    sent_at[k] = Some(Instant::now());
                     send(&mut turn.ws, &message).await.expect("tool-call write");
                     last_sent = Instant::now();
-                    next += 1;
                 }
             }
-            _ = tokio::time::sleep(Duration::from_secs(30)), if next == total => {
+            _ = tokio::time::sleep(Duration::from_secs(30)), if schedule.done() => {
                 println!("  {}: no result for 30 s; {} missing", turn.server, total - results - refused);
                 break;
             }
@@ -368,8 +364,8 @@ async fn paced(turn: &mut Turn, rate: u64, seconds: f64) -> RttRun {
     }
     let cpu = snap.since(turn.cpu);
     rtt.sort_unstable();
-    lag.sort_unstable();
-    let first = start;
+    let (lag_p99, lag_max) = schedule.lag();
+    let (first, next) = (start, schedule.sent());
     RttRun {
         server: turn.server.clone(),
         mode: format!("paced {rate}/s"),
@@ -381,8 +377,8 @@ async fn paced(turn: &mut Turn, rate: u64, seconds: f64) -> RttRun {
         sent_rate: (next as f64 - 1.0).max(1.0) / (last_sent - first).as_secs_f64().max(1e-9),
         achieved_rate: (results + refused) as f64 / (last_result - first).as_secs_f64().max(1e-9),
         rtt_sorted: rtt,
-        lag_p99: percentile(&lag, 99.0),
-        lag_max: percentile(&lag, 100.0),
+        lag_p99,
+        lag_max,
         result_bytes,
         cpu,
         load: loadavg(),

@@ -9,6 +9,7 @@
 //! | [`cpu`] | `/proc` CPU: server, client, peer, other; waiting for quiet |
 //! | [`process`] | `/proc` memory, fds, TCP counters, load average, limits |
 //! | [`report`] | the report's first lines, percentiles, ratios, table heads |
+//! | [`schedule`] | an open loop: item `k` due at `start + k / rate`, and how late each went out |
 //! | [`margin`] | the binary under test; starting and stopping `margin serve` |
 //! | [`accounts`] | accounts, tokens, machines, documents written before a run |
 //! | [`machine`] | a machine's link driven by hand: connect, `hello`, send, the next message, one tool call; split, with heartbeats answered |
@@ -32,5 +33,6 @@ pub(crate) mod planner;
 pub(crate) mod postgres;
 pub(crate) mod process;
 pub(crate) mod report;
+pub(crate) mod schedule;
 pub(crate) mod sse;
 pub(crate) mod sync;
