@@ -67,6 +67,9 @@
 //! | `SERVER_LOG` | `warn` | `RUST_LOG` for the server; WARN/ERROR lines are counted |
 //! | `JSON` | unset | also write every figure as JSON to this file |
 //! | `HOLD_SECS` | 0 | at the end, keep the links open this long (to inspect the server) |
+//!
+//! Only `cargo bench` runs it (it is not a test; `cargo test --benches` skips
+//! it).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -94,9 +97,10 @@ mod support;
 
 use support::accounts::planners;
 use support::cpu::{settle_process, CpuSnap, CpuUse, ServerCpu};
-use support::knobs::{env_or, require_open_files};
+use support::knobs::{env_or, require_open_files, under_cargo_bench};
 use support::machine::{frame, hello, next_message, request, send, Frame, Ws};
 use support::margin::{margin_bin, Margin};
+use support::peers;
 use support::planner::Api;
 use support::process::{loadavg, open_fds, rss_kib, status_kib, TcpCounters, ACCEPT_QUEUE};
 use support::report::{ms, percentile_ms, ratio, table_head};
@@ -683,9 +687,11 @@ struct Round {
 
 // ---------------------------------------------------------------- the run
 
-#[tokio::main]
-async fn main() {
-    match run().await {
+fn main() {
+    if !under_cargo_bench("reconnect") {
+        return;
+    }
+    match peers::client_runtime().block_on(run()) {
         Ok(true) => {}
         Ok(false) => {
             eprintln!("reconnect storm: FAILED checks (see above)");
