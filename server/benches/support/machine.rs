@@ -187,16 +187,14 @@ pub(crate) async fn call(
 ) -> Result<(Result<Value, String>, usize), String> {
     send(ws, &tool_call(session, turn, id.clone(), name, arguments)).await?;
     loop {
-        match next_message(ws).await? {
-            (
-                ServerMessage::ToolResult {
-                    call_id,
-                    output,
-                    error,
-                    ..
-                },
-                bytes,
-            ) if call_id == id => {
+        let (message, bytes) = next_message(ws).await?;
+        match message {
+            ServerMessage::ToolResult {
+                call_id,
+                output,
+                error,
+                ..
+            } if call_id == id => {
                 let output = match (output, error) {
                     (Some(output), _) => Ok(serde_json::to_value(&output).unwrap_or_default()),
                     (None, Some(error)) => Err(format!("{}: {}", error.code, error.message)),
@@ -204,7 +202,7 @@ pub(crate) async fn call(
                 };
                 return Ok((output, bytes));
             }
-            (ServerMessage::Refusal { code, message, .. }, _) => {
+            ServerMessage::Refusal { code, message, .. } => {
                 return Err(format!("refused: {code}: {message}"))
             }
             _ => {}
