@@ -3,6 +3,7 @@
 //! journal go through the same fold, so they cannot disagree.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use margin_protocol::chat::ChatMessageView;
 use margin_protocol::decisions::AnswerBody;
@@ -64,9 +65,12 @@ pub(super) struct Turn {
     /// A repair turn's withheld questions.
     pub repair: Vec<String>,
     /// The distinct cards its decision calls captured that still hold
-    /// their question (SPEC T2).
+    /// their question (SPEC T2). Shared between copies of the state: the
+    /// driver copies the session at every step (a step is applied to a copy
+    /// and kept once committed), and a long turn's cards run to thousands,
+    /// so they are copied only by a step that changes them (issue #16).
     #[serde(default)]
-    pub cards: BTreeSet<CardId>,
+    pub cards: Arc<BTreeSet<CardId>>,
     /// How many calls it made.
     pub made: usize,
     /// Its calls, oldest first (the newest [`REMEMBERED_CALLS`] finished
@@ -197,7 +201,7 @@ impl State {
                     id: turn.clone(),
                     messages,
                     repair: repair.clone(),
-                    cards: BTreeSet::new(),
+                    cards: Arc::default(),
                     made: 0,
                     calls: VecDeque::new(),
                 });
@@ -247,7 +251,9 @@ impl State {
                             ));
                         }
                     }
-                    turn.cards.extend(cards.iter().cloned());
+                    if cards.iter().any(|card| !turn.cards.contains(card)) {
+                        Arc::make_mut(&mut turn.cards).extend(cards.iter().cloned());
+                    }
                     forget_old_calls(turn);
                 }
                 self.requests.extend(opened.iter().cloned());
@@ -291,7 +297,9 @@ impl State {
             }
             Entry::CardDiscarded { card } => {
                 if let Some(turn) = self.turn.as_mut() {
-                    turn.cards.remove(card);
+                    if turn.cards.contains(card) {
+                        Arc::make_mut(&mut turn.cards).remove(card);
+                    }
                 }
             }
             Entry::AnswerReceived { request } => {
@@ -460,5 +468,83 @@ fn end(attempts: &mut Attempts, attempt: AttemptId, ending: Ending) {
     let _ = attempts.handle_ended(attempt, ending);
     if ending == Ending::Completed {
         let _ = attempts.handle_accept(attempt);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::journal::StoredResult;
+
+    fn record(seq: u64, entry: Entry) -> Record {
+        Record {
+            seq,
+            at: Millis(seq),
+            entry,
+        }
+    }
+
+    fn finished(call: &str, cards: &[&str]) -> Entry {
+        Entry::CallFinished {
+            call: CallId::from(call),
+            tool: ToolName::OpenDecisions,
+            result: StoredResult::NotKept { bytes: 0 },
+            cards: cards.iter().map(|&c| CardId::from(c)).collect(),
+            opened: Vec::new(),
+        }
+    }
+
+    fn cards(state: &State) -> &Arc<BTreeSet<CardId>> {
+        &state.turn.as_ref().expect("a turn").cards
+    }
+
+    #[test]
+    fn a_copy_of_the_state_shares_its_turns_cards_until_a_step_changes_them() {
+        let start = Start {
+            session: "s".into(),
+            document: "d".into(),
+            account: "a".into(),
+            machine: "m".into(),
+            machine_name: "laptop".into(),
+            planning: false,
+            run_capacity: 1,
+        };
+        let mut state = State::new(&start, 0, Millis(0), Timing::default());
+        let turn = Entry::TurnStarted {
+            turn: TurnId::from("t1"),
+            repair: Vec::new(),
+        };
+        state.apply(&record(1, turn));
+        state.apply(&record(2, finished("c1", &["card-1", "card-2"])));
+
+        // A step that captures no new card keeps sharing them.
+        let mut next = state.clone();
+        next.apply(&record(3, finished("c2", &["card-1"])));
+        assert!(Arc::ptr_eq(cards(&state), cards(&next)));
+
+        // One that does copies them once; the state it was copied from
+        // keeps its own.
+        next.apply(&record(4, finished("c3", &["card-3"])));
+        assert!(!Arc::ptr_eq(cards(&state), cards(&next)));
+        assert_eq!((cards(&state).len(), cards(&next).len()), (2, 3));
+
+        let mut discarded = next.clone();
+        discarded.apply(&record(
+            5,
+            Entry::CardDiscarded {
+                card: CardId::from("card-9"),
+            },
+        ));
+        assert!(
+            Arc::ptr_eq(cards(&next), cards(&discarded)),
+            "not a turn's card"
+        );
+        discarded.apply(&record(
+            6,
+            Entry::CardDiscarded {
+                card: CardId::from("card-3"),
+            },
+        ));
+        assert_eq!((cards(&next).len(), cards(&discarded).len()), (3, 2));
     }
 }
