@@ -7,7 +7,7 @@ mod support;
 
 use margin_decisions::{LiveOutline, Outline, FRAGMENT_NAME};
 use pretty_assertions::assert_eq;
-use support::{digest_of, Fixture};
+use support::{digest_of, Fixture, Walk};
 use yrs::types::xml::{XmlElementPrelim, XmlTextPrelim};
 use yrs::updates::decoder::Decode;
 use yrs::{Doc, ReadTxn, Text, Transact, Update, XmlFragment, XmlOut};
@@ -245,31 +245,12 @@ fn a_live_outline_can_move_between_threads() {
 /// twins, refreshing after one to four edits at a time.
 #[test]
 fn random_edit_sequences_always_match_a_full_read() {
-    let mut state: u64 = 0x5eed_1234_abcd_0001;
-    let mut next = |n: usize| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state % n as u64) as usize
-    };
+    let mut walk = Walk::new(0x5eed_1234_abcd_0001);
     let words = ["alpha", "beta", "Pick a region", "Budget", "gamma delta"];
     let mut f = Fixture::with(&PLAN);
     let mut live = LiveOutline::new(&f.doc);
     for round in 0..400 {
-        for _ in 0..1 + next(4) {
-            let len = f.outline().len();
-            match (next(5), len) {
-                (0, _) | (_, 0) => f.insert(next(len + 1), words[next(words.len())]),
-                (1, _) => f.delete(next(len)),
-                (2, _) => f.rewrite(next(len), words[next(words.len())]),
-                (3, _) => f.move_block(next(len), next(len)),
-                _ => {
-                    // A twin of an existing block.
-                    let text = f.outline().get(next(len)).unwrap().text.clone();
-                    f.insert(next(len + 1), &text);
-                }
-            }
-        }
+        f.random_edits(&mut walk, &words);
         let full = f.outline();
         assert_eq!(*live.refresh(), full, "round {round}");
     }

@@ -10,7 +10,7 @@ use margin_decisions::wire::{self, WrittenRead};
 use margin_decisions::{Outline, FRAGMENT_NAME};
 use margin_protocol::decisions::ReadDocumentOutput;
 use pretty_assertions::assert_eq;
-use support::Fixture;
+use support::{Fixture, Walk};
 use yrs::types::xml::{XmlElementPrelim, XmlTextPrelim};
 use yrs::{Transact, XmlFragment};
 
@@ -74,31 +74,13 @@ fn a_read_from_the_last_copies_every_block_whose_words_did_not_change() {
 
 #[test]
 fn a_read_from_the_last_is_the_read_written_whole_whatever_the_edits() {
-    let mut state: u64 = 0x5eed_0000_4ead_0001;
-    let mut next = |n: usize| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state % n as u64) as usize
-    };
+    let mut walk = Walk::new(0x5eed_0000_4ead_0001);
     let mut f = Fixture::with(&AWKWARD);
     let mut last: Option<WrittenRead> = None;
     for round in 0..300 {
-        for _ in 0..1 + next(4) {
-            let len = f.outline().len();
-            let text = AWKWARD[next(AWKWARD.len())];
-            match (next(6), len) {
-                (0, _) | (_, 0) => f.insert(next(len + 1), text),
-                (1, _) => f.delete(next(len)),
-                (2, _) => f.rewrite(next(len), text),
-                (3, _) => f.move_block(next(len), next(len)),
-                (4, _) => {
-                    // A twin of an existing block.
-                    let twin = f.outline().get(next(len)).unwrap().text.clone();
-                    f.insert(next(len + 1), &twin);
-                }
-                _ => {} // Read again unchanged.
-            }
+        // Every tenth read is of a document nobody changed since.
+        if round % 10 != 0 {
+            f.random_edits(&mut walk, &AWKWARD);
         }
         let outline = f.outline();
         let written = wire::encoded_read(round, &outline, last.as_ref()).unwrap();

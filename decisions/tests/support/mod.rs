@@ -185,3 +185,42 @@ pub fn code(result: &Result<Vec<Capture>, BatchError>) -> &'static str {
 pub fn digest_of(text: &str) -> Digest {
     Digest::of("paragraph", text)
 }
+
+/// A fixed pseudo-random sequence (xorshift), so a random test fails the
+/// same way every run.
+pub struct Walk(u64);
+
+impl Walk {
+    pub fn new(seed: u64) -> Walk {
+        Walk(seed)
+    }
+
+    /// The next number in `0..n`.
+    pub fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+impl Fixture {
+    /// One to four edits picked by `walk`: inserts, deletes, rewrites and
+    /// moves of paragraphs with text from `words`, and twins of a block.
+    pub fn random_edits(&mut self, walk: &mut Walk, words: &[&str]) {
+        for _ in 0..1 + walk.below(4) {
+            let len = self.outline().len();
+            let word = words[walk.below(words.len())];
+            match (walk.below(5), len) {
+                (0, _) | (_, 0) => self.insert(walk.below(len + 1), word),
+                (1, _) => self.delete(walk.below(len)),
+                (2, _) => self.rewrite(walk.below(len), word),
+                (3, _) => self.move_block(walk.below(len), walk.below(len)),
+                _ => {
+                    let twin = self.outline().get(walk.below(len)).unwrap().text.clone();
+                    self.insert(walk.below(len + 1), &twin);
+                }
+            }
+        }
+    }
+}
