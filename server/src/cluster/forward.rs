@@ -163,10 +163,10 @@ async fn connect(
 /// `upstream` until either closes; a close on one side is passed to the
 /// other with its code and reason. An owner that vanishes (a crash) closes
 /// the member with "going away", so it reconnects and finds the next owner.
-pub async fn pipe(client: WebSocket, upstream: Box<Upstream>, id: String, node: Node) {
+pub async fn pipe(client: Box<WebSocket>, upstream: Box<Upstream>, id: String, node: Node) {
     let span = tracing::info_span!("forward", document = %id, owner = %node.id);
     async move {
-        let (mut client_tx, mut client_rx) = client.split();
+        let (mut client_tx, mut client_rx) = (*client).split();
         let (mut up_tx, mut up_rx) = (*upstream).split();
         // Each direction is a task of its own, so traffic one way never
         // polls the other way's socket again.

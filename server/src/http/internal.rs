@@ -53,7 +53,7 @@ pub async fn sync(
     };
     Ok(sockets::serving(upgrade, MAX_MESSAGE_BYTES)
         .on_failed_upgrade(|error| tracing::debug!(%error, "forwarded sync upgrade failed"))
-        .on_upgrade(move |ws| socket::serve(ws, id, account, joined)))
+        .on_upgrade(move |ws| socket::serve(Box::new(ws), &id, &account, joined)))
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {

@@ -1,6 +1,7 @@
 //! One sync WebSocket: reads frames into the document task and writes what
 //! the task sends back, until either side closes.
 
+use std::future::Future;
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
@@ -16,17 +17,27 @@ use crate::metrics::COUNTERS;
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves `socket` for `account`'s connection `joined` to document `id`.
-pub async fn serve(socket: WebSocket, id: String, account: String, joined: Joined) {
+///
+/// The returned future lives as long as the socket, thousands at once, so
+/// it holds each part once: the socket comes boxed and is split, and
+/// `joined` taken apart, before it is made (an async fn keeps room for
+/// every argument beside what it is moved into; issue #16).
+pub fn serve(
+    socket: Box<WebSocket>,
+    id: &str,
+    account: &str,
+    joined: Joined,
+) -> impl Future<Output = ()> + Send + use<> {
     let span = tracing::info_span!("sync", document = %id, account = %account);
+    let (mut sink, mut stream) = (*socket).split();
+    let Joined {
+        id: conn,
+        mailbox,
+        mut outbox,
+        closer,
+        membership,
+    } = joined;
     async move {
-        let (mut sink, mut stream) = socket.split();
-        let Joined {
-            id: conn,
-            mailbox,
-            mut outbox,
-            closer,
-            membership,
-        } = joined;
         debug!(conn, "connected");
 
         // The writer is a task of its own: in one task with the reader, every
@@ -104,7 +115,6 @@ pub async fn serve(socket: WebSocket, id: String, account: String, joined: Joine
         debug!(conn, "disconnected");
     }
     .instrument(span)
-    .await
 }
 
 /// The close a member is told when its join was refused.
