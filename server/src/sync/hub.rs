@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::command::{Command, DecideRefused, EditRefused, JoinRefused, Rider};
+use super::command::{Command, DecideRefused, EditRefused, EditRequest, JoinRefused, Rider};
 use super::compaction::Compaction;
 use super::conn::{self, Closer, Conn, ConnId, OutboxReader};
 use super::decide::{Batch, Decided};
@@ -240,13 +240,13 @@ impl Hub {
                 conn::outbox(self.inner.outbox_frames, self.inner.outbox_bytes);
             let closer = Closer::default();
             let conn_id = self.inner.next_conn.fetch_add(1, Ordering::Relaxed);
-            let conn = Conn {
+            let conn = Box::new(Conn {
                 id: conn_id,
                 account: account.clone(),
                 role,
                 outbox: outbox_tx,
                 closer: closer.clone(),
-            };
+            });
             let (reply, answer) = oneshot::channel();
             if mailbox.send(Command::Join { conn, reply }).await.is_err() {
                 continue;
@@ -371,10 +371,12 @@ impl Hub {
     ) -> Result<(i64, Arc<Outline>), EditRefused> {
         let by: Arc<str> = Arc::from(by);
         self.request(id, |reply| Command::Edit {
-            revision,
-            edits: edits.clone(),
-            by: by.clone(),
-            rider: rider.clone(),
+            request: Box::new(EditRequest {
+                revision,
+                edits: edits.clone(),
+                by: by.clone(),
+                rider: rider.clone(),
+            }),
             reply,
         })
         .await
@@ -392,7 +394,7 @@ impl Hub {
         recorder: Option<Recorder>,
     ) -> Result<Decided, DecideRefused> {
         self.request(id, |reply| Command::Decide {
-            batch: batch.clone(),
+            batch: Box::new(batch.clone()),
             recorder: recorder.clone(),
             reply,
         })
@@ -411,7 +413,7 @@ impl Hub {
     ) -> Result<Result<Option<StoredCard>, ChangeRefused>, JoinRefused> {
         self.request(id, |reply| Command::Change {
             card: card.to_owned(),
-            change: change.clone(),
+            change: Box::new(change.clone()),
             reply,
         })
         .await
