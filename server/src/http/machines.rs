@@ -124,8 +124,11 @@ pub async fn link(
     let (links, sessions) = (state.links.clone(), state.sessions.clone());
     let store = state.hub.store().clone();
     let cluster = state.hub.cluster().cloned();
-    Ok(sockets::serving(upgrade, MAX_FRAME_BYTES)
-        .on_upgrade(move |ws| socket::serve(ws, links, sessions, store, machine, cluster)))
+    Ok(
+        sockets::serving(upgrade, MAX_FRAME_BYTES).on_upgrade(move |ws| {
+            socket::serve(Box::new(ws), links, sessions, store, machine, cluster)
+        }),
+    )
 }
 
 /// The machine a request's credential names, or the 401 naming why not.
