@@ -9,6 +9,8 @@ pub mod cards;
 pub mod cli;
 pub mod cluster;
 pub mod demo;
+#[cfg(test)]
+mod future_size;
 pub mod http;
 pub mod link;
 pub mod metrics;

@@ -315,14 +315,7 @@ fn view(document: String, revision: i64, outline: &Outline) -> OutlineView {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The size of the future `f` returns, without calling it.
-    fn future_size<F, A, B, C, D, E, R>(_: F) -> usize
-    where
-        F: FnOnce(A, B, C, D, E) -> R,
-    {
-        std::mem::size_of::<R>()
-    }
+    use crate::future_size::ReturnSize;
 
     /// A sync socket's task holds `serve_sync` for as long as the socket is
     /// open: thousands at once, mostly idle. Each async fn a socket passed
@@ -331,7 +324,7 @@ mod tests {
     /// serving future is made, it is held once, on the heap: 848.
     #[test]
     fn a_sync_sockets_future_holds_its_socket_once_and_stays_small() {
-        let size = future_size(serve_sync);
+        let size = serve_sync.return_size();
         assert!(size <= 1024, "serve_sync's future is {size} bytes");
     }
 }

@@ -486,14 +486,7 @@ async fn send(
 
 #[cfg(test)]
 mod tests {
-    /// The size of the future `f` returns, without calling it.
-    fn future_size<F, A, B, C, D, E, G, R>(_: F) -> usize
-    where
-        F: FnOnce(A, B, C, D, E, G) -> R,
-    {
-        std::mem::size_of::<R>()
-    }
-
+    use crate::future_size::ReturnSize;
     /// A machine link's future lives as long as the link. Its rare steps
     /// (relays started, refreshed or resumed, a credential renewed, a
     /// machine's sessions ended) and a message's dispatch are boxed, and
@@ -502,7 +495,7 @@ mod tests {
     /// (issue #16).
     #[test]
     fn a_links_future_keeps_no_room_for_its_rare_steps() {
-        let size = future_size(super::serve);
+        let size = super::serve.return_size();
         assert!(size <= 4096, "a link's future is {size} bytes");
     }
 }

@@ -959,14 +959,7 @@ fn deliver(member: &Member, frame: Bytes, slow: &mut Vec<ConnId>) {
 
 #[cfg(test)]
 mod tests {
-    /// The size of the future `f` returns, without calling it.
-    fn future_size<F, A, B, C, D, E, R>(_: F) -> usize
-    where
-        F: FnOnce(A, B, C, D, E) -> R,
-    {
-        std::mem::size_of::<R>()
-    }
-
+    use crate::future_size::ReturnSize;
     /// A loaded document's task is its future, alive while anyone uses the
     /// document: hundreds at once, mostly waiting on their mailbox. Its
     /// loading and its commits are boxed, so the room they need while they
@@ -974,7 +967,7 @@ mod tests {
     /// when they were inline, 1,200 now (issue #16).
     #[test]
     fn a_document_tasks_future_keeps_no_room_for_loading_or_committing() {
-        let size = future_size(super::run);
+        let size = super::run.return_size();
         assert!(size <= 1536, "a document task's future is {size} bytes");
     }
 }
