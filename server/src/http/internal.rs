@@ -202,7 +202,8 @@ pub async fn machine_link(
     }
     let (links, sessions) = (state.links.clone(), state.sessions.clone());
     Ok(
-        sockets::serving(upgrade, margin_protocol::link::MAX_FRAME_BYTES)
-            .on_upgrade(move |ws| link::relayed::serve(ws, links, sessions, machine, terms)),
+        sockets::serving(upgrade, margin_protocol::link::MAX_FRAME_BYTES).on_upgrade(move |ws| {
+            link::relayed::serve(Box::new(ws), links, sessions, machine, terms)
+        }),
     )
 }
