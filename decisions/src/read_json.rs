@@ -165,7 +165,7 @@ pub fn encoded_read(
     }
     json.push_str("]}");
     Ok(WrittenRead {
-        read: EncodedRead::new(json)?,
+        read: EncodedRead::written(json),
         layout: Arc::new(ReadLayout { entries }),
         copied,
     })

@@ -152,19 +152,36 @@ pub struct ReadDocumentOutput {
 /// [`ReadDocumentOutput`]; only a writer makes one of these. Shared, so a
 /// read kept for the next reader of its revision is never copied.
 #[derive(Clone, Debug)]
-pub struct EncodedRead(std::sync::Arc<serde_json::value::RawValue>);
+pub struct EncodedRead(std::sync::Arc<str>);
 
 impl EncodedRead {
     /// `json`, which must be a `read_document` output's encoding. It is
-    /// checked to be JSON, so a fault in a writer can never put a broken
+    /// checked to be JSON, so a fault in its maker can never put a broken
     /// frame on the wire.
     pub fn new(json: String) -> Result<Self, serde_json::Error> {
-        serde_json::value::RawValue::from_string(json).map(|raw| EncodedRead(raw.into()))
+        serde_json::from_str::<&serde_json::value::RawValue>(&json)?;
+        Ok(EncodedRead(json.into()))
+    }
+
+    /// `json` from a writer that writes JSON by construction, not checked
+    /// again: checking a read's megabytes costs 60 % of writing them
+    /// (issue #16). The one such writer is the decisions crate's, whose
+    /// tests hold every read it writes, over random edits and texts that
+    /// need escaping, to the bytes serde writes. Debug builds still check.
+    /// Whatever encodes it through serde checks it there
+    /// ([`Serialize`]); only a writer that splices [`Self::json`] into a
+    /// frame by hand relies on this.
+    pub fn written(json: String) -> Self {
+        debug_assert!(
+            serde_json::from_str::<&serde_json::value::RawValue>(&json).is_ok(),
+            "a read writer wrote broken JSON"
+        );
+        EncodedRead(json.into())
     }
 
     /// The encoding.
     pub fn json(&self) -> &str {
-        self.0.get()
+        &self.0
     }
 
     /// Decoded; what a reader gets.
@@ -182,8 +199,12 @@ impl PartialEq for EncodedRead {
 impl Eq for EncodedRead {}
 
 impl Serialize for EncodedRead {
+    /// As its JSON, checked on the way (without a copy): a read written
+    /// unchecked is never sent broken through serde.
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(serializer)
+        let raw: &serde_json::value::RawValue =
+            serde_json::from_str(self.json()).map_err(serde::ser::Error::custom)?;
+        raw.serialize(serializer)
     }
 }
 

@@ -19,7 +19,7 @@ use margin_planner::{
     RequestId, Step, ToolOutcome,
 };
 use margin_protocol::chat::ChatKind;
-use margin_protocol::decisions::ToolRefusal;
+use margin_protocol::decisions::{EncodedRead, ToolRefusal};
 use margin_protocol::link::{ServerMessage, MAX_SERVER_FRAME_BYTES};
 use margin_protocol::sessions::SessionSnapshot;
 use margin_protocol::tools::{ToolCall, ToolOutput};
@@ -839,25 +839,44 @@ fn within_frame_limit(message: &ServerMessage, frame: String) -> Framed {
 /// Frames larger than this are encoded on a blocking thread.
 const LARGE_FRAME: usize = 256 * 1024;
 
-/// Room for what a tool result's frame holds besides its output: its type,
-/// session, turn and call ids.
-const RESULT_ENVELOPE: usize = 1024;
-
-/// `message` as a frame, in a buffer sized for it up front when its size is
-/// known: a read's megabytes are copied into it once, not again at every
-/// doubling of a growing buffer (a sixth of a repeated read's server CPU).
+/// `message` as a frame. A read's result is the frame serde writes with
+/// the read's JSON spliced in as written, in a buffer sized for it up
+/// front: a read's megabytes are copied into it once, neither checked
+/// again ([`EncodedRead::written`]) nor copied again at every doubling of
+/// a growing buffer (a sixth of a repeated read's server CPU).
 fn encoded(message: &ServerMessage) -> Result<String, serde_json::Error> {
-    let room = match message {
-        ServerMessage::ToolResult {
-            output: Some(ToolOutput::EncodedRead(read)),
-            ..
-        } => read.json().len() + RESULT_ENVELOPE,
-        _ => 0,
+    let ServerMessage::ToolResult {
+        session,
+        turn,
+        call_id,
+        output: Some(ToolOutput::EncodedRead(read)),
+        error,
+    } = message
+    else {
+        return serde_json::to_string(message);
     };
-    let mut frame = Vec::with_capacity(room);
-    serde_json::to_writer(&mut frame, message)?;
-    String::from_utf8(frame).map_err(serde::ser::Error::custom)
+    let envelope = serde_json::to_string(&ServerMessage::ToolResult {
+        session: session.clone(),
+        turn: turn.clone(),
+        call_id: call_id.clone(),
+        output: Some(ToolOutput::EncodedRead(EncodedRead::written(
+            SPLICED.into(),
+        ))),
+        error: error.clone(),
+    })?;
+    // Found nowhere else: inside the ids' strings serde escapes quotes.
+    let Some(at) = envelope.find(SPLICED) else {
+        return serde_json::to_string(message);
+    };
+    let mut frame = String::with_capacity(envelope.len() - SPLICED.len() + read.json().len());
+    frame.push_str(&envelope[..at]);
+    frame.push_str(read.json());
+    frame.push_str(&envelope[at + SPLICED.len()..]);
+    Ok(frame)
 }
+
+/// Where a read's JSON goes in its result's frame.
+const SPLICED: &str = r#"{"revision":0,"outline":[]}"#;
 
 /// How many bytes `output` takes as JSON: what decides whether a read's
 /// result is kept (`KEPT_READ_BYTES`). A read comes encoded already.
@@ -887,7 +906,7 @@ fn refusal_of(error: ToolError, tool: &str) -> ToolRefusal {
 
 #[cfg(test)]
 mod tests {
-    use margin_protocol::decisions::{EditPlanOutput, EncodedRead};
+    use margin_protocol::decisions::EditPlanOutput;
 
     use super::*;
 
@@ -913,7 +932,22 @@ mod tests {
         let message = result(ToolOutput::EncodedRead(EncodedRead::new(json).unwrap()));
         let frame = encoded(&message).unwrap();
         assert_eq!(frame, serde_json::to_string(&message).unwrap());
-        assert!(frame.capacity() <= frame.len() + RESULT_ENVELOPE);
+        assert_eq!(frame.capacity(), frame.len());
+        // Ids holding the placeholder's words do not move the read.
+        let ServerMessage::ToolResult { output, .. } = message else {
+            unreachable!()
+        };
+        let tricky = ServerMessage::ToolResult {
+            session: SPLICED.into(),
+            turn: format!("{SPLICED}\"{SPLICED}"),
+            call_id: "c1".into(),
+            output,
+            error: None,
+        };
+        assert_eq!(
+            encoded(&tricky).unwrap(),
+            serde_json::to_string(&tricky).unwrap()
+        );
         let other = ServerMessage::Refusal {
             code: RefusalCode::Internal,
             message: "m".into(),
