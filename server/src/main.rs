@@ -14,6 +14,7 @@ fn main() -> ExitCode {
         eprintln!("margin: warning: {warning}");
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cli.workers().get())
         .enable_all()
         .build()
     {
