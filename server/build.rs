@@ -32,6 +32,11 @@ struct Entry {
 fn main() -> Result<(), Box<dyn Error>> {
     let dir = Path::new(&std::env::var("CARGO_MANIFEST_DIR")?).join("assets");
     println!("cargo:rerun-if-changed=build.rs");
+    // `sqlx::migrate!` embeds the migrations at compile time but cannot
+    // ask cargo to watch their folders: without these, a new migration
+    // file would not be built in until some source file changed.
+    println!("cargo:rerun-if-changed=migrations/sqlite");
+    println!("cargo:rerun-if-changed=migrations/postgres");
     println!("cargo:rerun-if-changed={}", dir.display());
 
     let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
