@@ -159,7 +159,7 @@ impl EncodedRead {
     /// checked to be JSON, so a fault in its maker can never put a broken
     /// frame on the wire.
     pub fn new(json: String) -> Result<Self, serde_json::Error> {
-        serde_json::from_str::<&serde_json::value::RawValue>(&json)?;
+        checked(&json)?;
         Ok(EncodedRead(json.into()))
     }
 
@@ -172,10 +172,7 @@ impl EncodedRead {
     /// ([`Serialize`]); only a writer that splices [`Self::json`] into a
     /// frame by hand relies on this.
     pub fn written(json: String) -> Self {
-        debug_assert!(
-            serde_json::from_str::<&serde_json::value::RawValue>(&json).is_ok(),
-            "a read writer wrote broken JSON"
-        );
+        debug_assert!(checked(&json).is_ok(), "a read writer wrote broken JSON");
         EncodedRead(json.into())
     }
 
@@ -202,10 +199,15 @@ impl Serialize for EncodedRead {
     /// As its JSON, checked on the way (without a copy): a read written
     /// unchecked is never sent broken through serde.
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let raw: &serde_json::value::RawValue =
-            serde_json::from_str(self.json()).map_err(serde::ser::Error::custom)?;
-        raw.serialize(serializer)
+        checked(self.json())
+            .map_err(serde::ser::Error::custom)?
+            .serialize(serializer)
     }
+}
+
+/// `json` as raw JSON, once checked to be JSON; borrowed, not copied.
+fn checked(json: &str) -> Result<&serde_json::value::RawValue, serde_json::Error> {
+    serde_json::from_str(json)
 }
 
 /// One change to the document's blocks.
