@@ -25,6 +25,7 @@ mod input;
 mod reader;
 mod record;
 mod restore;
+mod result_frame;
 mod resume;
 
 pub use commit::Keeping;
