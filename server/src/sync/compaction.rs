@@ -35,8 +35,19 @@ enum CompactionError {
 pub struct Compaction {
     /// Quiet time after the last change before compacting.
     pub debounce: Duration,
-    /// Compact at once when this many changes are waiting.
+    /// Compact at once when this many changes are waiting and their bytes
+    /// weigh at least `1 / snapshot_share` of the last snapshot's.
     pub max_pending: u64,
+    /// A compaction rewrites the whole state: folding a few kilobytes of
+    /// log into a megabyte snapshot costs the disk and the cores far more
+    /// than replaying the log on the next load does (issue #16: a
+    /// 10,000-paragraph document rewrote 1.4 MB every 512 keystrokes, and
+    /// the calls that met it waited). So a large document compacts at once
+    /// only when its log has grown to this share of the snapshot.
+    pub snapshot_share: u64,
+    /// Compact at once when this many changes are waiting, however small:
+    /// a load replays them one by one.
+    pub max_rows: u64,
 }
 
 impl Default for Compaction {
@@ -44,6 +55,8 @@ impl Default for Compaction {
         Compaction {
             debounce: Duration::from_secs(2),
             max_pending: 512,
+            snapshot_share: 4,
+            max_rows: 4096,
         }
     }
 }
@@ -52,40 +65,70 @@ impl Default for Compaction {
 #[derive(Debug)]
 pub struct Compactor {
     settings: Compaction,
-    /// Changes committed since the last snapshot.
-    pending: u64,
+    /// Changes committed since the last snapshot, and their bytes.
+    pending: Log,
+    /// The last snapshot's size in bytes (0 without one).
+    snapshot_bytes: u64,
     last_change: Instant,
-    in_flight: Option<(u64, JoinHandle<Result<(), CompactionError>>)>,
+    /// The write in flight and the log it folds; it answers the new
+    /// snapshot's size.
+    in_flight: Option<(Log, JoinHandle<Result<u64, CompactionError>>)>,
+}
+
+/// Changes waiting in the log: how many, and their bytes.
+#[derive(Clone, Copy, Debug, Default)]
+struct Log {
+    changes: u64,
+    bytes: u64,
 }
 
 impl Compactor {
-    /// A compactor for a document loaded with `pending` log rows after its
-    /// snapshot.
-    pub fn new(settings: Compaction, pending: u64) -> Self {
+    /// A compactor for a document loaded with `pending` log rows of
+    /// `pending_bytes` after its snapshot of `snapshot_bytes`.
+    pub fn new(
+        settings: Compaction,
+        pending: u64,
+        pending_bytes: u64,
+        snapshot_bytes: u64,
+    ) -> Self {
         Compactor {
             settings,
-            pending,
+            pending: Log {
+                changes: pending,
+                bytes: pending_bytes,
+            },
+            snapshot_bytes,
             last_change: Instant::now(),
             in_flight: None,
         }
     }
 
-    /// `count` more changes were committed.
-    pub fn committed(&mut self, count: u64) {
-        self.pending += count;
+    /// `count` more changes of `bytes` in all were committed.
+    pub fn committed(&mut self, count: u64, bytes: u64) {
+        self.pending.changes += count;
+        self.pending.bytes += bytes;
         self.last_change = Instant::now();
     }
 
     /// When to compact next: after the debounce, at once when many changes
-    /// wait, never while a write is in flight or nothing waits.
+    /// wait (see [`Compaction`]), never while a write is in flight or
+    /// nothing waits.
     pub fn deadline(&self) -> Option<Instant> {
-        if self.pending == 0 || self.in_flight.is_some() {
+        if self.pending.changes == 0 || self.in_flight.is_some() {
             return None;
         }
-        if self.pending >= self.settings.max_pending {
+        if self.due_at_once() {
             return Some(Instant::now());
         }
         Some(self.last_change + self.settings.debounce)
+    }
+
+    fn due_at_once(&self) -> bool {
+        let Log { changes, bytes } = self.pending;
+        let settings = &self.settings;
+        changes >= settings.max_rows
+            || (changes >= settings.max_pending
+                && bytes.saturating_mul(settings.snapshot_share) >= self.snapshot_bytes)
     }
 
     /// Compacts document `id` up to `revision` (committed) in the
@@ -106,7 +149,7 @@ impl Compactor {
             })
             .await??;
             store.compact(&id, epoch, revision, &state).await?;
-            Ok(())
+            Ok(state.len() as u64)
         });
         self.in_flight = Some((self.pending, handle));
     }
@@ -123,9 +166,11 @@ impl Compactor {
         };
         self.in_flight = None;
         match result {
-            Ok(()) => {
-                self.pending = self.pending.saturating_sub(covered);
-                debug!("compacted");
+            Ok(snapshot_bytes) => {
+                self.pending.changes = self.pending.changes.saturating_sub(covered.changes);
+                self.pending.bytes = self.pending.bytes.saturating_sub(covered.bytes);
+                self.snapshot_bytes = snapshot_bytes;
+                debug!(snapshot_bytes, "compacted");
             }
             // The log still holds everything; try again after a while.
             Err(cause) => {
@@ -142,7 +187,7 @@ impl Compactor {
 
     /// Whether committed changes wait for a snapshot.
     pub fn has_pending(&self) -> bool {
-        self.pending > 0
+        self.pending.changes > 0
     }
 }
 
@@ -168,5 +213,68 @@ fn verified(doc: &yrs::Doc, state: Vec<u8>) -> Result<Vec<u8>, CompactionError> 
         )),
         Ok(Err(cause)) => Err(CompactionError::Unverified(cause)),
         Err(_) => Err(CompactionError::Unverified("loading it panicked".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 10,000-paragraph document's snapshot, about (issue #16).
+    const LARGE: u64 = 1_400_000;
+    /// A typed word's update, about.
+    const KEYSTROKE: u64 = 50;
+
+    fn due_at_once(compactor: &Compactor) -> bool {
+        compactor
+            .deadline()
+            .is_some_and(|deadline| deadline <= Instant::now())
+    }
+
+    #[test]
+    fn a_small_document_compacts_at_once_when_512_changes_wait() {
+        let mut compactor = Compactor::new(Compaction::default(), 0, 0, 20_000);
+        compactor.committed(511, 511 * KEYSTROKE);
+        assert!(!due_at_once(&compactor));
+        compactor.committed(1, KEYSTROKE);
+        assert!(due_at_once(&compactor));
+    }
+
+    #[test]
+    fn a_large_document_is_not_rewritten_at_once_for_a_few_small_changes() {
+        let settings = Compaction::default();
+        let mut compactor = Compactor::new(settings, 0, 0, LARGE);
+        compactor.committed(512, 512 * KEYSTROKE);
+        assert!(
+            compactor
+                .deadline()
+                .is_some_and(|deadline| deadline > Instant::now() + settings.debounce / 2),
+            "25 KB of log against a 1.4 MB snapshot waits for a quiet moment"
+        );
+        compactor.committed(
+            settings.max_rows - 513,
+            (settings.max_rows - 513) * KEYSTROKE,
+        );
+        assert!(!due_at_once(&compactor));
+        compactor.committed(1, KEYSTROKE);
+        assert!(
+            due_at_once(&compactor),
+            "the rows a load replays stay bounded however small they are"
+        );
+    }
+
+    #[test]
+    fn a_large_document_compacts_at_once_when_its_log_weighs_a_share_of_the_snapshot() {
+        let mut compactor = Compactor::new(Compaction::default(), 0, 0, LARGE);
+        compactor.committed(512, LARGE / 4);
+        assert!(due_at_once(&compactor));
+    }
+
+    #[test]
+    fn a_loaded_document_counts_the_log_it_found() {
+        let compactor = Compactor::new(Compaction::default(), 600, LARGE / 2, LARGE);
+        assert!(due_at_once(&compactor));
+        let compactor = Compactor::new(Compaction::default(), 600, 600 * KEYSTROKE, LARGE);
+        assert!(!due_at_once(&compactor));
     }
 }

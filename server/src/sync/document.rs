@@ -241,6 +241,11 @@ impl DocumentTask {
         let archived = store.is_archived(&id).await.map_err(stored)?;
         let cards = store.cards(&id).await.map_err(stored)?;
         let (mut revision, mut logged) = (state.revision, state.updates.len() as u64);
+        let mut logged_bytes: u64 = state.updates.iter().map(|u| u.len() as u64).sum();
+        let snapshot_bytes = state
+            .snapshot
+            .as_ref()
+            .map_or(0, |(_, data)| data.len() as u64);
         let mirror = mirror_of(&cards);
         let (doc, live, repair) = rebuilt(state, move |doc, _| {
             let live = LiveOutline::new(&doc);
@@ -251,6 +256,7 @@ impl DocumentTask {
         .await
         .map_err(|e| JoinRefused::LoadFailed(e.to_string()))?;
         if let Some(repair) = repair {
+            logged_bytes += repair.len() as u64;
             // Committed before anyone joins, so no editor ever sees a
             // mirror that disagrees with the rows.
             revision = store
@@ -272,7 +278,7 @@ impl DocumentTask {
             epoch,
             pending_bytes: 0,
             members: HashMap::new(),
-            compactor: Compactor::new(compaction, logged),
+            compactor: Compactor::new(compaction, logged, logged_bytes, snapshot_bytes),
             archived,
             cards: CardSet::new(cards),
             reads,
@@ -757,6 +763,7 @@ impl DocumentTask {
         if !effects.deltas.is_empty() || !effects.cards.is_empty() || !effects.changed.is_empty() {
             let changes: Vec<Vec<u8>> = effects.deltas.iter().map(|(_, d)| d.clone()).collect();
             let count = changes.len() as u64;
+            let bytes = changes.iter().map(|change| change.len() as u64).sum();
             let sessions: Vec<SessionWrite> = effects
                 .riders
                 .iter()
@@ -791,7 +798,7 @@ impl DocumentTask {
                     ride.committed();
                 }
             }
-            self.compactor.committed(count);
+            self.compactor.committed(count, bytes);
             sends = self.fan_out(&effects.deltas);
         }
         sends.extend(effects.sends);
