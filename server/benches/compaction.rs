@@ -20,10 +20,11 @@
 //! document (`PARAGRAPHS` of 10,000 or more) typed words never weigh a
 //! quarter of the snapshot first, so `max_rows` is the trigger the bench
 //! expects; with a small document compactions come sooner than it
-//! expects, and its report says so. The document task
-//! encodes the whole state in memory (`DocumentTask::start_compaction`), and
-//! a spawned task writes it as the snapshot and deletes the log rows it
-//! covers, in one transaction (`Store::compact`).
+//! expects, and its report says so. The document task only names the
+//! revision (`DocumentTask::start_compaction`); a spawned task rebuilds
+//! the state at it from storage on the background thread (nice 19),
+//! encodes and checks it there, and writes it as the snapshot, deleting
+//! the log rows it covers, in one transaction (`Store::compact`).
 //!
 //! The scenario, over loopback against the real `margin` binary: one
 //! `margin serve` (fresh temp data dir; SQLite there, or `DATABASE_URL`), on
@@ -54,8 +55,8 @@
 //! the same minutes and the same edit stream, so a drift in the disk's
 //! commit latency weighs on both alike and they differ by the compaction.
 //! The figure of merit is compacting p99 / idle p99. The bench also times
-//! encoding the document's whole state in its own process — the work the
-//! server's document task does inline when a compaction starts.
+//! encoding the document's whole state in its own process — part of the
+//! work the server's background thread does for each compaction.
 //!
 //! Knobs (env vars): `MARGIN_BIN` (default `target/release/margin`),
 //! `DATABASE_URL` (unset: SQLite in the temp dir; `postgres://…`: that
@@ -197,7 +198,7 @@ async fn bench() {
     let (bytes, encode_ms) = editor.encode_state();
     println!(
         "its state: {bytes} bytes; encoding it here takes {encode_ms:.1} ms \
-         (the server's document task does the same when a compaction starts)"
+         (the server's background thread does the same for each compaction)"
     );
     let poller = Poller::start(&url, &document, knobs.poll).await;
     let mut all = Windows::default();

@@ -13,7 +13,8 @@ use tracing::{debug, warn};
 use yrs::updates::decoder::Decode;
 use yrs::{ReadTxn, StateVector, Transact, Update};
 
-use super::load::{rebuilt, LoadError};
+use super::background::{self, BackgroundError};
+use super::load::{rebuild, LoadError};
 use crate::storage::{Epoch, StorageError, Store};
 
 /// Why a compaction did not land; the log keeps everything meanwhile.
@@ -23,6 +24,8 @@ enum CompactionError {
     Storage(#[from] StorageError),
     #[error("the stored state does not rebuild: {0}")]
     Load(#[from] LoadError),
+    #[error(transparent)]
+    Background(#[from] BackgroundError),
     /// yrs encoded a state it cannot load again (the fuzzer found updates
     /// that do this); writing it would replace a log that loads with a
     /// snapshot that does not.
@@ -133,7 +136,8 @@ impl Compactor {
 
     /// Compacts document `id` up to `revision` (committed) in the
     /// background: its stored state at that revision — snapshot and log —
-    /// is rebuilt and encoded off the async workers, then written as the
+    /// is rebuilt, encoded and checked on the background thread, at the
+    /// lowest CPU priority ([`background`]), then written as the
     /// new snapshot, fenced by the owner's `epoch` (W3). Encoding the live
     /// document instead held its task, and every edit behind it, for
     /// milliseconds per megabyte.
@@ -141,7 +145,8 @@ impl Compactor {
         let (store, id) = (store.clone(), id.to_owned());
         let handle = tokio::spawn(async move {
             let stored = store.load_state(&id, Some(revision)).await?;
-            let state = rebuilt(stored, |doc, _| {
+            let state = background::run(move || {
+                let doc = rebuild(&stored)?;
                 let state = doc
                     .transact()
                     .encode_state_as_update_v1(&StateVector::default());

@@ -44,7 +44,7 @@ where
 }
 
 /// Builds the document `state` describes.
-fn rebuild(state: &StoredState) -> Result<Doc, LoadError> {
+pub(super) fn rebuild(state: &StoredState) -> Result<Doc, LoadError> {
     let doc = Doc::new();
     {
         let mut txn = doc.transact_mut();

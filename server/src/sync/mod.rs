@@ -2,6 +2,7 @@
 //! loaded document ([`document`]), a registry that finds or starts it
 //! ([`hub`]), and the socket wiring ([`socket`]).
 
+mod background;
 pub mod command;
 pub mod compaction;
 pub mod conn;
