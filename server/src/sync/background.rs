@@ -1,7 +1,7 @@
 //! The thread that does work nobody waits for — compaction's rebuild, encode
 //! and check — at the lowest CPU priority, so it only takes the CPU that
 //! edits and the Planner's calls leave. On blocking threads at the normal
-//! priority, a 10,000-paragraph document's compaction (45–65 ms of CPU) took
+//! priority, a 10,000-paragraph document's compaction (28–60 ms of CPU) took
 //! half a core from whoever met it, and those calls were the tools bench's
 //! slowest (issue #16). One thread: such work is queued, never urgent.
 
@@ -9,7 +9,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc, OnceLock};
 
 use tokio::sync::oneshot;
-use tracing::warn;
 
 /// A unit of background work.
 type Job = Box<dyn FnOnce() + Send>;
@@ -73,7 +72,7 @@ fn thread() -> Result<&'static mpsc::Sender<Job>, BackgroundError> {
 fn lower_priority() {
     #[cfg(target_os = "linux")]
     if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), NICEST) {
-        warn!(error = %e, "the background thread keeps the normal CPU priority");
+        tracing::warn!(error = %e, "the background thread keeps the normal CPU priority");
     }
 }
 
