@@ -221,10 +221,11 @@ pub(crate) fn node_block<T: ReadTxn>(
         XmlOut::Element(element) => {
             let identity = identity_of(element.as_ref())?;
             // The first child and whether it has a sibling, read along the
-            // element's item list: `children` builds an iterator over
-            // indexes for each element, a sixth of a full outline's time.
-            // Where the two walks differ (a non-XML item among the
-            // children), `collect_text` reads the same text.
+            // element's item list: `children` would set up an indexed
+            // iterator for every element, one of the larger costs in a
+            // profile of the full outline. Where the two walks differ (a
+            // non-XML item among the children), `collect_text` reads the
+            // same text.
             let text = match element.first_child() {
                 // The common shape, a paragraph or heading holding one text:
                 // its string is the block's text once normalised.

@@ -172,3 +172,33 @@ fn formatted_and_nested_text_is_read_as_plain_words() {
     assert_eq!(&*outline.blocks()[0].kind, "bulletList");
     assert_eq!(&*outline.blocks()[0].text, "first item second item");
 }
+
+#[test]
+fn a_paragraph_broken_by_a_hard_break_reads_the_words_of_both_lines() {
+    let doc = Doc::new();
+    let fragment = doc.get_or_insert_xml_fragment(FRAGMENT_NAME);
+    {
+        let mut txn = doc.transact_mut();
+        let para = fragment.insert(&mut txn, 0, XmlElementPrelim::empty("paragraph"));
+        para.insert(&mut txn, 0, XmlTextPrelim::new("first line"));
+        para.insert(&mut txn, 1, XmlElementPrelim::empty("hardBreak"));
+        para.insert(&mut txn, 2, XmlTextPrelim::new("second line"));
+    }
+    let outline = Outline::of_doc(&doc);
+    assert_eq!(&*outline.blocks()[0].text, "first line second line");
+    assert_eq!(
+        outline.blocks()[0].digest,
+        Digest::of("paragraph", "first line second line")
+    );
+    // With the break and the second line deleted, the first text is the
+    // paragraph's only child again, though its deleted siblings remain.
+    {
+        let mut txn = doc.transact_mut();
+        let Some(XmlOut::Element(para)) = fragment.get(&txn, 0) else {
+            panic!("the paragraph is gone");
+        };
+        para.remove_range(&mut txn, 1, 2);
+    }
+    let outline = Outline::of_doc(&doc);
+    assert_eq!(&*outline.blocks()[0].text, "first line");
+}
