@@ -16,6 +16,7 @@ use margin_sdk::{write_credential_file, ConnectError, Connector};
 use tokio_util::sync::CancellationToken;
 
 use crate::demo::{self, Demo, DemoError};
+use crate::http::{Cidr, TrustedProxies};
 use crate::serve::{start, wait_for_signal, Running, ServeError, ServeOptions};
 use crate::storage::{Account, StorageError, Store};
 use crate::telemetry::LogFormat;
@@ -118,6 +119,20 @@ enum Command {
         /// a third of the TTL).
         #[arg(long, env = "MARGIN_LEASE_RENEW_MS", default_value_t = ClusterSettings::default().renew_every.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
         lease_renew_ms: u64,
+        /// A reverse proxy in front of the server: an address or a block
+        /// (`10.0.0.0/8`, `::1`); repeat the flag, or separate several with
+        /// commas. When a request's peer is one of them, its failed sign-ins
+        /// count against the client the proxy forwarded it for: the
+        /// right-most address of `X-Forwarded-For` that is not itself a
+        /// trusted proxy, or, without that header, of `Forwarded: for=`.
+        /// From any other peer both headers are ignored (SPEC A3b).
+        #[arg(
+            long = "trusted-proxy",
+            env = "MARGIN_TRUSTED_PROXY",
+            value_name = "CIDR",
+            value_delimiter = ','
+        )]
+        trusted_proxies: Vec<Cidr>,
         /// Also run the demo Planner for ACCOUNT (created if missing; default
         /// `demo`): pairs a machine, links it over a real socket, prints a
         /// token for the editor and adds a sample document.
@@ -390,6 +405,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
             advertise,
             lease_ttl_ms,
             lease_renew_ms,
+            trusted_proxies,
             demo_planner,
         } => {
             // Everything that can be checked is checked before the port opens.
@@ -416,6 +432,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
                 lease_ttl: std::time::Duration::from_millis(lease_ttl_ms),
                 renew_every: std::time::Duration::from_millis(lease_renew_ms),
             });
+            options.trusted_proxies = TrustedProxies::new(trusted_proxies);
             let running = start(store, options).await?;
             // Tests and scripts read the bound address (useful with port 0).
             println!("margin listening on http://{}", running.addr);

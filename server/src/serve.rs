@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::cluster::{Cluster, ClusterError, ClusterSettings, Ownership};
-use crate::http::{router, AppState};
+use crate::http::{router, AppState, Throttle, TrustedProxies};
 use crate::link::{LinkSettings, Links};
 use crate::sessions::Sessions;
 use crate::storage::{Claim, ClaimMode, StorageError, Store};
@@ -52,6 +52,10 @@ pub struct ServeOptions {
     /// Cluster mode (SPEC C1–C4): `None` for a server alone on its
     /// database.
     pub cluster: Option<ClusterSettings>,
+    /// `MARGIN_TRUSTED_PROXY`: the peers whose `X-Forwarded-For` or
+    /// `Forwarded` names the client address failed sign-ins count against
+    /// (SPEC A3b); none by default.
+    pub trusted_proxies: TrustedProxies,
 }
 
 impl ServeOptions {
@@ -66,6 +70,7 @@ impl ServeOptions {
             session_events_retained: crate::sessions::DEFAULT_RETAINED,
             limits: crate::admission::Limits::default(),
             cluster: None,
+            trusted_proxies: TrustedProxies::default(),
         }
     }
 }
@@ -181,11 +186,14 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
             ));
         }
     }
+    if !options.trusted_proxies.is_empty() {
+        tracing::info!(proxies = %options.trusted_proxies, "forwarded client addresses believed from these peers");
+    }
     let app = router(AppState {
         hub: hub.clone(),
         links,
         sessions,
-        throttle: crate::http::Throttle::default(),
+        throttle: Throttle::new(options.trusted_proxies),
     })
     .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
         options.limits.body_timeout,

@@ -77,11 +77,14 @@ pub enum AppError {
     /// The request's body did not arrive in time.
     #[error("{0}")]
     TimedOut(String),
-    /// Too many failed sign-ins from this address: retry after a while.
-    #[error("too many failed sign-ins from this address; retry in {} s", .retry_after.as_secs())]
+    /// Too many failed sign-ins from this address or with this credential
+    /// (SPEC A3b): retry after a while.
+    #[error("too many failed sign-ins {cause}; retry in {} s", .retry_after.as_secs())]
     Throttled {
-        /// When the address may try again.
+        /// When a failure may be answered again.
         retry_after: std::time::Duration,
+        /// Whose failures: "from this address", "with this credential".
+        cause: &'static str,
     },
     /// The revision asked for was compacted away.
     #[error("{0}")]
@@ -172,7 +175,7 @@ impl IntoResponse for AppError {
             AppError::PlannerRefused { code, .. } => (StatusCode::CONFLICT, *code),
             AppError::Gone(_) => (StatusCode::GONE, "revision_compacted"),
             AppError::TimedOut(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
-            AppError::Throttled { retry_after } => {
+            AppError::Throttled { retry_after, .. } => {
                 let body = ErrorBody::new("too_many_attempts", self.to_string());
                 let retry = [(
                     axum::http::header::RETRY_AFTER,

@@ -6,7 +6,6 @@ use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 
-use super::throttle::Peer;
 use super::{AppError, AppState};
 use crate::auth;
 use crate::storage::{Account, StorageError};
@@ -78,7 +77,8 @@ impl FromRequestParts<AppState> for SignedIn {
                 Err(other) => Err(other.into()),
             }
         };
-        let account = state.throttle.sign_in(Peer::of(parts), signing_in).await?;
+        let client = state.throttle.client(parts);
+        let account = state.throttle.sign_in(client, &token, signing_in).await?;
         Ok(SignedIn { account, token })
     }
 }

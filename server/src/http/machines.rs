@@ -14,7 +14,7 @@ use margin_protocol::link::{
 use margin_planner::ReleaseTrigger;
 
 use super::extract::{Caller, JsonBody};
-use super::throttle::Peer;
+use super::throttle::ClientAddress;
 use super::{AppError, AppState};
 use crate::auth::{self, MachineRefusal};
 use crate::link::socket;
@@ -89,10 +89,10 @@ pub async fn revoke(
 /// P3).
 pub async fn unpair(
     State(state): State<AppState>,
-    peer: Peer,
+    client: ClientAddress,
     headers: HeaderMap,
 ) -> Result<StatusCode, AppError> {
-    let machine = authenticated(&state, peer, &headers).await?;
+    let machine = authenticated(&state, client, &headers).await?;
     match state
         .hub
         .store()
@@ -116,11 +116,11 @@ pub async fn unpair(
 /// (unknown), `machine_revoked` or `credential_expired`.
 pub async fn link(
     State(state): State<AppState>,
-    peer: Peer,
+    client: ClientAddress,
     headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, AppError> {
-    let machine = authenticated(&state, peer, &headers).await?;
+    let machine = authenticated(&state, client, &headers).await?;
     let (links, sessions) = (state.links.clone(), state.sessions.clone());
     let store = state.hub.store().clone();
     let cluster = state.hub.cluster().cloned();
@@ -134,7 +134,7 @@ pub async fn link(
 /// The machine a request's credential names, or the 401 naming why not.
 async fn authenticated(
     state: &AppState,
-    peer: Peer,
+    client: ClientAddress,
     headers: &HeaderMap,
 ) -> Result<Machine, AppError> {
     let credential = headers
@@ -145,12 +145,13 @@ async fn authenticated(
             "send the machine credential as 'Authorization: Bearer <credential>'",
         ))?;
     let ttl = state.links.settings().credential_ttl;
+    let credential = credential.trim();
     let signing_in = async {
-        auth::authenticate_machine(state.hub.store(), credential.trim(), ttl)
+        auth::authenticate_machine(state.hub.store(), credential, ttl)
             .await
             .map_err(|refusal| refused_link(refusal, ttl))
     };
-    state.throttle.sign_in(peer, signing_in).await
+    state.throttle.sign_in(client, credential, signing_in).await
 }
 
 /// The 401 for a credential that opens no link, naming the cause.

@@ -10,6 +10,7 @@ mod documents;
 mod error;
 mod events;
 mod extract;
+mod forwarded;
 mod internal;
 mod machines;
 mod members;
@@ -27,6 +28,7 @@ use axum::Router;
 use tower_http::trace::TraceLayer;
 
 pub use error::AppError;
+pub use forwarded::{Cidr, CidrError, TrustedProxies};
 pub use throttle::Throttle;
 
 use crate::link::Links;
@@ -49,7 +51,8 @@ pub struct AppState {
     pub links: Links,
     /// Planner sessions: their drivers, and their feeds for applications.
     pub sessions: Sessions,
-    /// Failed sign-ins per address.
+    /// Failed sign-ins per address and per credential, and the client
+    /// address a request counts against.
     pub throttle: Throttle,
 }
 

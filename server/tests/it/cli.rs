@@ -23,7 +23,11 @@ struct Ran {
 
 async fn margin(args: &[&str], db: Option<&TestDb>, env: &[(&str, &str)]) -> Ran {
     let mut command = Command::new(BIN);
-    command.args(args).env("RUST_LOG", "warn");
+    // A server that should have refused to start is not left running.
+    command
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true);
     if let Some(db) = db {
         command.args(db.cli_args());
     }
@@ -215,6 +219,49 @@ async fn serve_checks_the_demo_account_name_before_it_listens() {
             .starts_with("margin: invalid account name for --demo-planner \"bad name!\": "),
         "{:?}",
         said(&ran)
+    );
+}
+
+#[tokio::test]
+async fn serve_refuses_a_trusted_proxy_that_is_not_a_cidr_naming_the_flag_and_the_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let serve = ["serve", "--listen", "127.0.0.1:0", "--data", data];
+    let flag = margin(
+        &[&serve[..], &["--trusted-proxy", "127.0.0.1/32,10.0.0.0/33"]].concat(),
+        None,
+        &[],
+    )
+    .await;
+    let env = margin(&serve, None, &[("MARGIN_TRUSTED_PROXY", "10.0.0.1/8")]).await;
+    for (ran, value, why) in [
+        (
+            &flag,
+            "10.0.0.0/33",
+            "\"33\" is not a prefix length from 0 to 32",
+        ),
+        (
+            &env,
+            "10.0.0.1/8",
+            "10.0.0.1/8 has bits set past its prefix; the block is 10.0.0.0/8",
+        ),
+    ] {
+        assert!(!ran.ok, "{value} was refused");
+        assert!(!ran.stdout.contains("listening"), "{}", ran.stdout);
+        let first = said(ran)[0];
+        assert_eq!(
+            first,
+            format!("error: invalid value '{value}' for '--trusted-proxy <CIDR>': {why}"),
+            "{:?}",
+            said(ran)
+        );
+    }
+    let help = margin(&["serve", "--help"], None, &[]).await;
+    assert!(
+        help.stdout.contains("--trusted-proxy <CIDR>")
+            && help.stdout.contains("env: MARGIN_TRUSTED_PROXY"),
+        "{}",
+        help.stdout
     );
 }
 

@@ -29,5 +29,6 @@ mod resume;
 mod storage;
 mod survival;
 mod sync;
+mod throttle;
 mod trials;
 mod turns;
