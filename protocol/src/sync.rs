@@ -14,11 +14,6 @@
 /// Largest document update accepted in one message, in bytes (16 MiB).
 pub const MAX_UPDATE_BYTES: usize = 16 * 1024 * 1024;
 
-/// Most bytes of updates a document holds that wait for changes never sent
-/// (16 MiB). Past it the sender is closed with `BAD_UPDATE` and what was
-/// held is dropped.
-pub const MAX_PENDING_BYTES: usize = 16 * 1024 * 1024;
-
 /// Largest WebSocket message accepted: an update plus its message header.
 pub const MAX_MESSAGE_BYTES: usize = MAX_UPDATE_BYTES + 64;
 
@@ -53,7 +48,9 @@ pub mod close {
     /// A viewer sent an edit, or anyone did while the document is
     /// archived; nothing changed. The reason says which.
     pub const READ_ONLY: u16 = 4403;
-    /// An update could not be applied to the document.
+    /// An update no Yjs client would send (SPEC A3a): it breaks an
+    /// invariant of the Yjs v1 format, does not fit the document, or
+    /// writes under another account's client id. Nothing of it changed.
     pub const BAD_UPDATE: u16 = 4400;
     /// The owner removed this member from the document. Final: a
     /// reconnect would get 404.

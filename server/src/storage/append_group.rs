@@ -14,6 +14,7 @@
 use sqlx::Row;
 
 use super::group::{Bounds, Commits};
+use super::updates::ClientBinding;
 use super::writer::Writer;
 use super::{int, now_ms, StorageError};
 
@@ -35,6 +36,8 @@ pub(super) struct Append {
     pub expected: i64,
     pub updates: Vec<Vec<u8>>,
     pub edited_by: Option<String>,
+    /// Client ids first written by these changes, and their owners.
+    pub clients: Vec<ClientBinding>,
 }
 
 /// What became of an append.
@@ -79,6 +82,11 @@ async fn commit(writer: &Writer, appends: &[Append]) -> Result<Vec<Landed>, Stor
         for update in &append.updates {
             query = query.bind(update.as_slice());
         }
+        for binding in &append.clients {
+            query = query
+                .bind(binding.client as i64)
+                .bind(binding.account.as_deref());
+        }
     }
     let mut connection = writer.lend().await?;
     // Several statements in one prepared query: sqlx 0.8 runs them in
@@ -120,10 +128,11 @@ fn landed(appends: &[Append], moved: &[(String, i64)]) -> Vec<Landed> {
 }
 
 /// The group's query. Each append's parameters follow the one's before it
-/// (six each, then one per change): from its `base`, `base` the new revision, `base+1` the
-/// document, `base+2` the revision expected, `base+3` the owner's epoch,
-/// `base+4` and `base+5` when and by whom it was edited (unused without an
-/// edit), then each change's bytes.
+/// (six each, then one per change and two per client binding): from its
+/// `base`, `base` the new revision, `base+1` the document, `base+2` the
+/// revision expected, `base+3` the owner's epoch, `base+4` and `base+5`
+/// when and by whom it was edited (unused without an edit), then each
+/// change's bytes, then each binding's client id and account.
 fn group_sql(appends: &[Append]) -> String {
     let mut sql = String::from("BEGIN IMMEDIATE;\n");
     let mut base = 1;
@@ -139,6 +148,17 @@ fn group_sql(appends: &[Append]) -> String {
                 base + 6 + offset,
             ));
         }
+        let clients = base + 6 + append.updates.len();
+        for offset in 0..append.clients.len() {
+            sql.push_str(&format!(
+                "INSERT INTO document_clients (document_id, client_id, account) \
+                 SELECT ${id}, ${}, ${} \
+                 WHERE EXISTS (SELECT 1 FROM documents WHERE {fence}) \
+                 ON CONFLICT (document_id, client_id) DO NOTHING;\n",
+                clients + 2 * offset,
+                clients + 2 * offset + 1,
+            ));
+        }
         // Last, so the inserts above saw the fence as it stood.
         let edit = match append.edited_by {
             Some(_) => format!(", edited_at = ${}, edited_by = ${}", base + 4, base + 5),
@@ -147,7 +167,7 @@ fn group_sql(appends: &[Append]) -> String {
         sql.push_str(&format!(
             "UPDATE documents SET revision = ${base}{edit} WHERE {fence} RETURNING id, revision;\n"
         ));
-        base += 6 + append.updates.len();
+        base += 6 + append.updates.len() + 2 * append.clients.len();
     }
     sql.push_str("COMMIT;");
     sql
@@ -164,6 +184,7 @@ mod tests {
             expected: 10,
             updates: vec![vec![0]; updates],
             edited_by: edited.then(|| "ada".into()),
+            clients: Vec::new(),
         }
     }
 

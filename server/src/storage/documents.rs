@@ -214,6 +214,8 @@ impl Store {
             "planner_sessions",
             "document_updates",
             "document_snapshots",
+            "document_clients",
+            "document_refused_updates",
             "decision_cards",
             "chat_messages",
             "members",

@@ -32,6 +32,30 @@ pub struct Riding<'a> {
     /// are the server's own (the mirror of decision cards): they are not
     /// edits, and leave both as they were.
     pub edited_by: Option<&'a str>,
+    /// Client ids the changes are the first to write, with their owner
+    /// (SPEC A3a).
+    pub clients: &'a [ClientBinding],
+}
+
+/// A Yjs client id of a document and who owns it: the account that wrote
+/// its first struct, or `None` for the server's own writes (SPEC A3a).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientBinding {
+    /// The client id (at most 53 bits).
+    pub client: u64,
+    /// Its owner's account; `None` for the server.
+    pub account: Option<std::sync::Arc<str>>,
+}
+
+/// A stored update that a load refused and left out of the document.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefusedUpdate {
+    /// The revision it was stored at.
+    pub revision: i64,
+    /// Its bytes, as stored.
+    pub data: Vec<u8>,
+    /// Why it was refused.
+    pub reason: String,
 }
 
 /// Everything stored for a document up to some revision.
@@ -43,6 +67,8 @@ pub struct StoredState {
     pub snapshot: Option<(i64, Vec<u8>)>,
     /// Updates after the snapshot, in revision order.
     pub updates: Vec<Vec<u8>>,
+    /// Who owns each client id written so far.
+    pub clients: Vec<ClientBinding>,
 }
 
 /// The first key of every document owner lock (PostgreSQL advisory locks).
@@ -137,11 +163,26 @@ impl Store {
             .iter()
             .map(|row| row.try_get::<Vec<u8>, _>("data"))
             .collect::<Result<Vec<_>, _>>()?;
+        let rows =
+            sqlx::query("SELECT client_id, account FROM document_clients WHERE document_id = $1")
+                .bind(id)
+                .fetch_all(&mut *tx)
+                .await?;
+        let mut clients = Vec::with_capacity(rows.len());
+        for row in &rows {
+            clients.push(ClientBinding {
+                client: u64::try_from(int(row, "client_id")?).unwrap_or_default(),
+                account: row
+                    .try_get::<Option<String>, _>("account")?
+                    .map(std::sync::Arc::from),
+            });
+        }
         tx.commit().await?;
         Ok(StoredState {
             revision,
             snapshot,
             updates,
+            clients,
         })
     }
 
@@ -215,7 +256,7 @@ impl Store {
         if let Some(committer) = &self.committer {
             if riding.cards.is_empty() && riding.changed.is_empty() && riding.sessions.is_empty() {
                 return self
-                    .append_in_one_trip(committer, id, epoch, expected, updates, riding.edited_by)
+                    .append_in_one_trip(committer, id, epoch, expected, updates, &riding)
                     .await;
             }
         }
@@ -258,6 +299,17 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         }
+        for binding in riding.clients {
+            sqlx::query(
+                "INSERT INTO document_clients (document_id, client_id, account) VALUES ($1, $2, $3) \
+                 ON CONFLICT (document_id, client_id) DO NOTHING",
+            )
+            .bind(id)
+            .bind(binding.client as i64)
+            .bind(binding.account.as_deref())
+            .execute(&mut *tx)
+            .await?;
+        }
         insert_cards(&mut tx, self.backend, id, riding.cards).await?;
         update_cards(&mut tx, id, riding.changed).await?;
         for write in riding.sessions {
@@ -277,14 +329,15 @@ impl Store {
         epoch: Epoch,
         expected: i64,
         updates: Vec<Vec<u8>>,
-        edited_by: Option<&str>,
+        riding: &Riding<'_>,
     ) -> Result<i64, StorageError> {
         let append = Append {
             id: id.to_owned(),
             epoch: epoch.0,
             expected,
             updates,
-            edited_by: edited_by.map(str::to_owned),
+            edited_by: riding.edited_by.map(str::to_owned),
+            clients: riding.clients.to_vec(),
         };
         match committer.commit(append).await? {
             Landed::At(next) => Ok(next),
@@ -302,6 +355,20 @@ impl Store {
         epoch: Epoch,
         revision: i64,
         state: &[u8],
+    ) -> Result<(), StorageError> {
+        self.compact_keeping(id, epoch, revision, state, &[]).await
+    }
+
+    /// [`Store::compact`], keeping the log rows the snapshot leaves out —
+    /// those the load that made it refused — in `document_refused_updates`,
+    /// in the same transaction.
+    pub async fn compact_keeping(
+        &self,
+        id: &str,
+        epoch: Epoch,
+        revision: i64,
+        state: &[u8],
+        refused: &[RefusedUpdate],
     ) -> Result<(), StorageError> {
         let mut writer = self.writes().await?;
         let mut tx = writer.begin().await?;
@@ -331,6 +398,18 @@ impl Store {
         .bind(state)
         .execute(&mut *tx)
         .await?;
+        for kept in refused {
+            sqlx::query(
+                "INSERT INTO document_refused_updates (document_id, revision, data, reason) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (document_id, revision) DO NOTHING",
+            )
+            .bind(id)
+            .bind(kept.revision)
+            .bind(kept.data.as_slice())
+            .bind(kept.reason.as_str())
+            .execute(&mut *tx)
+            .await?;
+        }
         sqlx::query("DELETE FROM document_updates WHERE document_id = $1 AND revision <= $2")
             .bind(id)
             .bind(revision)
@@ -338,6 +417,27 @@ impl Store {
             .await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    /// The stored updates of document `id` that a load refused and a
+    /// compaction kept aside, by revision.
+    pub async fn refused_updates(&self, id: &str) -> Result<Vec<RefusedUpdate>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT revision, data, reason FROM document_refused_updates \
+             WHERE document_id = $1 ORDER BY revision",
+        )
+        .bind(id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(RefusedUpdate {
+                    revision: int(row, "revision")?,
+                    data: row.try_get("data")?,
+                    reason: row.try_get("reason")?,
+                })
+            })
+            .collect()
     }
 
     /// Why a fenced write of document `id` by owner `epoch`, expecting

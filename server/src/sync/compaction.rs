@@ -10,8 +10,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use yrs::updates::decoder::Decode;
-use yrs::{ReadTxn, StateVector, Transact, Update};
+use margin_sync_core::LiveDocument;
+use yrs::{ReadTxn, StateVector, Transact};
 
 use super::background::{self, BackgroundError};
 use super::load::{rebuild, LoadError};
@@ -146,14 +146,18 @@ impl Compactor {
         let handle = tokio::spawn(async move {
             let stored = store.load_state(&id, Some(revision)).await?;
             let state = background::run(move || {
-                let doc = rebuild(&stored)?;
+                let (doc, refused) = rebuild(&stored)?;
                 let state = doc
+                    .doc()
                     .transact()
                     .encode_state_as_update_v1(&StateVector::default());
-                verified(&doc, state)
+                Ok::<_, CompactionError>((verified(doc.doc(), state)?, refused))
             })
             .await??;
-            store.compact(&id, epoch, revision, &state).await?;
+            let (state, refused) = state;
+            store
+                .compact_keeping(&id, epoch, revision, &state, &refused)
+                .await?;
             Ok(state.len() as u64)
         });
         self.in_flight = Some((self.pending, handle));
@@ -196,27 +200,31 @@ impl Compactor {
     }
 }
 
-/// `state`, once it loads into a fresh document with `doc`'s state vector:
-/// the snapshot replaces the log rows it covers, so it must load wherever
-/// they did. An encoding panic counts as a failure too.
+/// `state`, once it loads alone — through the same checks as every
+/// stored part — into a document with `doc`'s state vector: the snapshot
+/// replaces the log rows it covers, so it must load wherever they did.
+/// An encoding panic counts as a failure too.
 fn verified(doc: &yrs::Doc, state: Vec<u8>) -> Result<Vec<u8>, CompactionError> {
     let expected = doc.transact().state_vector();
-    let loaded = std::panic::catch_unwind(|| {
-        let fresh = yrs::Doc::new();
-        let update = Update::decode_v1(&state).map_err(|e| e.to_string())?;
-        fresh
-            .transact_mut()
-            .apply_update(update)
-            .map_err(|e| e.to_string())?;
-        let vector = fresh.transact().state_vector();
-        Ok::<_, String>((vector, state))
-    });
+    let loaded = std::panic::catch_unwind(|| LiveDocument::load([state.as_slice()], []));
     match loaded {
-        Ok(Ok((vector, state))) if vector == expected => Ok(state),
-        Ok(Ok(_)) => Err(CompactionError::Unverified(
-            "its state vector differs from the document's".into(),
-        )),
-        Ok(Err(cause)) => Err(CompactionError::Unverified(cause)),
+        Ok(Ok((fresh, skipped))) if skipped.is_empty() => {
+            if fresh.doc().transact().state_vector() == expected {
+                Ok(state)
+            } else {
+                Err(CompactionError::Unverified(
+                    "its state vector differs from the document's".into(),
+                ))
+            }
+        }
+        Ok(Ok((_, skipped))) => Err(CompactionError::Unverified(format!(
+            "it is refused: {}",
+            skipped
+                .first()
+                .map(|part| part.refusal.to_string())
+                .unwrap_or_default()
+        ))),
+        Ok(Err(cause)) => Err(CompactionError::Unverified(cause.to_string())),
         Err(_) => Err(CompactionError::Unverified("loading it panicked".into())),
     }
 }

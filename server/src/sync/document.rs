@@ -8,24 +8,20 @@
 //! and unloads the document; clients reconnect, the document is rebuilt from
 //! what was committed, and their sync step 2 restores what they still hold.
 
-use std::collections::{HashMap, HashSet};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
 use margin_decisions::{DecisionCard, LiveOutline, Outline};
-use margin_protocol::sync::{
-    close, MAX_AWARENESS_BYTES, MAX_AWARENESS_CLIENTS, MAX_PENDING_BYTES, MAX_UPDATE_BYTES,
-};
+use margin_protocol::sync::close;
 use margin_protocol::tools::ToolOutput;
 use margin_protocol::Role;
+use margin_sync_core::{Access, Effect, LiveDocument, Owner, Written};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
-use yrs::sync::{Awareness, Message, SyncMessage};
-use yrs::{ClientID, ReadTxn, StateVector, Transact, Update};
 
 use super::command::{
     ChangeReply, Command, DecideRefused, DecideReply, EditRefused, EditReply, EditRequest,
@@ -34,18 +30,16 @@ use super::command::{
 use super::compaction::{Compaction, Compactor};
 use super::conn::{access_close, Conn, ConnId, Refused};
 use super::decide::{self, Answered, Captured, Decided};
-use super::editor::{self, Applied};
-use super::frame;
 use super::hub::Hub;
 use super::load::rebuilt;
-use super::messages;
 use super::reads::Reads;
 use super::writes;
 use crate::cards::{mirror_entry, CardSet};
 use crate::cluster::{Lease, Ownership, TakeRefused};
 use crate::metrics::COUNTERS;
-use crate::storage::{Epoch, Riding, SessionWrite, StorageError, Store, StoredCard};
+use crate::storage::{ClientBinding, Epoch, Riding, SessionWrite, StorageError, Store, StoredCard};
 use crate::tools;
+use margin_sync_core::messages;
 
 /// The origin of the server's own changes; connections count from 1.
 const SERVER: ConnId = 0;
@@ -62,9 +56,8 @@ const LINGER: Duration = Duration::from_secs(30);
 
 struct Member {
     conn: Conn,
-    /// Awareness client ids this connection has announced, removed when it
-    /// leaves so its cursor disappears for everyone else.
-    clients: HashSet<ClientID>,
+    /// The owner its updates write as: its account.
+    owner: Owner,
 }
 
 enum Target {
@@ -92,6 +85,9 @@ struct Effects {
     changes: Vec<(ChangeReply, StoredCard)>,
     /// What rides with the batch: how many of its changes precede each.
     riders: Vec<(Rider, usize, Arc<Outline>)>,
+    /// Client ids the batch's changes are the first to write, and their
+    /// owners (SPEC A3a).
+    clients: Vec<ClientBinding>,
     /// Who made the batch's last edit (a person's change, or an
     /// `edit_plan`), stored as the document's `edited_by`; the server's
     /// mirror of cards leaves it be.
@@ -112,15 +108,14 @@ struct Judgement {
 pub struct DocumentTask {
     id: String,
     store: Store,
-    awareness: Awareness,
+    /// The document, its checks and its members' awareness (the sync
+    /// core): every frame and every write of the server's goes through it.
+    live: LiveDocument,
     /// The outline, kept current by re-reading only the blocks that change.
-    live: LiveOutline,
+    outline: LiveOutline,
     revision: i64,
     /// This task's claim on the document: every write names it (W3).
     epoch: Epoch,
-    /// Bytes of updates applied while the document held changes waiting
-    /// for missing ones (bounded by [`MAX_PENDING_BYTES`]).
-    pending_bytes: usize,
     members: HashMap<ConnId, Member>,
     compactor: Compactor,
     /// Archived: edits are refused from everyone (SPEC P3).
@@ -136,8 +131,9 @@ pub struct DocumentTask {
     fenced: bool,
     /// In a cluster: the lease this node holds on the document (SPEC C1).
     lease: Option<Lease>,
-    /// An update panicked inside yrs: the in-memory document is suspect,
-    /// so nothing of the batch is committed and the task unloads.
+    /// yrs failed on something the sync core accepted: the in-memory
+    /// document is suspect, so nothing of the batch is committed and the
+    /// task unloads.
     poisoned: bool,
 }
 
@@ -247,20 +243,32 @@ impl DocumentTask {
             .as_ref()
             .map_or(0, |(_, data)| data.len() as u64);
         let mirror = mirror_of(&cards);
-        let (doc, live, repair) = rebuilt(state, move |doc, _| {
-            let live = LiveOutline::new(&doc);
+        let (doc, live, repair) = rebuilt(state, move |mut doc, _| {
+            let live = LiveOutline::new(doc.doc());
             // The rows are the record: make the map agree with them.
-            let repair = writes::project(&doc, &mirror);
+            let repair =
+                doc.write(|doc| Ok::<_, std::convert::Infallible>(writes::project(doc, &mirror)));
             (doc, live, repair)
         })
         .await
         .map_err(|e| JoinRefused::LoadFailed(e.to_string()))?;
+        let repair = match repair {
+            Written::Changed(change) => Some(change),
+            Written::Unchanged => None,
+            Written::Refused(never) => match never {},
+            Written::Broken(close) => return Err(JoinRefused::LoadFailed(close.reason)),
+        };
         if let Some(repair) = repair {
-            logged_bytes += repair.len() as u64;
+            logged_bytes += repair.bytes.len() as u64;
+            let clients = bindings(repair.bound);
             // Committed before anyone joins, so no editor ever sees a
             // mirror that disagrees with the rows.
+            let riding = Riding {
+                clients: &clients,
+                ..Riding::default()
+            };
             revision = store
-                .append_with(&id, epoch, revision, vec![repair], Riding::default())
+                .append_with(&id, epoch, revision, vec![repair.bytes], riding)
                 .await
                 .map_err(stored)?;
             logged += 1;
@@ -272,11 +280,10 @@ impl DocumentTask {
         Ok(Box::new(DocumentTask {
             id,
             store,
-            live,
-            awareness: Awareness::new(doc),
+            live: doc,
+            outline: live,
             revision,
             epoch,
-            pending_bytes: 0,
             members: HashMap::new(),
             compactor: Compactor::new(compaction, logged, logged_bytes, snapshot_bytes),
             archived,
@@ -390,35 +397,19 @@ impl DocumentTask {
                 if self.deleted => {}
             Command::Join { conn, reply } => {
                 let id = conn.id;
-                effects
-                    .sends
-                    .push((Target::One(id), messages::step1(&self.awareness)));
-                if let Some(states) = messages::awareness_all(&self.awareness) {
-                    effects.sends.push((Target::One(id), states));
+                for first in self.live.join(id) {
+                    effects.sends.push((Target::One(id), Bytes::from(first)));
                 }
                 let closer = conn.closer.clone();
-                self.members.insert(
-                    id,
-                    Member {
-                        conn: *conn,
-                        clients: HashSet::new(),
-                    },
-                );
+                let owner = Owner::Account(conn.account.clone());
+                self.members.insert(id, Member { conn: *conn, owner });
                 if reply.send(Ok(())).is_err() {
                     closer.close(close::GOING_AWAY, "connection gave up joining");
                     self.remove(id, effects);
                 }
                 debug!(conn = id, members = self.members.len(), "joined");
             }
-            Command::Frame { conn, data } => {
-                if let Err((code, reason)) = self.frame(conn, &data, effects) {
-                    debug!(conn, code, %reason, "closing connection");
-                    if let Some(member) = self.members.get(&conn) {
-                        member.conn.closer.close(code, reason);
-                    }
-                    self.remove(conn, effects);
-                }
-            }
+            Command::Frame { conn, data } => self.frame(conn, &data, effects),
             Command::Leave { conn } => {
                 self.remove(conn, effects);
                 debug!(conn, members = self.members.len(), "left");
@@ -459,23 +450,24 @@ impl DocumentTask {
                     let _ = reply.send(Err(EditRefused::Stale { revision, current }));
                     return;
                 }
-                let before = self.live.refresh();
-                match writes::edit(self.awareness.doc(), before, &edits) {
-                    Ok(change) => {
-                        if let Some(change) = change {
-                            effects.deltas.push((SERVER, change));
+                let before = self.outline.refresh();
+                match self.live.write(|doc| writes::edit(doc, before, &edits)) {
+                    Written::Broken(close) => self.broken(close),
+                    Written::Refused(refused) => {
+                        let _ = reply.send(Err(refused.into()));
+                    }
+                    written @ (Written::Changed(_) | Written::Unchanged) => {
+                        if let Written::Changed(change) = written {
+                            effects.server_change(change);
                             effects.edited_by = Some(by);
                         }
-                        self.live.refresh();
-                        let outline = self.live.snapshot();
+                        self.outline.refresh();
+                        let outline = self.outline.snapshot();
                         let before = effects.deltas.len();
                         if let Some(rider) = rider {
                             effects.riders.push((rider, before, outline.clone()));
                         }
                         effects.edits.push((reply, before, outline));
-                    }
-                    Err(refused) => {
-                        let _ = reply.send(Err(refused.into()));
                     }
                 }
             }
@@ -494,8 +486,8 @@ impl DocumentTask {
             } => match self.cards.change(&card, *change) {
                 Ok(Some(changed)) => {
                     let mirror = [mirror_entry(&changed.card)];
-                    if let Some(delta) = writes::project(self.awareness.doc(), &mirror) {
-                        effects.deltas.push((SERVER, delta));
+                    if !self.project(&mirror, effects) {
+                        return;
                     }
                     effects.changed.push(changed.clone());
                     effects.changes.push((reply, changed));
@@ -519,8 +511,8 @@ impl DocumentTask {
     ) {
         // Changes earlier in this batch already moved the document.
         let current = self.revision + effects.deltas.len() as i64;
-        self.live.refresh();
-        let outline = self.live.snapshot();
+        self.outline.refresh();
+        let outline = self.outline.snapshot();
         let (cards, id) = (&self.cards, &self.id);
         let judged = self.reads.with(id, |reads| {
             decide::judge(current, &outline, reads, cards, &batch)
@@ -534,11 +526,11 @@ impl DocumentTask {
         };
         // The mirror is in the decisions map, outside the blocks: the
         // outline at the revision it makes is the one judged against.
-        let wrote = writes::project(self.awareness.doc(), &judged.mirror);
-        let changed = wrote.is_some();
-        if let Some(change) = wrote {
-            effects.deltas.push((SERVER, change));
+        let deltas = effects.deltas.len();
+        if !self.project(&judged.mirror, effects) {
+            return;
         }
+        let changed = effects.deltas.len() > deltas;
         let before = effects.deltas.len();
         if let Some(recorder) = recorder.filter(|_| changed) {
             let captured = judged.captured.clone();
@@ -560,159 +552,77 @@ impl DocumentTask {
         });
     }
 
-    /// Handles one frame; an error closes the connection with its code and
-    /// reason and changes nothing.
-    fn frame(
-        &mut self,
-        conn: ConnId,
-        data: &[u8],
-        effects: &mut Effects,
-    ) -> Result<(), (u16, String)> {
+    /// Handles one frame through the sync core: what it asks for goes
+    /// into the batch's effects; a refusal closes the connection with its
+    /// code and reason and changes nothing.
+    fn frame(&mut self, conn: ConnId, data: &[u8], effects: &mut Effects) {
         let Some(member) = self.members.get(&conn) else {
             // Frames that raced a close; the connection is already gone.
-            return Ok(());
+            return;
         };
-        let can_edit = member.conn.role.can_edit() && !self.archived;
+        let access = if self.archived {
+            Access::ReadOnly("read-only: the document is archived")
+        } else if !member.conn.role.can_edit() {
+            Access::ReadOnly("read-only: viewers cannot edit this document")
+        } else {
+            Access::Edit
+        };
         let account = member.conn.account.clone();
-        let messages = frame::messages(data).map_err(|e| (close::MALFORMED, e.to_string()))?;
-        for message in messages {
-            match message {
-                Message::Sync(SyncMessage::SyncStep1(remote)) => {
-                    // yrs has panicked encoding a diff of a document a
-                    // hostile update reached; the copy is then suspect.
-                    let awareness = &self.awareness;
-                    match catch_unwind(AssertUnwindSafe(|| messages::step2(awareness, &remote))) {
-                        Ok(step2) => effects.sends.push((Target::One(conn), step2)),
-                        Err(_) => {
-                            warn!("encoding a sync step 2 panicked inside yrs; unloading the document");
-                            self.poisoned = true;
-                            return Err((
-                                close::INTERNAL,
-                                "the document failed; reconnect to resync".into(),
-                            ));
-                        }
-                    }
-                }
-                Message::Sync(SyncMessage::SyncStep2(update) | SyncMessage::Update(update)) => {
-                    if update.len() > MAX_UPDATE_BYTES {
-                        return Err((
-                            close::TOO_BIG,
-                            format!(
-                                "update of {} bytes exceeds the {MAX_UPDATE_BYTES}-byte limit",
-                                update.len()
-                            ),
-                        ));
-                    }
-                    let bytes = update.len();
-                    let update = editor::decode(&update)?;
-                    if can_edit {
-                        let applied = self.apply(update, bytes)?;
-                        // What did integrate is published even when the
-                        // sender is closed for what did not.
-                        if let Some(delta) = applied.change {
-                            effects.deltas.push((conn, delta));
-                            effects.edited_by = Some(account.clone());
-                        }
-                        if applied.overflowed {
-                            return Err((
-                                close::BAD_UPDATE,
-                                format!("updates that wait for changes never sent passed {MAX_PENDING_BYTES} bytes; they were dropped"),
-                            ));
-                        }
-                    } else if self.is_news(&update) {
-                        let reason = if self.archived {
-                            "read-only: the document is archived"
-                        } else {
-                            "read-only: viewers cannot edit this document"
-                        };
-                        return Err((close::READ_ONLY, reason.into()));
-                    }
-                }
-                Message::Awareness(update) => {
-                    let size: usize = update.clients.values().map(|e| e.json.len()).sum();
-                    if size > MAX_AWARENESS_BYTES {
-                        return Err((close::TOO_BIG, format!("awareness state of {size} bytes exceeds the {MAX_AWARENESS_BYTES}-byte limit")));
-                    }
-                    // Every y-websocket client parses each state it is
-                    // relayed; one that is not JSON would break them all.
-                    if let Some((client, _)) = update
-                        .clients
-                        .iter()
-                        .find(|(_, e)| !editor::is_awareness_state(&e.json))
-                    {
-                        return Err((
-                            close::MALFORMED,
-                            format!(
-                                "awareness state of client {client} is not a JSON object or null"
-                            ),
-                        ));
-                    }
-                    let mut update = update;
-                    // A connection speaks only for the client ids it claimed
-                    // first: it may not move or erase another's cursor.
-                    update.clients.retain(|client, _| {
-                        !self
-                            .members
-                            .iter()
-                            .any(|(id, m)| *id != conn && m.clients.contains(client))
-                    });
-                    let clients: Vec<ClientID> = update.clients.keys().copied().collect();
-                    if let Some(member) = self.members.get_mut(&conn) {
-                        member.clients.extend(clients.iter().copied());
-                        if member.clients.len() > MAX_AWARENESS_CLIENTS {
-                            return Err((close::MALFORMED, format!("more than {MAX_AWARENESS_CLIENTS} awareness clients on one connection")));
-                        }
-                    }
-                    if clients.is_empty() {
-                        continue;
-                    }
-                    self.awareness
-                        .apply_update(update)
-                        .map_err(|e| (close::MALFORMED, format!("bad awareness update: {e}")))?;
-                    if let Some(frame) = messages::awareness_of(&self.awareness, &clients) {
-                        effects.sends.push((Target::AllBut(conn), frame));
-                    }
-                }
-                Message::AwarenessQuery => {
-                    if let Some(states) = messages::awareness_all(&self.awareness) {
-                        effects.sends.push((Target::One(conn), states));
-                    }
-                }
-                // `frame::messages` refuses these before they get here.
-                Message::Auth(_) | Message::Custom(..) => {
-                    return Err((close::MALFORMED, "unsupported message type".into()));
+        let mut asked = Vec::new();
+        let outcome = self
+            .live
+            .frame(conn, &member.owner, access, data, &mut asked);
+        // What the frame's messages before a refusal did stands.
+        for effect in asked {
+            match effect {
+                Effect::Reply(frame) => effects.sends.push((Target::One(conn), Bytes::from(frame))),
+                Effect::Others(frame) => effects
+                    .sends
+                    .push((Target::AllBut(conn), Bytes::from(frame))),
+                Effect::Change(change) => {
+                    effects.clients.extend(bindings(change.bound));
+                    effects.deltas.push((conn, change.bytes));
+                    effects.edited_by = Some(account.clone());
                 }
             }
         }
-        Ok(())
+        if let Err(close) = outcome {
+            if close.poisoned {
+                warn!(conn, reason = %close.reason, "yrs failed on what the sync core accepted; unloading the document");
+                self.poisoned = true;
+            }
+            debug!(conn, code = close.code, reason = %close.reason, "closing connection");
+            if let Some(member) = self.members.get(&conn) {
+                member.conn.closer.close(close.code, close.reason);
+            }
+            self.remove(conn, effects);
+        }
     }
 
-    /// Applies an editor's update of `bytes` ([`editor::apply`]); a panic
-    /// or a change that would not load again leaves this copy suspect.
-    fn apply(&mut self, update: Update, bytes: usize) -> Result<Applied, (u16, String)> {
-        editor::apply(self.awareness.doc(), update, bytes, &mut self.pending_bytes).map_err(
-            |failed| {
-                self.poisoned |= failed.poisoned;
-                (failed.code, failed.reason)
-            },
-        )
+    /// Writes `mirror` into the decisions map through the sync core and
+    /// queues the change; false when the document broke (then the task
+    /// unloads and the caller's reply is dropped).
+    fn project(&mut self, mirror: &[(String, String)], effects: &mut Effects) -> bool {
+        match self
+            .live
+            .write(|doc| Ok::<_, std::convert::Infallible>(writes::project(doc, mirror)))
+        {
+            Written::Changed(change) => effects.server_change(change),
+            Written::Unchanged => {}
+            Written::Refused(never) => match never {},
+            Written::Broken(close) => {
+                self.broken(close);
+                return false;
+            }
+        }
+        true
     }
 
-    /// Whether a viewer's update carries anything the document lacks. A
-    /// viewer's sync step 2 normally carries nothing new and is ignored.
-    fn is_news(&self, update: &Update) -> bool {
-        let txn = self.awareness.doc().transact();
-        let known: StateVector = txn.state_vector();
-        let beyond = update
-            .state_vector()
-            .iter()
-            .any(|(client, clock)| *clock > known.get(client));
-        beyond
-            || update.extends(&known)
-            || !update
-                .delete_set()
-                .diff(&txn.snapshot().delete_set)
-                .is_empty()
+    /// The server's own change did not fit the document: a bug. Nothing
+    /// of the batch is committed; everyone resyncs from storage.
+    fn broken(&mut self, close: margin_sync_core::Close) {
+        warn!(reason = %close.reason, "the server's own change broke the document; unloading it");
+        self.poisoned = true;
     }
 
     /// Closes `account`'s connections whose role is no longer `role`
@@ -744,15 +654,13 @@ impl DocumentTask {
     }
 
     fn remove(&mut self, conn: ConnId, effects: &mut Effects) {
-        let Some(member) = self.members.remove(&conn) else {
+        if self.members.remove(&conn).is_none() {
             return;
-        };
-        let clients: Vec<ClientID> = member.clients.into_iter().collect();
-        for client in &clients {
-            self.awareness.remove_state(*client);
         }
-        if let Some(frame) = messages::awareness_of(&self.awareness, &clients) {
-            effects.sends.push((Target::AllBut(conn), frame));
+        if let Some(frame) = self.live.leave(conn) {
+            effects
+                .sends
+                .push((Target::AllBut(conn), Bytes::from(frame)));
         }
     }
 
@@ -777,6 +685,7 @@ impl DocumentTask {
                 changed: &effects.changed,
                 sessions: &sessions,
                 edited_by: effects.edited_by.as_deref(),
+                clients: &effects.clients,
             };
             let started = Instant::now();
             // Boxed: inline, the room a commit needs (1.7 KB) was kept in
@@ -834,8 +743,8 @@ impl DocumentTask {
             let _ = reply.send(Ok(Some(changed)));
         }
         if !effects.outlines.is_empty() {
-            self.live.refresh();
-            let outline = self.live.snapshot();
+            self.outline.refresh();
+            let outline = self.outline.snapshot();
             for reply in effects.outlines {
                 let _ = reply.send((self.revision, outline.clone()));
             }
@@ -856,9 +765,9 @@ impl DocumentTask {
                 .collect();
             match parts.as_slice() {
                 [] => None,
-                [one] => Some(messages::update(one.to_vec())),
+                [one] => Some(Bytes::from(messages::update(one.to_vec()))),
                 many => match yrs::merge_updates_v1(many.iter().copied()) {
-                    Ok(update) => Some(messages::update(update)),
+                    Ok(update) => Some(Bytes::from(messages::update(update))),
                     // Unmergeable (it should not happen): send them one by one.
                     Err(error) => {
                         warn!(%error, "could not merge a batch's changes; sending them one by one");
@@ -881,12 +790,14 @@ impl DocumentTask {
             };
             match frame {
                 Some(frame) => sends.push((Target::One(id), frame)),
-                None => sends.extend(
-                    deltas
-                        .iter()
-                        .filter(|(origin, _)| *origin != id)
-                        .map(|(_, delta)| (Target::One(id), messages::update(delta.clone()))),
-                ),
+                None => sends.extend(deltas.iter().filter(|(origin, _)| *origin != id).map(
+                    |(_, delta)| {
+                        (
+                            Target::One(id),
+                            Bytes::from(messages::update(delta.clone())),
+                        )
+                    },
+                )),
             }
         }
         sends
@@ -953,6 +864,29 @@ fn mirror_of(cards: &[StoredCard]) -> Vec<(String, String)> {
         .iter()
         .map(|stored| crate::cards::mirror_entry(&stored.card))
         .collect()
+}
+
+/// Storage's form of the core's bindings.
+fn bindings(bound: Vec<(u64, Owner)>) -> Vec<ClientBinding> {
+    bound
+        .into_iter()
+        .map(|(client, owner)| ClientBinding {
+            client,
+            account: match owner {
+                Owner::Server => None,
+                Owner::Account(account) => Some(account),
+            },
+        })
+        .collect()
+}
+
+impl Effects {
+    /// Queues one of the server's own changes, and the client id it may
+    /// bind.
+    fn server_change(&mut self, change: margin_sync_core::Change) {
+        self.clients.extend(bindings(change.bound));
+        self.deltas.push((SERVER, change.bytes));
+    }
 }
 
 fn deliver(member: &Member, frame: Bytes, slow: &mut Vec<ConnId>) {

@@ -315,7 +315,7 @@ impl Hub {
         }
         let state = self.inner.store.load_state(id, revision).await?;
         let outline = rebuilt(state, |doc, state| {
-            (state.revision, Arc::new(Outline::of_doc(&doc)))
+            (state.revision, Arc::new(Outline::of_doc(doc.doc())))
         })
         .await?;
         Ok(outline)

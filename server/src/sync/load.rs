@@ -1,30 +1,24 @@
-//! Rebuilding a `yrs` document from what storage holds.
+//! Rebuilding a document from what storage holds, through the sync core:
+//! every stored part is checked as an editor's update is before yrs sees
+//! it, and one that does not fit is left out with a warning.
 
-use yrs::updates::decoder::Decode;
-use yrs::{Doc, Transact, Update};
+use margin_sync_core::{LiveDocument, LoadFailed, Owner};
+use tracing::warn;
 
-use crate::storage::StoredState;
+use crate::storage::{RefusedUpdate, StoredState};
 
 /// Why a stored document could not be rebuilt. Loading never falls back to
 /// an empty document: that document would then overwrite stored state.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    /// A stored update or snapshot does not decode.
-    #[error("stored update at position {position} is corrupt: {source}")]
-    Corrupt {
-        /// 0 for the snapshot, then 1.. for log rows after it.
-        position: usize,
-        /// The decoder's error.
-        source: yrs::encoding::read::Error,
-    },
-    /// A stored update decodes but does not apply.
-    #[error("stored update at position {position} does not apply: {source}")]
-    Inapplicable {
-        /// As above.
-        position: usize,
-        /// The integration error.
-        source: yrs::error::UpdateError,
-    },
+    /// yrs failed on a part the checks accepted.
+    #[error(transparent)]
+    Broken(#[from] LoadFailed),
+    /// The snapshot breaks an invariant of the Yjs format. Without it
+    /// nothing after it loads, so the document is not loaded at all
+    /// (never served empty).
+    #[error("its stored snapshot is refused: {0}")]
+    SnapshotRefused(margin_sync_core::Refusal),
     /// The task rebuilding it stopped before it finished.
     #[error("rebuilding the document stopped: {0}")]
     Task(String),
@@ -35,33 +29,53 @@ pub enum LoadError {
 /// which would otherwise hold up every task sharing the async workers.
 pub async fn rebuilt<T, F>(state: StoredState, then: F) -> Result<T, LoadError>
 where
-    F: FnOnce(Doc, StoredState) -> T + Send + 'static,
+    F: FnOnce(LiveDocument, StoredState) -> T + Send + 'static,
     T: Send + 'static,
 {
-    tokio::task::spawn_blocking(move || rebuild(&state).map(|doc| then(doc, state)))
-        .await
-        .map_err(|e| LoadError::Task(e.to_string()))?
+    let span = tracing::Span::current();
+    tokio::task::spawn_blocking(move || {
+        let _entered = span.enter();
+        rebuild(&state).map(|(doc, _)| then(doc, state))
+    })
+    .await
+    .map_err(|e| LoadError::Task(e.to_string()))?
 }
 
-/// Builds the document `state` describes.
-pub(super) fn rebuild(state: &StoredState) -> Result<Doc, LoadError> {
-    let doc = Doc::new();
-    {
-        let mut txn = doc.transact_mut();
-        let snapshot = state.snapshot.as_ref().map(|(_, data)| data.as_slice());
-        let parts = snapshot.into_iter().map(|s| (0, s)).chain(
-            state
-                .updates
-                .iter()
-                .enumerate()
-                .map(|(i, u)| (i + 1, u.as_slice())),
-        );
-        for (position, bytes) in parts {
-            let update = Update::decode_v1(bytes)
-                .map_err(|source| LoadError::Corrupt { position, source })?;
-            txn.apply_update(update)
-                .map_err(|source| LoadError::Inapplicable { position, source })?;
+/// Builds the document `state` describes; returns it and the log rows it
+/// left out.
+pub(super) fn rebuild(
+    state: &StoredState,
+) -> Result<(LiveDocument, Vec<RefusedUpdate>), LoadError> {
+    let snapshot = state.snapshot.as_ref().map(|(_, data)| data.as_slice());
+    let parts: Vec<&[u8]> = snapshot
+        .into_iter()
+        .chain(state.updates.iter().map(Vec::as_slice))
+        .collect();
+    let owners = state.clients.iter().map(|binding| {
+        let owner = match &binding.account {
+            Some(account) => Owner::Account(account.clone()),
+            None => Owner::Server,
+        };
+        (binding.client, owner)
+    });
+    let (doc, skipped) = LiveDocument::load(parts.iter().copied(), owners)?;
+    // Positions count the snapshot first when there is one.
+    let (first, base) = match &state.snapshot {
+        Some((revision, _)) => (1, *revision),
+        None => (0, 0),
+    };
+    let mut refused = Vec::with_capacity(skipped.len());
+    for part in skipped {
+        if part.position < first {
+            return Err(LoadError::SnapshotRefused(part.refusal));
         }
+        let revision = base + (part.position - first) as i64 + 1;
+        warn!(revision, refusal = %part.refusal, "a stored update was refused and left out of the document");
+        refused.push(RefusedUpdate {
+            revision,
+            data: parts[part.position].to_vec(),
+            reason: part.refusal.to_string(),
+        });
     }
-    Ok(doc)
+    Ok((doc, refused))
 }

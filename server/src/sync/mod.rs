@@ -1,6 +1,8 @@
 //! Document sync over the y-websocket protocol (SPEC S2, S3): one task per
 //! loaded document ([`document`]), a registry that finds or starts it
-//! ([`hub`]), and the socket wiring ([`socket`]).
+//! ([`hub`]), and the socket wiring ([`socket`]). What a frame may do to a
+//! document is decided by the sans-IO sync core, `margin_sync_core`; the
+//! task carries out what it says.
 
 mod background;
 pub mod command;
@@ -8,12 +10,9 @@ pub mod compaction;
 pub mod conn;
 pub mod decide;
 pub mod document;
-mod editor;
 mod encoded_reads;
-pub mod frame;
 pub mod hub;
 pub mod load;
-mod messages;
 mod reads;
 pub mod socket;
 pub mod writes;

@@ -58,7 +58,7 @@ on_both_backends! {
         // Nothing of either landed: no row, no snapshot, no deleted log.
         assert_eq!(
             store.load_state(&doc.id, None).await.unwrap(),
-            StoredState { revision: 2, snapshot: None, updates: vec![vec![1], vec![2]] }
+            StoredState { revision: 2, snapshot: None, updates: vec![vec![1], vec![2]], clients: vec![] }
         );
         // The owner writes on.
         assert_eq!(store.append_updates(&doc.id, owner, 2, &[vec![3]]).await.unwrap(), 3);

@@ -46,7 +46,7 @@ on_both_backends! {
         assert_eq!(store.append_updates(&doc.id, epoch, 2, &[vec![3]]).await.unwrap(), 3);
         assert_eq!(
             store.load_state(&doc.id, None).await.unwrap(),
-            StoredState { revision: 3, snapshot: None, updates: vec![vec![1], vec![2], vec![3]] }
+            StoredState { revision: 3, snapshot: None, updates: vec![vec![1], vec![2], vec![3]], clients: vec![] }
         );
         assert_eq!(store.load_state(&doc.id, Some(1)).await.unwrap().updates, vec![vec![1]]);
         assert!(matches!(store.load_state(&doc.id, Some(4)).await, Err(StorageError::NotFound("revision"))));
@@ -94,7 +94,7 @@ on_both_backends! {
         store.compact(&doc.id, epoch, 2, b"snap2").await.unwrap();
         assert_eq!(
             store.load_state(&doc.id, None).await.unwrap(),
-            StoredState { revision: 3, snapshot: Some((2, b"snap2".to_vec())), updates: vec![vec![3]] }
+            StoredState { revision: 3, snapshot: Some((2, b"snap2".to_vec())), updates: vec![vec![3]], clients: vec![] }
         );
         assert_eq!(store.log_len(&doc.id).await.unwrap(), 1);
         // An older snapshot arriving late does not replace the newer one.
