@@ -14,6 +14,12 @@
 /// Largest document update accepted in one message, in bytes (16 MiB).
 pub const MAX_UPDATE_BYTES: usize = 16 * 1024 * 1024;
 
+/// Most bytes of one connection's updates that wait for changes it has
+/// not sent yet (16 MiB): a y-websocket client that reconnects may send a
+/// new edit before the sync step 2 its edits offline are in. Past it the
+/// connection is closed with `BAD_UPDATE` and what waited is dropped.
+pub const MAX_WAITING_BYTES: usize = 16 * 1024 * 1024;
+
 /// Largest WebSocket message accepted: an update plus its message header.
 pub const MAX_MESSAGE_BYTES: usize = MAX_UPDATE_BYTES + 64;
 

@@ -11,9 +11,9 @@ export { Y };
  * Connects a y-websocket client to document `docId` as `token`.
  * Returns { doc, provider, closes, errors, waitSynced(), destroy() }.
  * `closes` collects every close event's {code, reason} from the server.
+ * `doc` is the Y.Doc to sync (a new one by default).
  */
-export function connectClient(server, docId, token, { connect = true } = {}) {
-  const doc = new Y.Doc();
+export function connectClient(server, docId, token, { connect = true, doc = new Y.Doc() } = {}) {
   const provider = new WebsocketProvider(`${server.wsBase}/documents`, `${docId}/sync`, doc, {
     params: { token },
     WebSocketPolyfill: WebSocket,

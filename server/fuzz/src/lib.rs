@@ -110,7 +110,7 @@ impl Target {
             Ok(()) => {
                 let mut changed = false;
                 for effect in effects {
-                    if let Effect::Change(change) = effect {
+                    if let Effect::Change(_, change) = effect {
                         self.stored.push(change.bytes);
                         changed = true;
                     }

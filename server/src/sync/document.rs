@@ -579,10 +579,21 @@ impl DocumentTask {
                 Effect::Others(frame) => effects
                     .sends
                     .push((Target::AllBut(conn), Bytes::from(frame))),
-                Effect::Change(change) => {
+                Effect::Change(from, change) => {
                     effects.clients.extend(bindings(change.bound));
-                    effects.deltas.push((conn, change.bytes));
-                    effects.edited_by = Some(account.clone());
+                    effects.deltas.push((from, change.bytes));
+                    let by = self
+                        .members
+                        .get(&from)
+                        .map_or(&account, |m| &m.conn.account);
+                    effects.edited_by = Some(by.clone());
+                }
+                Effect::Close(other, close) => {
+                    debug!(conn = other, code = close.code, reason = %close.reason, "closing connection");
+                    if let Some(member) = self.members.get(&other) {
+                        member.conn.closer.close(close.code, close.reason);
+                    }
+                    self.remove(other, effects);
                 }
             }
         }

@@ -18,12 +18,15 @@ use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use margin_protocol::sync::{close, MAX_AWARENESS_BYTES, MAX_AWARENESS_CLIENTS, MAX_UPDATE_BYTES};
+use margin_protocol::sync::{
+    close, MAX_AWARENESS_BYTES, MAX_AWARENESS_CLIENTS, MAX_UPDATE_BYTES, MAX_WAITING_BYTES,
+};
 use yrs::block::ClientID;
 use yrs::sync::Awareness;
 use yrs::updates::decoder::Decode;
-use yrs::{Doc, ReadTxn, Transact, Update};
+use yrs::{Doc, ReadTxn, StateVector, Transact, Update};
 
+use crate::content::content;
 use crate::frame::{self, Message};
 use crate::known::Known;
 use crate::messages;
@@ -68,8 +71,12 @@ pub enum Effect {
     Reply(Vec<u8>),
     /// Send to every member but the sender.
     Others(Vec<u8>),
-    /// Commit, then broadcast to every member but the sender.
-    Change(Change),
+    /// Commit, then broadcast to every member but the one it came from
+    /// (the sender, or a member whose waiting update applied now).
+    Change(MemberId, Change),
+    /// Close another member: an update of its that waited turned out to be
+    /// one no client sends.
+    Close(MemberId, Close),
 }
 
 /// Why a sender is closed: the code and reason it is told, and whether
@@ -150,6 +157,8 @@ pub struct LiveDocument {
     server: u64,
     /// Each member's awareness client ids, removed when it leaves.
     members: HashMap<MemberId, HashSet<ClientID>>,
+    /// Each member's updates that wait for changes it has not sent yet.
+    waiting: HashMap<MemberId, Waiting>,
 }
 
 impl LiveDocument {
@@ -169,7 +178,13 @@ impl LiveDocument {
             {
                 let mut txn = doc.transact_mut();
                 for (position, bytes) in parts.clone().into_iter().enumerate() {
-                    let checked = decode(bytes).and_then(|update| known.check(&update).map(|_| ()));
+                    // Stored parts were applied once already: where their
+                    // items sit was settled then.
+                    let checked = decode(bytes).and_then(|update| {
+                        let checked = known.check(&update)?;
+                        known.order(&update, &checked);
+                        Ok(())
+                    });
                     if let Err(refusal) = checked {
                         skipped.push(Skipped { position, refusal });
                         continue;
@@ -193,6 +208,7 @@ impl LiveDocument {
                     owners,
                     server,
                     members: HashMap::new(),
+                    waiting: HashMap::new(),
                 },
                 skipped,
             ));
@@ -223,6 +239,7 @@ impl LiveDocument {
 
     /// A member leaves: the frame that removes its cursors for the others.
     pub fn leave(&mut self, member: MemberId) -> Option<Vec<u8>> {
+        self.waiting.remove(&member);
         let clients: Vec<ClientID> = self.members.remove(&member)?.into_iter().collect();
         for client in &clients {
             self.awareness.remove_state(*client);
@@ -265,11 +282,7 @@ impl LiveDocument {
                         ));
                     }
                     match access {
-                        Access::Edit => {
-                            if let Some(change) = self.apply(bytes, owner)? {
-                                effects.push(Effect::Change(change));
-                            }
-                        }
+                        Access::Edit => self.edit(member, owner, bytes, effects)?,
                         Access::ReadOnly(reason) => {
                             if self.is_news(bytes)? {
                                 return Err(Close::new(close::READ_ONLY, reason));
@@ -318,11 +331,98 @@ impl LiveDocument {
         Ok(())
     }
 
+    /// Takes an editor's update: applies it, or keeps it waiting when it
+    /// builds on changes the member has not sent yet; then retries what
+    /// waits, since a change may be what it waited for.
+    fn edit(
+        &mut self,
+        member: MemberId,
+        owner: &Owner,
+        bytes: &[u8],
+        effects: &mut Vec<Effect>,
+    ) -> Result<(), Close> {
+        match self.apply(bytes, owner)? {
+            Applied::Changed(change) => effects.push(Effect::Change(member, change)),
+            Applied::Unchanged => return Ok(()),
+            Applied::Waits => {
+                let waiting = self.waiting.entry(member).or_insert_with(|| Waiting {
+                    owner: owner.clone(),
+                    updates: Vec::new(),
+                    bytes: 0,
+                });
+                waiting.bytes += bytes.len();
+                if waiting.bytes > MAX_WAITING_BYTES {
+                    self.waiting.remove(&member);
+                    return Err(Close::new(
+                        close::BAD_UPDATE,
+                        format!("updates that wait for changes never sent passed {MAX_WAITING_BYTES} bytes; they were dropped"),
+                    ));
+                }
+                waiting.updates.push(bytes.to_vec());
+                return Ok(());
+            }
+        }
+        self.retry(effects);
+        Ok(())
+    }
+
+    /// Applies what waits, as long as something of it applies. An update
+    /// refused once what it waited for came closes its sender.
+    fn retry(&mut self, effects: &mut Vec<Effect>) {
+        let mut progress = true;
+        while progress {
+            progress = false;
+            let members: Vec<MemberId> = self.waiting.keys().copied().collect();
+            for member in members {
+                let Some(waiting) = self.waiting.remove(&member) else {
+                    continue;
+                };
+                let mut still = Waiting {
+                    updates: Vec::new(),
+                    bytes: 0,
+                    ..waiting
+                };
+                for bytes in waiting.updates {
+                    match self.apply(&bytes, &still.owner) {
+                        Ok(Applied::Changed(change)) => {
+                            effects.push(Effect::Change(member, change));
+                            progress = true;
+                        }
+                        Ok(Applied::Unchanged) => {}
+                        Ok(Applied::Waits) => {
+                            still.bytes += bytes.len();
+                            still.updates.push(bytes);
+                        }
+                        Err(close) => {
+                            effects.push(Effect::Close(member, close));
+                            still.updates.clear();
+                            break;
+                        }
+                    }
+                }
+                if !still.updates.is_empty() {
+                    self.waiting.insert(member, still);
+                }
+            }
+        }
+    }
+
     /// Applies an editor's update, if it is one a Yjs client could send
-    /// and writes only under client ids `owner` owns; returns the change.
-    fn apply(&mut self, bytes: &[u8], owner: &Owner) -> Result<Option<Change>, Close> {
+    /// and writes only under client ids `owner` owns.
+    fn apply(&mut self, bytes: &[u8], owner: &Owner) -> Result<Applied, Close> {
         let update = decode(bytes).map_err(|r| Close::refused(&r))?;
-        let checked = self.known.check(&update).map_err(|r| Close::refused(&r))?;
+        let checked = match self.known.check(&update) {
+            Ok(checked) => checked,
+            // Builds on what the sender has not sent yet (a y-websocket
+            // client's new edit may overtake the sync step 2 of its
+            // edits offline): it waits for them.
+            Err(
+                Refusal::StartsPastKnown { .. }
+                | Refusal::Missing { .. }
+                | Refusal::DeletePastKnown { .. },
+            ) => return Ok(Applied::Waits),
+            Err(refusal) => return Err(Close::refused(&refusal)),
+        };
         for client in checked.new_clients() {
             let taken = match self.owners.get(&client) {
                 Some(held) => held != owner,
@@ -336,7 +436,11 @@ impl LiveDocument {
             }
         }
         if !checked.has_new_structs() && !checked.has_deletes() {
-            return Ok(None);
+            return Ok(Applied::Unchanged);
+        }
+        if self.known.order(&update, &checked) && self.diverges(bytes) {
+            self.known.unplace();
+            return Err(Close::refused(&Refusal::PlacedByArrival));
         }
         let mut txn = self.awareness.doc().transact_mut();
         let change = integrate(&mut self.known, &mut txn, bytes).map_err(|cause| {
@@ -345,10 +449,13 @@ impl LiveDocument {
             ))
         })?;
         drop(txn);
-        Ok(change.map(|(bytes, new_clients)| Change {
-            bound: self.bind(new_clients, owner),
-            bytes,
-        }))
+        Ok(match change {
+            Some((bytes, new_clients)) => Applied::Changed(Change {
+                bound: self.bind(new_clients, owner),
+                bytes,
+            }),
+            None => Applied::Unchanged,
+        })
     }
 
     /// Runs one of the server's own writes on the document and takes in
@@ -364,6 +471,8 @@ impl LiveDocument {
         };
         let learned = decode(&change).and_then(|update| {
             let checked = self.known.check(&update)?;
+            // The server writes beside its neighbours.
+            self.known.order(&update, &checked);
             self.known.learn(&checked);
             Ok(checked.new_clients().collect::<Vec<_>>())
         });
@@ -391,6 +500,37 @@ impl LiveDocument {
         bound
     }
 
+    /// Whether applying `bytes` (which fit) to this document gives another
+    /// document than a client gets loading the result afresh: tried on a
+    /// copy, so nothing changes here. Only updates whose items sit where a
+    /// client may not have written them are tried.
+    fn diverges(&self, bytes: &[u8]) -> bool {
+        let copy = Doc::new();
+        let state = self
+            .doc()
+            .transact()
+            .encode_state_as_update_v1(&StateVector::default());
+        let applied = catch_unwind(AssertUnwindSafe(|| {
+            for part in [state.as_slice(), bytes] {
+                let update = Update::decode_v1(part).map_err(|e| e.to_string())?;
+                copy.transact_mut()
+                    .apply_update(update)
+                    .map_err(|e| e.to_string())?;
+            }
+            let fresh = Doc::new();
+            let whole = copy
+                .transact()
+                .encode_state_as_update_v1(&StateVector::default());
+            let update = Update::decode_v1(&whole).map_err(|e| e.to_string())?;
+            fresh
+                .transact_mut()
+                .apply_update(update)
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(content(&copy) != content(&fresh))
+        }));
+        !matches!(applied, Ok(Ok(false)))
+    }
+
     /// Whether a viewer's update carries anything the document lacks (a
     /// viewer's sync step 2 normally carries nothing new and is ignored).
     fn is_news(&self, bytes: &[u8]) -> Result<bool, Close> {
@@ -411,6 +551,22 @@ impl LiveDocument {
             .diff(&txn.snapshot().delete_set)
             .is_empty())
     }
+}
+
+/// A member's updates that wait for changes it has not sent yet, in
+/// arrival order.
+struct Waiting {
+    owner: Owner,
+    updates: Vec<Vec<u8>>,
+    bytes: usize,
+}
+
+/// What became of an editor's update.
+enum Applied {
+    Changed(Change),
+    Unchanged,
+    /// It builds on changes not sent yet.
+    Waits,
 }
 
 /// A change yrs made and the clients it is the first to write.

@@ -19,6 +19,7 @@
 
 use std::collections::HashMap;
 
+use crate::order::{NewItem, Order};
 use crate::refusal::{Id, Reference, Refusal};
 use crate::update::{Body, Content, DeclaredParent, Item, Struct, Update};
 
@@ -89,6 +90,8 @@ pub struct Known {
     place_ids: HashMap<Place<'static>, u32>,
     names: Vec<Box<str>>,
     name_ids: HashMap<Box<str>, u32>,
+    /// The order of every list.
+    order: Order,
 }
 
 /// An update that fits: what of it is new, in place, ready to be learned
@@ -97,6 +100,9 @@ pub struct Known {
 pub struct Checked<'a> {
     runs: Vec<NewRun<'a>>,
     deletes: bool,
+    /// The new structs in the order they were taken: run, struct, the
+    /// first clock the document lacked, and the place.
+    taken: Vec<(u32, u32, u32, Place<'a>)>,
 }
 
 #[derive(Debug)]
@@ -147,7 +153,7 @@ impl Known {
     }
 
     /// Where the struct at `id` sits, if the document holds it.
-    fn place(&self, id: Id) -> Option<Place<'static>> {
+    fn place_of(&self, id: Id) -> Option<Place<'static>> {
         let client = self.clients.get(&id.client)?;
         if id.clock >= client.end {
             return None;
@@ -171,6 +177,7 @@ impl Known {
             update,
             runs: Vec::with_capacity(update.runs.len()),
             index: HashMap::with_capacity(update.runs.len()),
+            taken: Vec::new(),
         };
         for (index, run) in update.runs.iter().enumerate() {
             let known = self.clock(run.client);
@@ -216,7 +223,66 @@ impl Known {
                 end: progress.done,
             })
             .collect();
-        Ok(Checked { runs, deletes })
+        Ok(Checked {
+            runs,
+            deletes,
+            taken: check.taken,
+        })
+    }
+
+    /// Places the new items of `update`, which `checked` found fit, in
+    /// their lists as yrs will; returns whether any sits where a Yjs client
+    /// may not have written it (`order`), which the caller checks before
+    /// applying the update. Until the next update is placed,
+    /// [`Known::unplace`] takes them out again.
+    pub fn order(&mut self, update: &Update<'_>, checked: &Checked<'_>) -> bool {
+        self.order.begin();
+        let mut suspect = false;
+        for &(run, index, from, place) in &checked.taken {
+            let Place::Item { parent, sub, .. } = place else {
+                continue;
+            };
+            let run = &update.runs[run as usize];
+            let item = &run.structs[index as usize];
+            let Body::Item(body) = &item.body else {
+                continue;
+            };
+            let slot = (
+                self.intern_parent(parent),
+                sub.map(|name| self.intern_name(name)),
+            );
+            let origin = if from > item.clock {
+                Some(Id::new(run.client, from - 1))
+            } else {
+                body.origin
+            };
+            let new = NewItem {
+                slot,
+                id: Id::new(run.client, from),
+                len: item.end() - from,
+                origin,
+                right_origin: body.right_origin,
+                written: Id::new(run.client, item.clock),
+                parent: match parent {
+                    Parent::Type(id) => Some(id),
+                    Parent::Root(_) => None,
+                },
+            };
+            suspect |= self.order.place(&new);
+        }
+        suspect
+    }
+
+    /// Takes the items [`Known::order`] placed last out of their lists.
+    pub fn unplace(&mut self) {
+        self.order.undo();
+    }
+
+    fn intern_parent(&mut self, parent: Parent<'_>) -> Parent<'static> {
+        match parent {
+            Parent::Root(name) => Parent::Root(self.intern_name(name)),
+            Parent::Type(id) => Parent::Type(id),
+        }
     }
 
     /// Takes in what `checked` found new: the document now holds it.
@@ -261,10 +327,7 @@ impl Known {
         let place = match place {
             Place::Gc => Place::Gc,
             Place::Item { parent, sub, kind } => Place::Item {
-                parent: match parent {
-                    Parent::Root(name) => Parent::Root(self.intern_name(name)),
-                    Parent::Type(id) => Parent::Type(id),
-                },
+                parent: self.intern_parent(parent),
                 sub: sub.map(|name| self.intern_name(name)),
                 kind,
             },
@@ -293,6 +356,7 @@ struct Check<'k, 'u, 'a> {
     update: &'u Update<'a>,
     runs: Vec<Progress<'a>>,
     index: HashMap<u64, usize>,
+    taken: Vec<(u32, u32, u32, Place<'a>)>,
 }
 
 /// Why a struct cannot be taken yet, or at all.
@@ -321,7 +385,7 @@ impl<'a> Check<'_, '_, 'a> {
     /// Where the struct at `id` sits, if it is held or taken already.
     fn place(&self, id: Id) -> Option<Place<'a>> {
         if id.clock < self.known.clock(id.client) {
-            return self.known.place(id);
+            return self.known.place_of(id);
         }
         let progress = &self.runs[*self.index.get(&id.client)?];
         if id.clock >= progress.done {
@@ -353,6 +417,8 @@ impl<'a> Check<'_, '_, 'a> {
                     Ok(place) => {
                         let progress = &mut self.runs[current];
                         let from = progress.done;
+                        self.taken
+                            .push((current as u32, progress.next as u32, from, place));
                         progress.spans.push((from, place));
                         progress.done = item.end();
                         progress.next += 1;

@@ -23,6 +23,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod content;
 pub mod document;
 #[cfg(any(test, feature = "encode"))]
 pub mod encode;
@@ -31,6 +32,7 @@ pub mod json;
 pub mod known;
 pub mod lib0;
 pub mod messages;
+pub mod order;
 pub mod refusal;
 pub mod update;
 

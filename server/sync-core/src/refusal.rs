@@ -216,4 +216,9 @@ pub enum Refusal {
         /// The clock held by the document and the update together.
         known: u32,
     },
+    /// An update whose items would land in other places in a replica
+    /// that loads the document afterwards than in the live one: applied
+    /// now, it would split the editors' view of the text.
+    #[error("its items would be placed differently by a client loading the document later")]
+    PlacedByArrival,
 }

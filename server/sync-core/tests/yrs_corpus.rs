@@ -102,9 +102,11 @@ impl Peer {
     /// the change it made and learns that — as the server does.
     fn receive(&mut self, bytes: &[u8], counted: &mut usize) {
         let update = decode(bytes).unwrap_or_else(|e| panic!("refused: {e}"));
-        self.known
+        let checked = self
+            .known
             .check(&update)
             .unwrap_or_else(|e| panic!("refused against what the peer holds: {e}"));
+        self.known.order(&update, &checked);
         *counted += 1;
         let change = {
             let mut txn = self.doc.transact_mut();
@@ -119,17 +121,21 @@ impl Peer {
             );
             txn.encode_update_v1()
         };
-        // The subscription saw the same change; it is learned here.
+        // The subscription saw the same change; it is learned here (its
+        // items were placed with the update they came in).
         self.produced.lock().unwrap().clear();
-        self.learn(&change, counted);
+        self.learn(&change, false, counted);
     }
 
-    fn learn(&mut self, change: &[u8], counted: &mut usize) {
+    fn learn(&mut self, change: &[u8], place: bool, counted: &mut usize) {
         let update = decode(change).unwrap_or_else(|e| panic!("a change yrs made is refused: {e}"));
         let checked = self
             .known
             .check(&update)
             .unwrap_or_else(|e| panic!("a change yrs made does not fit: {e}"));
+        if place {
+            self.known.order(&update, &checked);
+        }
         *counted += 1;
         self.known.learn(&checked);
     }
@@ -138,7 +144,7 @@ impl Peer {
     fn own(&mut self, counted: &mut usize) -> Vec<Vec<u8>> {
         let produced: Vec<Vec<u8>> = std::mem::take(&mut *self.produced.lock().unwrap());
         for change in &produced {
-            self.learn(change, counted);
+            self.learn(change, true, counted);
         }
         produced
     }

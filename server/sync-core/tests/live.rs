@@ -1,0 +1,120 @@
+//! The live document as the server drives it (SPEC A3a): an editor's new
+//! edit may overtake the sync step 2 of what it wrote offline, as
+//! y-websocket sends it on reconnecting; it waits, and applies once what it
+//! builds on has come.
+
+use std::sync::Arc;
+
+use margin_sync_core::{Access, Effect, LiveDocument, Owner};
+use yrs::sync::{Message, SyncMessage};
+use yrs::updates::encoder::Encode;
+use yrs::{Doc, ReadTxn, Text, Transact};
+
+fn frame(update: Vec<u8>) -> Vec<u8> {
+    Message::Sync(SyncMessage::Update(update)).encode_v1()
+}
+
+fn changes(effects: &[Effect]) -> usize {
+    effects
+        .iter()
+        .filter(|e| matches!(e, Effect::Change(..)))
+        .count()
+}
+
+#[test]
+fn an_edit_that_overtakes_what_it_builds_on_waits_and_then_applies() {
+    let (mut live, _) = LiveDocument::load([], []).unwrap();
+    let editor = Doc::with_client_id(7);
+    let text = editor.get_or_insert_text("t");
+    text.insert(&mut editor.transact_mut(), 0, "offline");
+    let offline = editor
+        .transact()
+        .encode_state_as_update_v1(&Default::default());
+    let seen = editor.transact().state_vector();
+    text.insert(&mut editor.transact_mut(), 7, " and on");
+    let next = editor.transact().encode_diff_v1(&seen);
+    let ada = Owner::Account(Arc::from("ada"));
+    let mut effects = Vec::new();
+    live.frame(1, &ada, Access::Edit, &frame(next), &mut effects)
+        .expect("it waits, the sender stays");
+    assert_eq!(changes(&effects), 0);
+    live.frame(1, &ada, Access::Edit, &frame(offline), &mut effects)
+        .expect("accepted");
+    assert_eq!(changes(&effects), 2, "both applied, in order");
+    let got = live.doc().get_or_insert_text("t");
+    assert_eq!(
+        yrs::GetString::get_string(&got, &live.doc().transact()),
+        "offline and on"
+    );
+}
+
+#[test]
+fn what_waits_is_dropped_when_its_sender_leaves() {
+    let (mut live, _) = LiveDocument::load([], []).unwrap();
+    let editor = Doc::with_client_id(7);
+    let text = editor.get_or_insert_text("t");
+    text.insert(&mut editor.transact_mut(), 0, "never sent");
+    let first = editor
+        .transact()
+        .encode_state_as_update_v1(&Default::default());
+    let seen = editor.transact().state_vector();
+    text.insert(&mut editor.transact_mut(), 0, "x");
+    let next = editor.transact().encode_diff_v1(&seen);
+    let ada = Owner::Account(Arc::from("ada"));
+    let mut effects = Vec::new();
+    live.join(1);
+    live.frame(1, &ada, Access::Edit, &frame(next.clone()), &mut effects)
+        .unwrap();
+    live.leave(1);
+    // The change it waited for arrives from another member: what waited
+    // went with its sender.
+    live.frame(2, &ada, Access::Edit, &frame(first), &mut effects)
+        .unwrap();
+    assert_eq!(changes(&effects), 1);
+    let got = live.doc().get_or_insert_text("t");
+    assert_eq!(
+        yrs::GetString::get_string(&got, &live.doc().transact()),
+        "never sent"
+    );
+}
+
+/// The history the fuzz targets start from (server/fuzz/history).
+fn history() -> Vec<Vec<u8>> {
+    let mut bytes: &[u8] = include_bytes!("../../fuzz/history/concurrent.updates");
+    let mut updates = Vec::new();
+    while let Some((len, rest)) = bytes.split_first_chunk::<4>() {
+        let len = u32::from_le_bytes(*len) as usize;
+        updates.push(rest[..len].to_vec());
+        bytes = &rest[len..];
+    }
+    updates
+}
+
+#[test]
+fn an_update_placed_differently_by_a_later_reader_is_refused() {
+    // Found by the document_update fuzz target: a real editor's offline
+    // step 2 with one origin moved, so its text landed in one order in the
+    // live document and in another in a client loading it afterwards.
+    let parts = history();
+    let (mut live, skipped) = LiveDocument::load(parts.iter().map(Vec::as_slice), []).unwrap();
+    assert!(skipped.is_empty());
+    let before = margin_sync_core::content::content(live.doc());
+    let finding = include_bytes!("../../fuzz/regressions/document_update/divergent-order-62da8139");
+    let eve = Owner::Account(Arc::from("eve"));
+    let mut effects = Vec::new();
+    let refused = live
+        .frame(
+            1,
+            &eve,
+            Access::Edit,
+            &frame(finding[1..].to_vec()),
+            &mut effects,
+        )
+        .unwrap_err();
+    assert_eq!(
+        refused.reason,
+        "update refused: its items would be placed differently by a client loading the document later"
+    );
+    assert_eq!(changes(&effects), 0);
+    assert_eq!(margin_sync_core::content::content(live.doc()), before);
+}
