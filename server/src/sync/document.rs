@@ -580,6 +580,9 @@ impl DocumentTask {
                     .sends
                     .push((Target::AllBut(conn), Bytes::from(frame))),
                 Effect::Change(from, change) => {
+                    if change.reorders {
+                        info!(conn = from, "an editor's change rearranges its own text so a later reader orders it otherwise, as Yjs' redo can");
+                    }
                     effects.clients.extend(bindings(change.bound));
                     effects.deltas.push((from, change.bytes));
                     let by = self

@@ -28,7 +28,7 @@ use yrs::{Doc, ReadTxn, StateVector, Transact, Update};
 
 use crate::content::content;
 use crate::frame::{self, Message};
-use crate::known::Known;
+use crate::known::{Known, Suspect};
 use crate::messages;
 use crate::refusal::Refusal;
 use crate::update::decode;
@@ -62,6 +62,10 @@ pub struct Change {
     /// Client ids this change is the first to write, with their owner:
     /// stored with it.
     pub bound: Vec<(u64, Owner)>,
+    /// Whether it rearranges its writer's own text so that a client loading
+    /// the document later shows it in another order than the live
+    /// document (Yjs' redo writes such changes; see `order`).
+    pub reorders: bool,
 }
 
 /// What the caller does for a frame.
@@ -438,9 +442,17 @@ impl LiveDocument {
         if !checked.has_new_structs() && !checked.has_deletes() {
             return Ok(Applied::Unchanged);
         }
-        if self.known.order(&update, &checked) && self.diverges(bytes) {
-            self.known.unplace();
-            return Err(Close::refused(&Refusal::PlacedByArrival));
+        let suspects = self.known.order(&update, &checked);
+        let mut reorders = false;
+        if !suspects.is_empty() && self.diverges(bytes) {
+            // A client rearranging its own text (Yjs' redo writes such
+            // items) is a Yjs client; another writer's text is not its to
+            // reorder.
+            if !suspects.iter().all(Suspect::is_own) {
+                self.known.unplace();
+                return Err(Close::refused(&Refusal::PlacedByArrival));
+            }
+            reorders = true;
         }
         let mut txn = self.awareness.doc().transact_mut();
         let change = integrate(&mut self.known, &mut txn, bytes).map_err(|cause| {
@@ -453,6 +465,7 @@ impl LiveDocument {
             Some((bytes, new_clients)) => Applied::Changed(Change {
                 bound: self.bind(new_clients, owner),
                 bytes,
+                reorders,
             }),
             None => Applied::Unchanged,
         })
@@ -480,6 +493,7 @@ impl LiveDocument {
             Ok(new_clients) => Written::Changed(Change {
                 bound: self.bind(new_clients, &Owner::Server),
                 bytes: change,
+                reorders: false,
             }),
             Err(refusal) => Written::Broken(Close::poisoned(format!(
                 "the server's own change does not fit the document ({refusal}); reconnect to resync"

@@ -68,6 +68,28 @@ impl<'a> Place<'a> {
     }
 }
 
+/// An item placed where a Yjs client may not have written it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Suspect {
+    /// The item.
+    pub item: Id,
+    /// Its origin.
+    pub origin: Option<Id>,
+    /// Its right origin.
+    pub right_origin: Option<Id>,
+}
+
+impl Suspect {
+    /// Whether the item's origins are its own writer's: a client
+    /// rearranging its own text, as Yjs' redo does.
+    pub fn is_own(&self) -> bool {
+        [self.origin, self.right_origin]
+            .iter()
+            .flatten()
+            .all(|id| id.client == self.item.client)
+    }
+}
+
 /// A run of clocks in one place: from `start` to the next span's start.
 #[derive(Clone, Copy, Debug)]
 struct Span {
@@ -231,13 +253,13 @@ impl Known {
     }
 
     /// Places the new items of `update`, which `checked` found fit, in
-    /// their lists as yrs will; returns whether any sits where a Yjs client
-    /// may not have written it (`order`), which the caller checks before
-    /// applying the update. Until the next update is placed,
+    /// their lists as yrs will; returns the ones that sit where a Yjs
+    /// client may not have written them (`order`), which the caller checks
+    /// before applying the update. Until the next update is placed,
     /// [`Known::unplace`] takes them out again.
-    pub fn order(&mut self, update: &Update<'_>, checked: &Checked<'_>) -> bool {
+    pub fn order(&mut self, update: &Update<'_>, checked: &Checked<'_>) -> Vec<Suspect> {
         self.order.begin();
-        let mut suspect = false;
+        let mut suspects = Vec::new();
         for &(run, index, from, place) in &checked.taken {
             let Place::Item { parent, sub, .. } = place else {
                 continue;
@@ -268,9 +290,15 @@ impl Known {
                     Parent::Root(_) => None,
                 },
             };
-            suspect |= self.order.place(&new);
+            if self.order.place(&new) {
+                suspects.push(Suspect {
+                    item: new.written,
+                    origin: body.origin,
+                    right_origin: body.right_origin,
+                });
+            }
         }
-        suspect
+        suspects
     }
 
     /// Takes the items [`Known::order`] placed last out of their lists.

@@ -39,6 +39,6 @@ pub mod update;
 pub use document::{
     Access, Change, Close, Effect, LiveDocument, LoadFailed, MemberId, Owner, Skipped, Written,
 };
-pub use known::{Checked, Known};
+pub use known::{Checked, Known, Suspect};
 pub use refusal::{Id, Malformed, Reference, Refusal};
 pub use update::{decode, Update};

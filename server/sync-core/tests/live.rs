@@ -118,3 +118,28 @@ fn an_update_placed_differently_by_a_later_reader_is_refused() {
     assert_eq!(changes(&effects), 0);
     assert_eq!(margin_sync_core::content::content(live.doc()), before);
 }
+
+#[test]
+fn a_client_rearranging_its_own_text_as_yjs_redo_does_is_accepted() {
+    // Caught by web-tests/tests/update-corpus.test.mjs: a real npm yjs
+    // editor's sync step 2 (after undo and redo offline) holds items whose
+    // right origin lies before their origin, all of its own writing; yjs
+    // itself orders them otherwise when loading the result afresh. A Yjs
+    // client writes this, so it is taken, and the change says so.
+    let state = include_bytes!("fixtures/redo-state.update");
+    let step2 = include_bytes!("fixtures/redo-step2.update");
+    let (mut live, skipped) = LiveDocument::load([state.as_slice()], []).unwrap();
+    assert!(skipped.is_empty());
+    let ada = Owner::Account(Arc::from("ada"));
+    let mut effects = Vec::new();
+    live.frame(1, &ada, Access::Edit, &frame(step2.to_vec()), &mut effects)
+        .expect("accepted");
+    let reorders: Vec<bool> = effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Change(_, change) => Some(change.reorders),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reorders, vec![true]);
+}
