@@ -5,11 +5,11 @@
 use std::sync::{Arc, OnceLock};
 
 use margin_decisions::Outline;
+use margin_sync_core::content::content;
 use margin_sync_core::{Access, Effect, LiveDocument, Owner};
 use yrs::sync::{Message, SyncMessage};
-use yrs::types::text::YChange;
 use yrs::updates::encoder::Encode;
-use yrs::{Any, Map, ReadTxn, StateVector, Text, Transact, Xml, XmlFragment, XmlOut};
+use yrs::{ReadTxn, StateVector, Transact};
 
 /// The stored history: every update the server received from three npm
 /// yjs editors, in order.
@@ -141,17 +141,31 @@ impl Target {
         let expected = self.seen(live);
         // The stored log replays to the same document.
         let replayed = load(self.stored.iter().map(Vec::as_slice), "the stored log");
-        assert_eq!(self.seen(replayed.doc()), expected, "the stored log replays to another document");
+        assert_eq!(
+            self.seen(replayed.doc()),
+            expected,
+            "the stored log replays to another document"
+        );
         // Its whole state (a compaction's snapshot, a sync step 2 to an
         // empty client) loads alone.
-        let state = live.transact().encode_state_as_update_v1(&StateVector::default());
+        let state = live
+            .transact()
+            .encode_state_as_update_v1(&StateVector::default());
         let loaded = load([state.as_slice()], "the document's state");
-        assert_eq!(self.seen(loaded.doc()), expected, "the document's state loads as another document");
+        assert_eq!(
+            self.seen(loaded.doc()),
+            expected,
+            "the document's state loads as another document"
+        );
         // A sync step 2 to a client that holds the history.
         if let Some(base) = self.base {
             let diff = live.transact().encode_diff_v1(base_vector());
             let caught_up = load([base, diff.as_slice()], "a step 2 after the history");
-            assert_eq!(self.seen(caught_up.doc()), expected, "a step 2 brings another document");
+            assert_eq!(
+                self.seen(caught_up.doc()),
+                expected,
+                "a step 2 brings another document"
+            );
         }
     }
 
