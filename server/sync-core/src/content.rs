@@ -1,8 +1,8 @@
 //! What a reader of a document sees, written out the same way whatever
 //! order yrs keeps its hash maps in: every root, its sequence and its map
 //! entries, elements with their attributes and text with its marks in key
-//! order. Two replicas show the same document exactly when their
-//! [`content`] is equal.
+//! order, and the state vector by client. Two replicas show the same
+//! document exactly when their [`content`] is equal.
 
 use yrs::types::text::YChange;
 use yrs::{
@@ -28,7 +28,13 @@ pub fn content(doc: &Doc) -> String {
         })
         .collect();
     roots.sort();
-    format!("{:?}{roots:?}", txn.state_vector())
+    let mut clocks: Vec<(u64, u32)> = txn
+        .state_vector()
+        .iter()
+        .map(|(client, clock)| (client.get(), *clock))
+        .collect();
+    clocks.sort_unstable();
+    format!("{clocks:?}{roots:?}")
 }
 
 fn render<T: ReadTxn>(txn: &T, value: Out, out: &mut String) {
