@@ -201,20 +201,14 @@ impl Peer {
             5 if !texts.is_empty() => {
                 let text = &texts[walk.below(texts.len())];
                 let mut txn = self.doc.transact_mut();
-                let content = plain(text, &txn);
-                let start = utf16_boundary(&content, walk);
-                let end = utf16_boundary(&content, walk);
-                if end > start {
-                    text.remove_range(&mut txn, start, end - start);
+                if let Some((start, len)) = span(&plain(text, &txn), walk) {
+                    text.remove_range(&mut txn, start, len);
                 }
             }
             6 if !texts.is_empty() => {
                 let text = &texts[walk.below(texts.len())];
                 let mut txn = self.doc.transact_mut();
-                let content = plain(text, &txn);
-                let start = utf16_boundary(&content, walk);
-                let end = utf16_boundary(&content, walk);
-                if end > start {
+                if let Some((start, len)) = span(&plain(text, &txn), walk) {
                     let mark: Attrs = if walk.chance(50) {
                         Attrs::from([("bold".into(), Any::Bool(true))])
                     } else {
@@ -223,7 +217,7 @@ impl Peer {
                             Any::from_json(r#"{"href":"https://example.com/ü"}"#).unwrap(),
                         )])
                     };
-                    text.format(&mut txn, start, end - start, mark);
+                    text.format(&mut txn, start, len, mark);
                 }
             }
             7 if len > 0 => {
@@ -277,6 +271,14 @@ fn plain<T: ReadTxn>(text: &XmlTextRef, txn: &T) -> String {
             other => panic!("unexpected insert {other:?}"),
         })
         .collect()
+}
+
+/// A random stretch of `text` (start and length, in UTF-16 units) that
+/// splits no surrogate pair, if it is not empty.
+fn span(text: &str, walk: &mut Walk) -> Option<(u32, u32)> {
+    let start = utf16_boundary(text, walk);
+    let end = utf16_boundary(text, walk);
+    (end > start).then(|| (start, end - start))
 }
 
 /// A random offset into `text` (in UTF-16 units) that does not split a
