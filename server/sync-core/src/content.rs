@@ -1,30 +1,28 @@
 //! What a reader of a document sees, written out the same way whatever
-//! order yrs keeps its hash maps in: every root, its sequence and its map
-//! entries, elements with their attributes and text with its marks in key
-//! order, and the state vector by client. Two replicas show the same
-//! document exactly when their [`content`] is equal.
+//! order yrs keeps its hash maps in, and whatever type a replica gave a
+//! root locally: every type as its sequence (chunks of text with their
+//! marks, values, nested types) and its map entries (an element's
+//! attributes among them) in key order, and the state vector by client.
+//! Two replicas show the same document exactly when their [`content`] is
+//! equal.
 
+use yrs::branch::{Branch, BranchPtr};
 use yrs::types::text::YChange;
-use yrs::{
-    Any, Array, ArrayRef, Doc, Map, MapRef, Out, ReadTxn, Text, Transact, Xml, XmlFragment, XmlOut,
-};
+use yrs::{Any, Doc, Map, MapRef, Out, ReadTxn, Text, TextRef, Transact};
 
 /// The document as a reader sees it, with its state vector.
 pub fn content(doc: &Doc) -> String {
     let txn = doc.transact();
     let mut roots: Vec<(String, String)> = txn
         .root_refs()
-        .map(|(name, root)| {
+        .filter_map(|(name, root)| {
+            // Read every root the same way, whatever type this replica
+            // gave it locally: its sequence, then its keys.
+            let branch = branch_of(&root)?;
             let mut out = String::new();
-            match root {
-                Out::UndefinedRef(branch) => {
-                    // A root no one typed here: its list and its keys.
-                    render_array(&txn, &ArrayRef::from(branch), &mut out);
-                    render_map(&txn, &MapRef::from(branch), &mut out);
-                }
-                other => render(&txn, other, &mut out),
-            }
-            (name.to_owned(), out)
+            render_sequence(&txn, branch, &mut out);
+            render_map(&txn, &MapRef::from(branch), &mut out);
+            Some((name.to_owned(), out))
         })
         .collect();
     roots.sort();
@@ -37,52 +35,28 @@ pub fn content(doc: &Doc) -> String {
     format!("{clocks:?}{roots:?}")
 }
 
-fn render<T: ReadTxn>(txn: &T, value: Out, out: &mut String) {
-    match value {
-        Out::Any(any) => out.push_str(&canon(&any)),
-        Out::YText(text) => render_text(txn, &text, out),
-        Out::YXmlText(text) => render_text(txn, &text, out),
-        Out::YArray(array) => render_array(txn, &array, out),
-        Out::YMap(map) => render_map(txn, &map, out),
-        Out::YXmlElement(element) => {
-            let mut attributes: Vec<String> = element
-                .attributes(txn)
-                .map(|(k, v)| format!("{k}={}", value_text(txn, v)))
-                .collect();
-            attributes.sort();
-            out.push_str(&format!("<{}{attributes:?}>", element.tag()));
-            for child in element.children(txn) {
-                render_xml(txn, child, out);
-            }
-            out.push_str("</>");
-        }
-        Out::YXmlFragment(fragment) => {
-            for child in fragment.children(txn) {
-                render_xml(txn, child, out);
-            }
-        }
-        Out::YDoc(_) => out.push_str("<doc>"),
-        Out::UndefinedRef(branch) => render_array(txn, &ArrayRef::from(branch), out),
-    }
+fn branch(shared: &impl AsRef<Branch>) -> BranchPtr {
+    BranchPtr::from(shared.as_ref())
 }
 
-fn value_text<T: ReadTxn>(txn: &T, value: Out) -> String {
-    let mut out = String::new();
-    render(txn, value, &mut out);
-    out
+fn branch_of(value: &Out) -> Option<BranchPtr> {
+    Some(match value {
+        Out::YText(t) => branch(t),
+        Out::YArray(a) => branch(a),
+        Out::YMap(m) => branch(m),
+        Out::YXmlElement(e) => branch(e),
+        Out::YXmlFragment(f) => branch(f),
+        Out::YXmlText(t) => branch(t),
+        Out::UndefinedRef(b) => *b,
+        Out::Any(_) | Out::YDoc(_) => return None,
+    })
 }
 
-fn render_xml<T: ReadTxn>(txn: &T, node: XmlOut, out: &mut String) {
-    match node {
-        XmlOut::Element(element) => render(txn, Out::YXmlElement(element), out),
-        XmlOut::Fragment(fragment) => render(txn, Out::YXmlFragment(fragment), out),
-        XmlOut::Text(text) => render_text(txn, &text, out),
-    }
-}
-
-fn render_text<T: ReadTxn>(txn: &T, text: &impl Text, out: &mut String) {
-    out.push('"');
-    for chunk in text.diff(txn, YChange::identity) {
+/// A list's content in order, in chunks (text as runs, not characters:
+/// reading a long text a character at a time is quadratic in yrs).
+fn render_sequence<T: ReadTxn>(txn: &T, branch: BranchPtr, out: &mut String) {
+    out.push('[');
+    for chunk in TextRef::from(branch).diff(txn, YChange::identity) {
         let mut marks: Vec<String> = chunk
             .attributes
             .iter()
@@ -90,18 +64,28 @@ fn render_text<T: ReadTxn>(txn: &T, text: &impl Text, out: &mut String) {
             .map(|(k, v)| format!("{k}={}", canon(v)))
             .collect();
         marks.sort();
-        out.push_str(&format!("{}{marks:?}", value_text(txn, chunk.insert)));
-    }
-    out.push('"');
-}
-
-fn render_array<T: ReadTxn>(txn: &T, array: &ArrayRef, out: &mut String) {
-    out.push('[');
-    for value in array.iter(txn) {
-        render(txn, value, out);
-        out.push(',');
+        out.push_str(&format!("{}{marks:?},", value_text(txn, chunk.insert)));
     }
     out.push(']');
+}
+
+fn render<T: ReadTxn>(txn: &T, value: Out, out: &mut String) {
+    match value {
+        Out::Any(any) => out.push_str(&canon(&any)),
+        Out::YDoc(_) => out.push_str("<doc>"),
+        other => {
+            if let Some(branch) = branch_of(&other) {
+                render_sequence(txn, branch, out);
+                render_map(txn, &MapRef::from(branch), out);
+            }
+        }
+    }
+}
+
+fn value_text<T: ReadTxn>(txn: &T, value: Out) -> String {
+    let mut out = String::new();
+    render(txn, value, &mut out);
+    out
 }
 
 fn render_map<T: ReadTxn>(txn: &T, map: &MapRef, out: &mut String) {
