@@ -6,7 +6,7 @@
 //!
 //! Two scenarios on a 10,000-paragraph plan (about 1 MB):
 //! - a keystroke: an editor types one character into a paragraph. Timed:
-//!   Margin's decode and check alone, yrs' decode alone, the whole of
+//!   Margin's decode, check and learning alone, yrs' decode alone, the whole of
 //!   `LiveDocument::frame` (decode, check, order, yrs apply, the change
 //!   checked again and learned) and yrs' decode and apply alone;
 //! - a 1 MB sync step 2 into an empty document: Margin's decode and
@@ -122,7 +122,7 @@ fn main() {
     // A keystroke against the plan.
     let (mut live, skipped) = LiveDocument::load([base.as_slice()], []).expect("the plan loads");
     assert!(skipped.is_empty());
-    let known = {
+    let mut known = {
         let mut known = Known::new();
         let update = decode(&base).expect("decodes");
         let checked = known.check(&update).expect("fits");
@@ -130,15 +130,17 @@ fn main() {
         known.learn(&checked);
         known
     };
+    // Each keystroke builds on the one before: it is learned once checked.
     let check = time(KEYSTROKES, |i| {
         let update = decode(&typed[i]).expect("decodes");
-        black_box(known.check(&update).expect("fits"));
+        let checked = known.check(&update).expect("fits");
+        known.learn(&checked);
     });
     let yrs_decode = time(KEYSTROKES, |i| {
         black_box(Update::decode_v1(&typed[i]).expect("decodes"));
     });
     row(
-        "keystroke: decode + check / yrs decode",
+        "keystroke: decode + check + learn / yrs decode",
         &check,
         &yrs_decode,
         "decode",

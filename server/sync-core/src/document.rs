@@ -182,20 +182,30 @@ impl LiveDocument {
             {
                 let mut txn = doc.transact_mut();
                 for (position, bytes) in parts.clone().into_iter().enumerate() {
-                    // Stored parts were applied once already: where their
-                    // items sit was settled then.
-                    let checked = decode(bytes).and_then(|update| {
-                        let checked = known.check(&update)?;
-                        known.order(&update, &checked);
-                        Ok(())
-                    });
-                    if let Err(refusal) = checked {
-                        skipped.push(Skipped { position, refusal });
-                        continue;
-                    }
-                    if let Err(cause) = integrate(&mut known, &mut txn, bytes) {
+                    let update = match decode(bytes) {
+                        Ok(update) => update,
+                        Err(refusal) => {
+                            skipped.push(Skipped { position, refusal });
+                            continue;
+                        }
+                    };
+                    let checked = match known.check(&update) {
+                        Ok(checked) => checked,
+                        Err(refusal) => {
+                            skipped.push(Skipped { position, refusal });
+                            continue;
+                        }
+                    };
+                    // Stored parts are changes yrs made once already: where
+                    // their items sit was settled then, and what they hold
+                    // is what yrs takes from them, so each is learned as it
+                    // is (re-encoding the load's one transaction after
+                    // every part would cost the square of the log).
+                    known.order(&update, &checked);
+                    if let Err(cause) = apply_part(&mut txn, bytes) {
                         return Err(LoadFailed { position, cause });
                     }
+                    known.learn(&checked);
                 }
             }
             // The server writes under a client id nobody used in the
@@ -581,6 +591,21 @@ enum Applied {
     Unchanged,
     /// It builds on changes not sent yet.
     Waits,
+}
+
+/// Applies a stored part, which fit, in the load's transaction.
+fn apply_part(txn: &mut yrs::TransactionMut<'_>, bytes: &[u8]) -> Result<(), String> {
+    let decoded = Update::decode_v1(bytes)
+        .map_err(|e| format!("yrs cannot decode what the check accepted: {e}"))?;
+    match catch_unwind(AssertUnwindSafe(|| txn.apply_update(decoded))) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(_) => return Err("yrs panicked".into()),
+    }
+    if txn.store().pending_update().is_some() || txn.store().pending_ds().is_some() {
+        return Err("yrs kept part of it waiting".into());
+    }
+    Ok(())
 }
 
 /// A change yrs made and the clients it is the first to write.
