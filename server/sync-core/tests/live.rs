@@ -120,6 +120,43 @@ fn an_update_placed_differently_by_a_later_reader_is_refused() {
 }
 
 #[test]
+fn an_item_next_to_collected_text_is_refused() {
+    // Found by the document_update fuzz target: a new client's text with
+    // its origin in a collected range of the history and its right origin
+    // in a live paragraph. Yjs collects such an item; yrs put it in the
+    // paragraph, inside a code mark live and outside it on reload. The
+    // history is loaded compacted, as its collected text is stored.
+    let parts = history();
+    let (whole, _) = LiveDocument::load(parts.iter().map(Vec::as_slice), []).unwrap();
+    let snapshot = whole
+        .doc()
+        .transact()
+        .encode_state_as_update_v1(&Default::default());
+    let (mut live, skipped) = LiveDocument::load([snapshot.as_slice()], []).unwrap();
+    assert!(skipped.is_empty());
+    let before = margin_sync_core::content::content(live.doc());
+    let finding =
+        include_bytes!("../../fuzz/regressions/document_update/divergent-gc-neighbour-d50c5891");
+    let eve = Owner::Account(Arc::from("eve"));
+    let mut effects = Vec::new();
+    let refused = live
+        .frame(
+            1,
+            &eve,
+            Access::Edit,
+            &frame(finding[1..].to_vec()),
+            &mut effects,
+        )
+        .unwrap_err();
+    assert_eq!(
+        refused.reason,
+        "update refused: the origin of 2002:0 was collected, and its other neighbour was not"
+    );
+    assert_eq!(changes(&effects), 0);
+    assert_eq!(margin_sync_core::content::content(live.doc()), before);
+}
+
+#[test]
 fn a_client_rearranging_its_own_text_as_yjs_redo_does_is_accepted() {
     // Caught by web-tests/tests/update-corpus.test.mjs: a real npm yjs
     // editor's sync step 2 (after undo and redo offline) holds items whose

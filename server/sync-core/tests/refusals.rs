@@ -391,6 +391,50 @@ fn a_child_of_a_collected_type_is_accepted_as_yrs_collects_it() {
 }
 
 #[test]
+fn an_item_with_one_neighbour_collected_and_the_other_in_place_is_refused() {
+    // The paragraph 1:0 holds "hello" (1:1..6); client 3's 0..3 were
+    // collected (their type was deleted). An item's neighbours share one
+    // list, so they are collected together: Yjs collects an item whose
+    // neighbour is collected, while yrs puts it next to the other one.
+    let known = holding(&[
+        update(
+            &[run(
+                1,
+                0,
+                &[
+                    paragraph(At::Root("prosemirror")),
+                    text(At::Parent(1, 0), "hello"),
+                ],
+            )],
+            &[],
+        ),
+        update(&[run(3, 0, &[gc(3)])], &[]),
+    ]);
+    let left_collected = update(&[run(2, 0, &[text(At::Between((3, 1), (1, 3)), "x")])], &[]);
+    assert_eq!(
+        verdict(&known, &left_collected),
+        Err(Refusal::NeighbourCollected {
+            of: Id::new(2, 0),
+            what: Reference::Origin
+        })
+    );
+    let right_collected = update(&[run(2, 0, &[text(At::Between((1, 3), (3, 1)), "x")])], &[]);
+    assert_eq!(
+        verdict(&known, &right_collected),
+        Err(Refusal::NeighbourCollected {
+            of: Id::new(2, 0),
+            what: Reference::RightOrigin
+        })
+    );
+    // Both collected, or the one neighbour there is: every replica
+    // collects the item.
+    let both = update(&[run(2, 0, &[text(At::Between((3, 0), (3, 2)), "x")])], &[]);
+    assert_eq!(verdict(&known, &both), Ok(()));
+    let only = update(&[run(2, 0, &[text(At::Origin(3, 2), "x")])], &[]);
+    assert_eq!(verdict(&known, &only), Ok(()));
+}
+
+#[test]
 fn an_item_between_neighbours_in_different_places_is_refused() {
     // The paragraph 1:0 is in the fragment; its text 1:1.. is inside it.
     let known = one_paragraph();
@@ -676,8 +720,10 @@ fn map_entries_keep_their_key_through_their_origin() {
 #[test]
 fn every_past_yrs_finding_is_refused_by_the_invariant_it_breaks() {
     use margin_sync_core::Malformed::{CountTooLarge, Overlong, TooLarge};
-    let expected: [(&str, Option<Refusal>); 16] = [
+    let expected: [(&str, Option<Refusal>); 17] = [
         ("debug-assert-client-id-957eddd4", Some(TooLarge(2).into())),
+        // live.rs: an_item_next_to_collected_text_is_refused
+        ("divergent-gc-neighbour-d50c5891", None),
         // live.rs: an_update_placed_differently_by_a_later_reader_is_refused
         ("divergent-order-62da8139", None),
         ("oom-update-blocks-count-15f9d1d4", Some(Overlong(1).into())),
