@@ -4,12 +4,12 @@
 //! takes the acting account and wire input and returns wire output or a
 //! refusal.
 //!
-//! A call from a Planner session carries a [`Recorder`]: a tool that writes
-//! commits the call's result with its own writes, in one transaction
-//! (SPEC W1) — an edit with its document change, new cards with their
-//! live mirror.
+//! A call from a Planner session carries a [`RecordResult`]: a tool that
+//! writes commits the call's result with its own writes, in one
+//! transaction (SPEC W1) — an edit with its document change, new cards
+//! with their live mirror.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use margin_decisions::wire::WrittenRead;
@@ -23,30 +23,11 @@ use margin_protocol::RefusalCode;
 use tracing::{info, Instrument};
 
 use crate::metrics::COUNTERS;
-use crate::storage::{Account, SessionWrite, StorageError};
-use crate::sync::command::{DecideRefused, EditRefused, Ride, Rider};
+use crate::storage::{Account, StorageError};
+use crate::sync::command::{DecideRefused, EditRefused, RecordResult};
 use crate::sync::decide::{self, Answered, Decided};
 use crate::sync::hub::OutlineError;
 use crate::sync::Hub;
-
-/// A Planner session's side of a tool call that writes: it turns the
-/// call's output into the session write that records it, and hears when
-/// that write committed (SPEC W1).
-pub trait Recording: Send {
-    /// The session write recording `output` as the call's result.
-    fn record(&mut self, output: &ToolOutput) -> Option<SessionWrite>;
-    /// That write committed, with the call's own writes.
-    fn committed(&mut self);
-}
-
-/// A [`Recording`], shared with the document task that commits it.
-pub type Recorder = Arc<Mutex<dyn Recording>>;
-
-impl std::fmt::Debug for dyn Recording {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Recording")
-    }
-}
 
 /// What a call came to.
 #[derive(Debug)]
@@ -160,7 +141,7 @@ impl Tools {
         document: &str,
         input: EditPlanInput,
         by: &str,
-        recorder: Option<Recorder>,
+        record: Option<RecordResult>,
     ) -> Result<EditPlanOutput, ToolError> {
         self.access(account, document, Intent::Write)
             .await?
@@ -179,17 +160,9 @@ impl Tools {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let rider = recorder.map(|recorder| {
-            rider(recorder, |revision, outline: &Arc<Outline>| {
-                ToolOutput::EditPlan(EditPlanOutput {
-                    revision,
-                    outline: wire::blocks(outline),
-                })
-            })
-        });
         let (revision, outline) = match self
             .hub
-            .edit(document, input.revision, edits, by, rider)
+            .edit(document, input.revision, edits, by, record)
             .await
         {
             Ok(done) => done,
@@ -227,14 +200,14 @@ impl Tools {
         account: &Account,
         document: &str,
         input: OpenDecisionsInput,
-        recorder: Option<Recorder>,
+        record: Option<RecordResult>,
     ) -> Result<OpenDecisionsOutput, ToolError> {
         let batch = Batch {
             revision: input.revision,
             cards: &input.cards,
             strictness: Strictness::StaleAllowed,
         };
-        Ok(self.open(account, document, batch, recorder).await?.output)
+        Ok(self.open(account, document, batch, record).await?.output)
     }
 
     /// `open_decision`: one card, strict revision (SPEC D9).
@@ -243,10 +216,10 @@ impl Tools {
         account: &Account,
         document: &str,
         input: OpenDecisionInput,
-        recorder: Option<Recorder>,
+        record: Option<RecordResult>,
     ) -> Result<OpenDecisionsOutput, ToolError> {
         Ok(self
-            .one_card(account, document, input, recorder)
+            .one_card(account, document, input, record)
             .await?
             .output)
     }
@@ -257,7 +230,7 @@ impl Tools {
         account: &Account,
         document: &str,
         input: OpenDecisionInput,
-        recorder: Option<Recorder>,
+        record: Option<RecordResult>,
     ) -> Result<Decided, ToolError> {
         let cards = [input.card];
         let batch = Batch {
@@ -265,7 +238,7 @@ impl Tools {
             cards: &cards,
             strictness: Strictness::CurrentOnly,
         };
-        self.open(account, document, batch, recorder).await
+        self.open(account, document, batch, record).await
     }
 
     /// `ask`: a question for people, as one card at the current revision
@@ -275,25 +248,25 @@ impl Tools {
         account: &Account,
         document: &str,
         input: OpenDecisionInput,
-        recorder: Option<Recorder>,
+        record: Option<RecordResult>,
     ) -> Result<OpenDecisionsOutput, ToolError> {
-        self.open_decision(account, document, input, recorder).await
+        self.open_decision(account, document, input, record).await
     }
 
     /// Runs a Planner session's `call` for `account` on `document`; a tool
-    /// that writes records its result through `recorder` with its writes.
+    /// that writes records its result through `record` with its writes.
     /// `update_plan` is the session's own and is never run here.
     pub async fn run(
         &self,
         account: &Account,
         document: &str,
         call: ToolCall,
-        recorder: Recorder,
+        record: RecordResult,
     ) -> Ran {
-        let recorder = Some(recorder);
+        let record = Some(record);
         let tool = call.name();
         let started = Instant::now();
-        let ran = self.dispatch(account, document, call, recorder).await;
+        let ran = self.dispatch(account, document, call, record).await;
         COUNTERS.tool_call(tool.as_str(), outcome(&ran.result), started.elapsed());
         ran
     }
@@ -304,7 +277,7 @@ impl Tools {
         account: &Account,
         document: &str,
         call: ToolCall,
-        recorder: Option<Recorder>,
+        record: Option<RecordResult>,
     ) -> Ran {
         let result = match call {
             ToolCall::ReadDocument(_) => self
@@ -312,19 +285,19 @@ impl Tools {
                 .await
                 .map(ToolOutput::EncodedRead),
             ToolCall::EditPlan(input) => self
-                .edit_plan(account, document, input, PLANNER_EDITOR, recorder)
+                .edit_plan(account, document, input, PLANNER_EDITOR, record)
                 .await
                 .map(ToolOutput::EditPlan),
             ToolCall::OpenDecisions(input) => self
-                .open_decisions(account, document, input, recorder)
+                .open_decisions(account, document, input, record)
                 .await
                 .map(ToolOutput::Decisions),
             ToolCall::OpenDecision(input) => self
-                .open_decision(account, document, input, recorder)
+                .open_decision(account, document, input, record)
                 .await
                 .map(ToolOutput::Decisions),
             ToolCall::Ask(input) => {
-                return match self.one_card(account, document, input, recorder).await {
+                return match self.one_card(account, document, input, record).await {
                     Ok(decided) => Ran {
                         result: Ok(ToolOutput::Decisions(decided.output)),
                         answered: decided.answered,
@@ -355,7 +328,7 @@ impl Tools {
         account: &Account,
         document: &str,
         batch: Batch<'_>,
-        recorder: Option<Recorder>,
+        record: Option<RecordResult>,
     ) -> Result<Decided, ToolError> {
         let Batch {
             revision,
@@ -378,7 +351,7 @@ impl Tools {
                 specs,
                 strictness,
             };
-            let decided = match self.hub.decide(document, batch, recorder).await {
+            let decided = match self.hub.decide(document, batch, record).await {
                 Ok(decided) => decided,
                 Err(DecideRefused::Batch(refused)) => return Err(refused.into()),
                 Err(DecideRefused::Archived) => return Err(ToolError::archived()),
@@ -471,38 +444,6 @@ struct Batch<'a> {
     revision: i64,
     cards: &'a [margin_protocol::decisions::CardInput],
     strictness: Strictness,
-}
-
-/// A tool call's result riding with its writes: `output` makes the call's
-/// output from the revision its writes made and the outline at it, and
-/// `recorder` records it in their transaction (SPEC W1).
-pub(crate) fn rider<F>(recorder: Recorder, output: F) -> Rider
-where
-    F: Fn(i64, &Arc<Outline>) -> ToolOutput + Send + 'static,
-{
-    Rider(Arc::new(Mutex::new(Rides { recorder, output })))
-}
-
-/// What [`rider`] makes.
-struct Rides<F> {
-    recorder: Recorder,
-    output: F,
-}
-
-impl<F> Ride for Rides<F>
-where
-    F: Fn(i64, &Arc<Outline>) -> ToolOutput + Send,
-{
-    fn rows(&mut self, revision: i64, outline: &Arc<Outline>) -> Option<SessionWrite> {
-        let output = (self.output)(revision, outline);
-        self.recorder.lock().ok()?.record(&output)
-    }
-
-    fn committed(&mut self) {
-        if let Ok(mut recorder) = self.recorder.lock() {
-            recorder.committed();
-        }
-    }
 }
 
 /// Runs `call`, counting it in `/metrics` as a call of `tool` by its

@@ -11,7 +11,7 @@
 //! session and concurrently with every other session's.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use margin_planner::{
@@ -30,14 +30,14 @@ use tracing::{info, warn, Instrument};
 
 use super::commit::{write_of, Written};
 use super::input::{Input, Resumed};
-use super::record::Recording;
 use super::result_frame::{encoded, encoded_size, is_large, within_frame_limit, Framed};
 use super::Shared;
 use crate::cluster::Lease;
 use crate::link::{Link, LinkEnd};
 use crate::metrics::COUNTERS;
 use crate::storage::{Account, StorageError};
-use crate::tools::{Ran, Recorder, ToolError, Tools};
+use crate::sync::command::{RecordResult, ResultWrite, ToRecord};
+use crate::tools::{Ran, ToolError, Tools};
 use crate::watchers::Bell;
 
 /// How often an idle session someone is viewing checks whether they left.
@@ -573,14 +573,7 @@ impl Driver {
     async fn run_tool(&mut self, call: CallId, tool: ToolCall) -> Vec<Effect> {
         let now = self.shared.now();
         let name = tool.name();
-        let recording = Arc::new(Mutex::new(Recording::new(
-            self.session.clone(),
-            self.feed.clone(),
-            call.clone(),
-            now,
-            self.shared.keeping,
-        )));
-        let recorder: Recorder = recording.clone();
+        let (record, mut to_record) = mpsc::channel(1);
         let tools = Tools::new(self.shared.hub.clone());
         // Inside the session's span: the call's log lines name the session,
         // its document, the turn and the call.
@@ -590,16 +583,36 @@ impl Driver {
             call = %call.0,
             turn = self.session.turn().map(|t| t.0.as_str()).unwrap_or_default(),
         );
-        let Ran { result, answered } = tools
-            .run(&self.account, self.session.document(), tool, recorder)
-            .instrument(span)
-            .await;
-        let committed = recording.lock().ok().and_then(|mut r| r.take_committed());
-        if let (Ok(_), Some((next, step, written))) = (&result, committed) {
-            // Recorded with the call's writes, in their transaction.
-            self.keep(next, Some(written));
-            self.post(&step).await;
-            return step.effects;
+        let (Ran { result, answered }, recorded) = {
+            let run = tools
+                .run(
+                    &self.account,
+                    self.session.document(),
+                    tool,
+                    RecordResult(record),
+                )
+                .instrument(span);
+            tokio::pin!(run);
+            // A call that writes asks, before its writes commit, for the
+            // write recording its output; the one answered last rides with
+            // them.
+            let mut recorded = None;
+            loop {
+                tokio::select! {
+                    ran = &mut run => break (ran, recorded),
+                    Some(asked) = to_record.recv() => {
+                        recorded = self.record_with_writes(&call, asked, now);
+                    }
+                }
+            }
+        };
+        if let (Ok(_), Some((next, step, written, mut committed))) = (&result, recorded) {
+            if committed.try_recv().is_ok() {
+                // Recorded with the call's writes, in their transaction.
+                self.keep(next, Some(written));
+                self.post(&step).await;
+                return step.effects;
+            }
         }
         let bytes = match &result {
             Ok(output) if !name.writes() => encoded_size(output),
@@ -621,6 +634,43 @@ impl Driver {
             // its `resume` after the restart this calls for gets
             // `interrupted` (SPEC W1).
             Err(_) => Vec::new(),
+        }
+    }
+
+    /// Steps the session with a writing call's `output` and hands the
+    /// write recording it to the document task, to commit with the call's
+    /// writes; the session, step and write, to keep if they committed, and
+    /// where the task says they did.
+    fn record_with_writes(
+        &self,
+        call: &CallId,
+        asked: ToRecord,
+        now: Millis,
+    ) -> Option<(PlannerSession, Step, Written, oneshot::Receiver<()>)> {
+        let ToRecord { output, write } = asked;
+        let mut next = self.session.clone();
+        let outcome = ToolOutcome {
+            result: Ok(output),
+            answered: Vec::new(),
+            // A writing tool's result is always kept.
+            bytes: 0,
+        };
+        let step = next.handle_tool_finished(call.clone(), outcome, now);
+        match write_of(&next, &step, &self.feed, self.shared.keeping) {
+            Ok(written) => {
+                let (committed, heard) = oneshot::channel();
+                let result = ResultWrite {
+                    write: written.write.clone(),
+                    committed,
+                };
+                let sent = write.send(result);
+                sent.is_ok().then_some((next, step, written, heard))
+            }
+            Err(error) => {
+                // Recorded after the commit instead.
+                warn!(%error, call = %call, "a call's result could not ride with its writes");
+                None
+            }
         }
     }
 

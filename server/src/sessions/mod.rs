@@ -23,7 +23,6 @@ mod feed;
 mod feeds;
 mod input;
 mod reader;
-mod record;
 mod restore;
 mod result_frame;
 mod resume;

@@ -48,7 +48,7 @@ pub use machines::{Machine, StoredCredential, EXPIRED_CREDENTIALS_KEPT_MS};
 pub use sessions::{
     write_session, LeaseFence, SessionOwner, SessionWrite, StoredEvent, StoredSession,
 };
-pub use updates::{ClientBinding, Epoch, RefusedUpdate, Riding, StoredState};
+pub use updates::{Alongside, ClientBinding, Epoch, RefusedUpdate, StoredState};
 
 /// Errors from storage, typed by what a caller can do about them.
 #[derive(Debug, thiserror::Error)]

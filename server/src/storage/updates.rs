@@ -18,7 +18,7 @@ use super::{int, now_ms, Backend, StorageError, Store};
 
 /// What commits with a document's changes, in their transaction.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Riding<'a> {
+pub struct Alongside<'a> {
     /// New decision cards (their live mirror is among the changes).
     pub cards: &'a [DecisionCard],
     /// Cards changed, each at its new version (the row must hold the one
@@ -235,7 +235,7 @@ impl Store {
         expected: i64,
         updates: &[Vec<u8>],
     ) -> Result<i64, StorageError> {
-        self.append_with(id, epoch, expected, updates.to_vec(), Riding::default())
+        self.append_with(id, epoch, expected, updates.to_vec(), Alongside::default())
             .await
     }
 
@@ -251,12 +251,15 @@ impl Store {
         epoch: Epoch,
         expected: i64,
         updates: Vec<Vec<u8>>,
-        riding: Riding<'_>,
+        alongside: Alongside<'_>,
     ) -> Result<i64, StorageError> {
         if let Some(committer) = &self.committer {
-            if riding.cards.is_empty() && riding.changed.is_empty() && riding.sessions.is_empty() {
+            if alongside.cards.is_empty()
+                && alongside.changed.is_empty()
+                && alongside.sessions.is_empty()
+            {
                 return self
-                    .append_in_one_trip(committer, id, epoch, expected, updates, &riding)
+                    .append_in_one_trip(committer, id, epoch, expected, updates, &alongside)
                     .await;
             }
         }
@@ -264,7 +267,7 @@ impl Store {
         let mut writer = self.writes().await?;
         let mut tx = writer.begin().await?;
         // The fenced statement says who edited too: one row, one update.
-        let sql = match riding.edited_by {
+        let sql = match alongside.edited_by {
             None => {
                 "UPDATE documents SET revision = $1 WHERE id = $2 AND revision = $3 AND epoch = $4"
             }
@@ -278,7 +281,7 @@ impl Store {
             .bind(id)
             .bind(expected)
             .bind(epoch.0);
-        if let Some(by) = riding.edited_by {
+        if let Some(by) = alongside.edited_by {
             moved = moved.bind(now_ms()).bind(by);
         }
         let moved = moved.execute(&mut *tx).await?;
@@ -299,7 +302,7 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         }
-        for binding in riding.clients {
+        for binding in alongside.clients {
             sqlx::query(
                 "INSERT INTO document_clients (document_id, client_id, account) VALUES ($1, $2, $3) \
                  ON CONFLICT (document_id, client_id) DO NOTHING",
@@ -310,9 +313,9 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         }
-        insert_cards(&mut tx, self.backend, id, riding.cards).await?;
-        update_cards(&mut tx, id, riding.changed).await?;
-        for write in riding.sessions {
+        insert_cards(&mut tx, self.backend, id, alongside.cards).await?;
+        update_cards(&mut tx, id, alongside.changed).await?;
+        for write in alongside.sessions {
             write_session(&mut tx, self.backend, write).await?;
         }
         tx.commit().await?;
@@ -329,15 +332,15 @@ impl Store {
         epoch: Epoch,
         expected: i64,
         updates: Vec<Vec<u8>>,
-        riding: &Riding<'_>,
+        alongside: &Alongside<'_>,
     ) -> Result<i64, StorageError> {
         let append = Append {
             id: id.to_owned(),
             epoch: epoch.0,
             expected,
             updates,
-            edited_by: riding.edited_by.map(str::to_owned),
-            clients: riding.clients.to_vec(),
+            edited_by: alongside.edited_by.map(str::to_owned),
+            clients: alongside.clients.to_vec(),
         };
         match committer.commit(append).await? {
             Landed::At(next) => Ok(next),

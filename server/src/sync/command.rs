@@ -1,17 +1,17 @@
 //! What a document task is asked to do, and the replies it gives.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::body::Bytes;
 use margin_decisions::{BatchError, Edit, EditError, Outline};
+use margin_protocol::tools::ToolOutput;
 use margin_protocol::Role;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use super::conn::{Conn, ConnId};
 use super::decide::{Batch, Decided};
 use crate::cards::{CardChange, ChangeRefused};
 use crate::storage::{SessionWrite, StoredCard};
-use crate::tools::Recorder;
 
 /// What a document task is asked to do.
 #[derive(Debug)]
@@ -55,9 +55,9 @@ pub enum Command {
     Decide {
         /// The batch.
         batch: Box<Batch>,
-        /// The session's side of the call, which records its result with
+        /// Where a Planner session's call has its result recorded with
         /// its writes; `None` for a call over HTTP.
-        recorder: Option<Recorder>,
+        record: Option<RecordResult>,
         /// What the batch came to, once committed.
         reply: DecideReply,
     },
@@ -114,8 +114,9 @@ pub struct EditRequest {
     /// Who edits, recorded as the document's `edited_by`: the calling
     /// account, or `planner` for a Planner session's call.
     pub by: Arc<str>,
-    /// What commits with the edit: the call's result (SPEC W1).
-    pub rider: Option<Rider>,
+    /// Where a Planner session's call has its result recorded with the
+    /// edit (SPEC W1); `None` for a call over HTTP.
+    pub record: Option<RecordResult>,
 }
 
 /// Where a batch's result goes.
@@ -124,25 +125,39 @@ pub type DecideReply = oneshot::Sender<Result<Decided, DecideRefused>>;
 /// Where a card's change goes.
 pub type ChangeReply = oneshot::Sender<Result<Option<StoredCard>, ChangeRefused>>;
 
-/// Rows another owner commits in the same transaction as a document
-/// change: a tool call's result, recorded with the call's own writes so a
-/// call is never "landed but unrecorded" (SPEC W1).
-pub trait Ride: Send {
-    /// The rows, given the revision the change made and the outline at it;
-    /// none when there is nothing to record.
-    fn rows(&mut self, revision: i64, outline: &Arc<Outline>) -> Option<SessionWrite>;
-    /// The transaction holding the rows committed.
-    fn committed(&mut self);
+/// Where a Planner session's tool call that writes has its result recorded
+/// in the transaction of its own writes, so a call is never "landed but
+/// unrecorded" (SPEC W1). Before committing the call's writes the task
+/// sends the call's output here; the session's driver, which runs the call
+/// and waits on it, answers with the write that records it, and the task
+/// commits that write with its batch. The session is stepped by its driver
+/// alone; the task only carries the write.
+///
+/// A channel, not a one-off: a command retried on a fresh task (the first
+/// one unloaded) asks again, and the driver answers each time from the
+/// same session.
+#[derive(Clone, Debug)]
+pub struct RecordResult(pub mpsc::Sender<ToRecord>);
+
+/// A call's output to record, and where its session write goes.
+#[derive(Debug)]
+pub struct ToRecord {
+    /// The call's output at the revision its writes make.
+    pub output: ToolOutput,
+    /// Where the driver sends the write recording it; dropped, the call's
+    /// writes commit alone and the driver records the result afterwards.
+    pub write: oneshot::Sender<ResultWrite>,
 }
 
-/// A [`Ride`], shared so a command retried on a fresh task carries it.
-#[derive(Clone)]
-pub struct Rider(pub Arc<Mutex<dyn Ride>>);
-
-impl std::fmt::Debug for Rider {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Rider")
-    }
+/// The session write recording a call's output, and who hears that it
+/// committed with the call's writes.
+#[derive(Debug)]
+pub struct ResultWrite {
+    /// The write.
+    pub write: SessionWrite,
+    /// Fired once the transaction holding it committed; dropped when it
+    /// did not, so the driver keeps only a committed step.
+    pub committed: oneshot::Sender<()>,
 }
 
 /// Why a batch created nothing.

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use margin_decisions::{DecisionCard, LiveOutline, Outline};
+use margin_decisions::{wire, DecisionCard, LiveOutline, Outline};
+use margin_protocol::decisions::EditPlanOutput;
 use margin_protocol::sync::close;
 use margin_protocol::tools::ToolOutput;
 use margin_protocol::Role;
@@ -25,7 +26,7 @@ use tracing::{debug, info, warn, Instrument};
 
 use super::command::{
     ChangeReply, Command, DecideRefused, DecideReply, EditRefused, EditReply, EditRequest,
-    JoinRefused, Rider,
+    JoinRefused, RecordResult, ToRecord,
 };
 use super::compaction::{Compaction, Compactor};
 use super::conn::{access_close, Conn, ConnId, Refused};
@@ -37,8 +38,9 @@ use super::writes;
 use crate::cards::{mirror_entry, CardSet};
 use crate::cluster::{Lease, Ownership, TakeRefused};
 use crate::metrics::COUNTERS;
-use crate::storage::{ClientBinding, Epoch, Riding, SessionWrite, StorageError, Store, StoredCard};
-use crate::tools;
+use crate::storage::{
+    Alongside, ClientBinding, Epoch, SessionWrite, StorageError, Store, StoredCard,
+};
 use margin_sync_core::messages;
 
 /// The origin of the server's own changes; connections count from 1.
@@ -83,8 +85,9 @@ struct Effects {
     changed: Vec<StoredCard>,
     /// Their replies.
     changes: Vec<(ChangeReply, StoredCard)>,
-    /// What rides with the batch: how many of its changes precede each.
-    riders: Vec<(Rider, usize, Arc<Outline>)>,
+    /// Session calls whose results are recorded with the batch: how many
+    /// of its changes precede each, and what it made.
+    recorded: Vec<(RecordResult, usize, Made)>,
     /// Client ids the batch's changes are the first to write, and their
     /// owners (SPEC A3a).
     clients: Vec<ClientBinding>,
@@ -103,6 +106,54 @@ struct Judgement {
     outline: Arc<Outline>,
     captured: Arc<Captured>,
     answered: Vec<Answered>,
+}
+
+/// What a session's call that writes made, to make its output from once
+/// the revision is known.
+enum Made {
+    /// An `edit_plan`: the outline at the revision.
+    Edit(Arc<Outline>),
+    /// A batch of cards.
+    Decided(Arc<Captured>),
+}
+
+impl Made {
+    fn output(&self, revision: i64) -> ToolOutput {
+        match self {
+            Made::Edit(outline) => ToolOutput::EditPlan(EditPlanOutput {
+                revision,
+                outline: wire::blocks(outline),
+            }),
+            Made::Decided(captured) => ToolOutput::Decisions(captured.at(revision)),
+        }
+    }
+}
+
+/// Asks each session call's driver for the write recording its output at
+/// the revision the batch gives it (SPEC W1): the writes, and whom to tell
+/// once they committed. A driver that is gone answers nothing: its call's
+/// writes commit alone.
+async fn record_results(
+    recorded: &[(RecordResult, usize, Made)],
+    base: i64,
+) -> (Vec<SessionWrite>, Vec<oneshot::Sender<()>>) {
+    let mut waiting = Vec::with_capacity(recorded.len());
+    for (record, before, made) in recorded {
+        let (write, written) = oneshot::channel();
+        let output = made.output(base + *before as i64);
+        if record.0.send(ToRecord { output, write }).await.is_ok() {
+            waiting.push(written);
+        }
+    }
+    let mut writes = Vec::with_capacity(waiting.len());
+    let mut committed = Vec::with_capacity(waiting.len());
+    for written in waiting {
+        if let Ok(result) = written.await {
+            writes.push(result.write);
+            committed.push(result.committed);
+        }
+    }
+    (writes, committed)
 }
 
 pub struct DocumentTask {
@@ -263,12 +314,12 @@ impl DocumentTask {
             let clients = bindings(repair.bound);
             // Committed before anyone joins, so no editor ever sees a
             // mirror that disagrees with the rows.
-            let riding = Riding {
+            let alongside = Alongside {
                 clients: &clients,
-                ..Riding::default()
+                ..Alongside::default()
             };
             revision = store
-                .append_with(&id, epoch, revision, vec![repair.bytes], riding)
+                .append_with(&id, epoch, revision, vec![repair.bytes], alongside)
                 .await
                 .map_err(stored)?;
             logged += 1;
@@ -442,7 +493,7 @@ impl DocumentTask {
                     revision,
                     edits,
                     by,
-                    rider,
+                    record,
                 } = *request;
                 // Changes earlier in this batch already moved the document.
                 let current = self.revision + effects.deltas.len() as i64;
@@ -464,8 +515,10 @@ impl DocumentTask {
                         self.outline.refresh();
                         let outline = self.outline.snapshot();
                         let before = effects.deltas.len();
-                        if let Some(rider) = rider {
-                            effects.riders.push((rider, before, outline.clone()));
+                        if let Some(record) = record {
+                            effects
+                                .recorded
+                                .push((record, before, Made::Edit(outline.clone())));
                         }
                         effects.edits.push((reply, before, outline));
                     }
@@ -476,9 +529,9 @@ impl DocumentTask {
             }
             Command::Decide {
                 batch,
-                recorder,
+                record,
                 reply,
-            } => self.decide(*batch, recorder, reply, effects),
+            } => self.decide(*batch, record, reply, effects),
             Command::Change {
                 card,
                 change,
@@ -505,7 +558,7 @@ impl DocumentTask {
     fn decide(
         &mut self,
         batch: decide::Batch,
-        recorder: Option<tools::Recorder>,
+        record: Option<RecordResult>,
         reply: DecideReply,
         effects: &mut Effects,
     ) {
@@ -532,12 +585,9 @@ impl DocumentTask {
         }
         let changed = effects.deltas.len() > deltas;
         let before = effects.deltas.len();
-        if let Some(recorder) = recorder.filter(|_| changed) {
-            let captured = judged.captured.clone();
-            let rider = tools::rider(recorder, move |revision, _| {
-                ToolOutput::Decisions(captured.at(revision))
-            });
-            effects.riders.push((rider, before, outline.clone()));
+        if let Some(record) = record.filter(|_| changed) {
+            let made = Made::Decided(judged.captured.clone());
+            effects.recorded.push((record, before, made));
         }
         for card in &judged.created {
             self.cards.insert(card.clone());
@@ -686,15 +736,8 @@ impl DocumentTask {
             let changes: Vec<Vec<u8>> = effects.deltas.iter().map(|(_, d)| d.clone()).collect();
             let count = changes.len() as u64;
             let bytes = changes.iter().map(|change| change.len() as u64).sum();
-            let sessions: Vec<SessionWrite> = effects
-                .riders
-                .iter()
-                .filter_map(|(rider, before, outline)| {
-                    let mut ride = rider.0.lock().ok()?;
-                    ride.rows(base + *before as i64, outline)
-                })
-                .collect();
-            let riding = Riding {
+            let (sessions, recorded) = Box::pin(record_results(&effects.recorded, base)).await;
+            let alongside = Alongside {
                 cards: &effects.cards,
                 changed: &effects.changed,
                 sessions: &sessions,
@@ -709,18 +752,16 @@ impl DocumentTask {
                 self.epoch,
                 self.revision,
                 changes,
-                riding,
+                alongside,
             ))
             .await?;
             COUNTERS.document_commit.observe(started.elapsed());
+            for committed in recorded {
+                let _ = committed.send(());
+            }
             COUNTERS
                 .updates_committed
                 .fetch_add(count, std::sync::atomic::Ordering::Relaxed);
-            for (rider, _, _) in &effects.riders {
-                if let Ok(mut ride) = rider.0.lock() {
-                    ride.committed();
-                }
-            }
             self.compactor.committed(count, bytes);
             sends = self.fan_out(&effects.deltas);
         }

@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::command::{Command, DecideRefused, EditRefused, EditRequest, JoinRefused, Rider};
+use super::command::{Command, DecideRefused, EditRefused, EditRequest, JoinRefused, RecordResult};
 use super::compaction::Compaction;
 use super::conn::{self, Closer, Conn, ConnId, OutboxReader};
 use super::decide::{Batch, Decided};
@@ -28,7 +28,6 @@ use super::reads::Reads;
 use crate::cards::{CardChange, ChangeRefused};
 use crate::cluster::{Cluster, Ownership};
 use crate::storage::{StorageError, Store, StoredCard};
-use crate::tools::Recorder;
 use crate::watchers::{Bell, Watchers};
 
 /// Commands waiting for a document task; a full mailbox slows the
@@ -359,15 +358,16 @@ impl Hub {
     }
 
     /// Applies the Planner's edits to `id` and returns the revision they made
-    /// and its outline, once committed — with `rider`'s rows in the same
-    /// transaction, when given, and `by` as the document's last editor.
+    /// and its outline, once committed — with the session write `record`
+    /// asks for in the same transaction, when given, and `by` as the
+    /// document's last editor.
     pub async fn edit(
         &self,
         id: &str,
         revision: i64,
         edits: Vec<Edit>,
         by: &str,
-        rider: Option<Rider>,
+        record: Option<RecordResult>,
     ) -> Result<(i64, Arc<Outline>), EditRefused> {
         let by: Arc<str> = Arc::from(by);
         self.request(id, |reply| Command::Edit {
@@ -375,7 +375,7 @@ impl Hub {
                 revision,
                 edits: edits.clone(),
                 by: by.clone(),
-                rider: rider.clone(),
+                record: record.clone(),
             }),
             reply,
         })
@@ -385,17 +385,17 @@ impl Hub {
 
     /// Judges `batch` of cards for `id` in its task and stores what it
     /// creates with their live mirror — and the call's result, recorded
-    /// through `recorder` when given — in one transaction; what it came
-    /// to, once committed.
+    /// through `record` when given — in one transaction; what it came to,
+    /// once committed.
     pub async fn decide(
         &self,
         id: &str,
         batch: Batch,
-        recorder: Option<Recorder>,
+        record: Option<RecordResult>,
     ) -> Result<Decided, DecideRefused> {
         self.request(id, |reply| Command::Decide {
             batch: Box::new(batch.clone()),
-            recorder: recorder.clone(),
+            record: record.clone(),
             reply,
         })
         .await
