@@ -5,7 +5,6 @@
 
 pub mod admission;
 pub mod auth;
-pub mod cards;
 pub mod cli;
 pub mod cluster;
 pub mod demo;
@@ -13,6 +12,7 @@ pub mod demo;
 mod future_size;
 pub mod http;
 pub mod link;
+pub mod machine;
 pub mod metrics;
 pub mod serve;
 pub mod sessions;

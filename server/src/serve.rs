@@ -27,6 +27,9 @@ const ACCEPT_BACKLOG: u32 = 4096;
 
 /// Longest wait for document tasks at shutdown.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(15);
+/// Other nodes' notices of ended machines waiting to be carried out here;
+/// past it, the listener waits.
+const NOTICES_WAITING: usize = 64;
 
 /// Server settings.
 #[derive(Clone, Debug)]
@@ -179,11 +182,9 @@ pub async fn start(store: Store, options: ServeOptions) -> Result<Running, Serve
         // with its document's lease; the first sweep runs at once.
         Some(cluster) => {
             tracker.spawn(sessions.clone().sweep(cluster.renew_every()));
-            tracker.spawn(cluster.clone().listen(
-                sessions.clone(),
-                links.clone(),
-                shutdown.clone(),
-            ));
+            let (ended, to_end) = tokio::sync::mpsc::channel(NOTICES_WAITING);
+            tracker.spawn(cluster.clone().listen(ended, shutdown.clone()));
+            tracker.spawn(sessions.clone().follow_other_nodes(to_end));
         }
     }
     if !options.trusted_proxies.is_empty() {

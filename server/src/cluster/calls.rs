@@ -1,5 +1,5 @@
 //! HTTP calls relayed to a document's owner (SPEC C2; sync sockets are
-//! [`super::forward`]'s, machine links `link::relay`'s): a call that acts on
+//! [`super::forward`]'s, machine links `machine::relay`'s): a call that acts on
 //! a document — Chat, card actions, the Planner's tools, archiving — goes
 //! to the node that runs the document's task, so it lands where the
 //! document's state lives; the caller never needs to know which node that

@@ -8,12 +8,14 @@
 //! — it paused or lost the database past its lease — drops every document
 //! it holds at once (their tasks close their clients, who reconnect to
 //! whichever node owns the document now) and joins again under a new id.
-//! [`forward`] carries a sync socket that reached a node which does not own
-//! its document to the node that does, and [`calls`] an HTTP call.
+//! [`calls`] carries an HTTP call that reached a node which does not own
+//! its document to the node that does (a sync socket goes through
+//! `sync::forward`), and [`notice`] what one node tells every other.
 
 pub mod calls;
-pub mod forward;
 pub mod notice;
+
+pub use notice::{MachinesEnded, Whose};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

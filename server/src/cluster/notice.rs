@@ -14,9 +14,30 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use tokio::sync::mpsc;
+
 use super::Cluster;
-use crate::link::Links;
-use crate::sessions::{Sessions, Whose};
+
+/// Whose machines' sessions end (SPEC P3).
+#[derive(Clone, Copy, Debug)]
+pub enum Whose<'a> {
+    /// Every machine of the account with this id.
+    Account(&'a str),
+    /// The machine with this id.
+    Machine(&'a str),
+}
+
+/// Another node's word that machines' sessions ended: this node ends its
+/// own, and closes a revoked or unpaired machine's links.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MachinesEnded {
+    /// The account whose machines' sessions end.
+    pub account: Option<String>,
+    /// The machine whose sessions end (and whose links close).
+    pub machine: Option<String>,
+    /// Why.
+    pub trigger: ReleaseTrigger,
+}
 
 /// A notice from one node to the others. The payload of a NOTIFY between
 /// nodes of one build, never seen by a client.
@@ -86,9 +107,10 @@ impl Cluster {
         self.inner.wakeup.notified().await;
     }
 
-    /// Listens for the other nodes' notices until `shutdown`, carrying
-    /// each out on this node's sessions and links.
-    pub async fn listen(self, sessions: Sessions, links: Links, shutdown: CancellationToken) {
+    /// Listens for the other nodes' notices until `shutdown`: wake-ups are
+    /// carried out here, ended machines handed to `ended` (whoever holds
+    /// this node's sessions and links).
+    pub async fn listen(self, ended: mpsc::Sender<MachinesEnded>, shutdown: CancellationToken) {
         let mut listener = loop {
             match self.inner.store.listen(&self.inner.channel).await {
                 Ok(listener) => break listener,
@@ -115,13 +137,13 @@ impl Cluster {
                 }
             };
             match serde_json::from_str::<Notice>(notification.payload()) {
-                Ok(notice) => self.apply(notice, &sessions, &links).await,
+                Ok(notice) => self.apply(notice, &ended).await,
                 Err(error) => warn!(%error, "a notice from another node did not parse"),
             }
         }
     }
 
-    async fn apply(&self, notice: Notice, sessions: &Sessions, links: &Links) {
+    async fn apply(&self, notice: Notice, ended: &mpsc::Sender<MachinesEnded>) {
         match notice {
             Notice::Released { from } => {
                 if from != self.incarnation().node {
@@ -143,17 +165,13 @@ impl Cluster {
                     ?trigger,
                     "sessions ended on another node's word"
                 );
-                if let Some(account) = &account {
-                    sessions
-                        .machines_ended(Whose::Account(account), trigger)
-                        .await;
-                }
-                if let Some(machine) = &machine {
-                    sessions
-                        .machines_ended(Whose::Machine(machine), trigger)
-                        .await;
-                    links.revoke(machine);
-                }
+                let notice = MachinesEnded {
+                    account,
+                    machine,
+                    trigger,
+                };
+                // Gone only at shutdown, when nothing is ended any more.
+                let _ = ended.send(notice).await;
             }
         }
     }

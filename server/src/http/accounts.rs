@@ -8,7 +8,7 @@ use margin_protocol::Me;
 
 use super::extract::{Caller, SignedIn};
 use super::{AppError, AppState};
-use crate::sessions::Whose;
+use crate::cluster::Whose;
 
 /// `GET /me`: the account the token names.
 pub async fn me(Caller(account): Caller) -> Json<Me> {

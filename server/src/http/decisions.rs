@@ -8,10 +8,13 @@ use margin_protocol::decisions::{
     AddCriterion, AddOption, AnswerBody, DecisionCardView, DecisionList,
 };
 
+use margin_decisions::CardState;
+use margin_planner::{CardId, RequestId};
+
 use super::extract::{Caller, JsonBody};
 use super::{documents::visible, AppError, AppState};
-use crate::cards::{self, CardError};
-use crate::storage::Account;
+use crate::storage::{Account, StoredCard};
+use crate::sync::cards::{CardChange, ChangeRefused};
 
 pub async fn list(
     State(state): State<AppState>,
@@ -82,8 +85,9 @@ pub async fn add_criterion(
     .await
 }
 
-/// Applies a person's action (`cards::change`: checked, stored, mirrored
-/// to live editors, told to the Planner session that asked it).
+/// Applies a person's action: checked by the card's state machine and
+/// stored with its mirror to live editors in the document's task, then
+/// told to the Planner session that asked it (SPEC D, P1, L3, L5).
 async fn change(
     state: &AppState,
     account: &Account,
@@ -100,16 +104,28 @@ async fn change(
     if document.archived {
         return Err(AppError::archived());
     }
-    let stored = cards::change(&state.hub, &state.sessions, account, id, card_id, action)
-        .await
-        .map_err(|error| match error {
-            CardError::NotFound(card) => AppError::NotFound {
+    let change = CardChange::Person {
+        by: account.name.clone(),
+        action,
+    };
+    let stored = match state.hub.change_card(id, card_id, change).await {
+        Ok(Ok(Some(stored))) => stored,
+        // A person's action changes the card or is refused.
+        Ok(Ok(None)) | Ok(Err(ChangeRefused::NotFound(_))) => {
+            return Err(AppError::NotFound {
                 code: "decision_not_found",
-                message: format!("no decision {card:?} in this document"),
-            },
-            CardError::Refused { code, message } => AppError::Refused { code, message },
-            CardError::Unavailable(why) => AppError::Unavailable(why),
-        })?;
+                message: format!("no decision {card_id:?} in this document"),
+            })
+        }
+        Ok(Err(ChangeRefused::Refused(e))) => {
+            return Err(AppError::Refused {
+                code: e.code,
+                message: e.message,
+            })
+        }
+        Err(unavailable) => return Err(AppError::Unavailable(unavailable.to_string())),
+    };
+    tell_the_session(state, account, id, &stored).await;
     tracing::info!(
         document = id,
         card = card_id,
@@ -117,4 +133,31 @@ async fn change(
         "decision changed"
     );
     Ok(Json(wire::card_view(&stored.card)))
+}
+
+/// Tells the document's Planner session of an answer to, or a discard of,
+/// a question it asked.
+async fn tell_the_session(
+    state: &AppState,
+    account: &Account,
+    document: &str,
+    stored: &StoredCard,
+) {
+    let request = RequestId(stored.card.id.clone());
+    match (stored.card.state, &stored.card.answer) {
+        (CardState::Answered, Some(answer)) => {
+            let answer = wire::answer_body(answer);
+            state
+                .sessions
+                .answered(document, request, answer, account.name.clone())
+                .await;
+        }
+        // A discarded question no longer waits on anyone; a machine that
+        // comes back is told it was withdrawn (SPEC L3).
+        (CardState::Discarded, _) => {
+            let card = CardId(stored.card.id.clone());
+            state.sessions.discarded(document, card).await;
+        }
+        _ => {}
+    }
 }

@@ -18,10 +18,10 @@ use serde::Deserialize;
 
 use super::extract::{Caller, JsonBody};
 use super::{AppError, AppState};
-use crate::cluster::forward::{self, RouteError, SyncRoute};
 use crate::sockets;
 use crate::storage::{DocumentRow, StorageError};
 use crate::sync::command::JoinRefused;
+use crate::sync::forward::{self, RouteError, SyncRoute};
 use crate::sync::hub::OutlineError;
 use crate::sync::{socket, Hub};
 use crate::watchers::Bell;

@@ -35,7 +35,7 @@ async fn relayed_caller(parts: &Parts, state: &AppState) -> Result<Option<Accoun
     };
     let Some(name) = parts
         .headers
-        .get(crate::cluster::forward::ACCOUNT_HEADER)
+        .get(crate::sync::forward::ACCOUNT_HEADER)
         .and_then(|v| v.to_str().ok())
     else {
         return Ok(None);

@@ -14,10 +14,11 @@ use margin_protocol::sync::MAX_MESSAGE_BYTES;
 use super::extract::Caller;
 use super::{AppError, AppState};
 use crate::cluster::calls;
-use crate::cluster::forward::{ACCOUNT_HEADER, ROLE_HEADER};
-use crate::link::{self, Terms};
+use crate::link::Terms;
+use crate::machine::{relay, relayed};
 use crate::sockets;
 use crate::sync::command::JoinRefused;
+use crate::sync::forward::{ACCOUNT_HEADER, ROLE_HEADER};
 use crate::sync::socket;
 
 /// A member's sync socket forwarded by another node: joined here before the
@@ -177,9 +178,9 @@ pub async fn machine_link(
     let number = |name: &str| header(&headers, name).and_then(|v| v.parse::<usize>().ok());
     let flag = |name: &str| header(&headers, name).and_then(|v| v.parse::<bool>().ok());
     let terms = match (
-        number(link::relay::RUN_CAPACITY_HEADER),
-        flag(link::relay::RESUMABLE_HEADER),
-        flag(link::relay::PLANNING_HEADER),
+        number(relay::RUN_CAPACITY_HEADER),
+        flag(relay::RESUMABLE_HEADER),
+        flag(relay::PLANNING_HEADER),
     ) {
         (Some(run_capacity), Some(resumable), Some(planning)) => Terms {
             run_capacity,
@@ -202,8 +203,7 @@ pub async fn machine_link(
     }
     let (links, sessions) = (state.links.clone(), state.sessions.clone());
     Ok(
-        sockets::serving(upgrade, margin_protocol::link::MAX_FRAME_BYTES).on_upgrade(move |ws| {
-            link::relayed::serve(Box::new(ws), links, sessions, machine, terms)
-        }),
+        sockets::serving(upgrade, margin_protocol::link::MAX_FRAME_BYTES)
+            .on_upgrade(move |ws| relayed::serve(Box::new(ws), links, sessions, machine, terms)),
     )
 }

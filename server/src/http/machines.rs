@@ -17,7 +17,7 @@ use super::extract::{Caller, JsonBody};
 use super::throttle::ClientAddress;
 use super::{AppError, AppState};
 use crate::auth::{self, MachineRefusal};
-use crate::link::socket;
+use crate::machine::socket;
 use crate::sockets;
 use crate::storage::{Machine, StorageError};
 

@@ -1,12 +1,7 @@
-//! Machine links at `/machine` (SPEC L1, L8, A1, A2): the registry of open
-//! links, so revoking a machine closes them, and the socket loop
-//! ([`socket`]), which also renews the machine's credential.
-
-pub mod relay;
-pub mod relayed;
-pub mod socket;
-
-pub(crate) use socket::refusal;
+//! The machine links open on this node (SPEC L1, L8, A1, A2): each link's
+//! handle ([`Link`], what a session sends through), how it ended
+//! ([`LinkEnd`]), and the registry of open links ([`Links`]), so revoking
+//! a machine closes them. The loop that serves a link lives in `machine`.
 
 /// How a link ended, as its sessions see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +38,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use margin_protocol::link::{close, ServerMessage};
+use margin_protocol::RefusalCode;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -289,5 +285,14 @@ impl Links {
                 "machine revoked; pair it again to reconnect",
             );
         }
+    }
+}
+
+/// A refusal that answers no particular call.
+pub(crate) fn refusal(code: RefusalCode, message: impl Into<String>) -> ServerMessage {
+    ServerMessage::Refusal {
+        code,
+        message: message.into(),
+        call_id: None,
     }
 }

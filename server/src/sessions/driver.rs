@@ -36,6 +36,7 @@ use crate::cluster::Lease;
 use crate::link::{Link, LinkEnd};
 use crate::metrics::COUNTERS;
 use crate::storage::{Account, StorageError};
+use crate::sync::cards::CardChange;
 use crate::sync::command::{RecordResult, ResultWrite, ToRecord};
 use crate::tools::{Ran, ToolError, Tools};
 use crate::watchers::Bell;
@@ -710,10 +711,16 @@ impl Driver {
     }
 
     async fn withdraw(&self, request: &RequestId) {
-        if let Err(error) =
-            crate::cards::withdraw(&self.shared.hub, self.session.document(), &request.0).await
-        {
-            warn!(%error, card = %request, "could not withdraw a question");
+        // A card that no longer holds its question is left as it is.
+        let withdrawn = self
+            .shared
+            .hub
+            .change_card(self.session.document(), &request.0, CardChange::Withdraw)
+            .await;
+        match withdrawn {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => warn!(%error, card = %request, "could not withdraw a question"),
+            Err(error) => warn!(%error, card = %request, "could not withdraw a question"),
         }
     }
 

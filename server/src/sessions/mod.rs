@@ -56,7 +56,7 @@ use commit::Journal;
 use driver::Driver;
 use input::Input;
 
-use crate::cluster::{Cluster, Lease, TakeRefused};
+use crate::cluster::{Cluster, Lease, MachinesEnded, TakeRefused, Whose};
 use crate::link::{refusal, Link, LinkEnd, Links};
 use crate::storage::{Account, StorageError};
 use crate::sync::Hub;
@@ -824,6 +824,26 @@ impl Sessions {
         }
     }
 
+    /// Carries out, until `ended` closes, other nodes' word that machines'
+    /// sessions ended (SPEC C2, P3): their sessions here end, and a revoked
+    /// or unpaired machine's links close.
+    pub async fn follow_other_nodes(self, mut ended: mpsc::Receiver<MachinesEnded>) {
+        while let Some(MachinesEnded {
+            account,
+            machine,
+            trigger,
+        }) = ended.recv().await
+        {
+            if let Some(account) = &account {
+                self.machines_ended(Whose::Account(account), trigger).await;
+            }
+            if let Some(machine) = &machine {
+                self.machines_ended(Whose::Machine(machine), trigger).await;
+                self.shared.links.revoke(machine);
+            }
+        }
+    }
+
     /// The document was unarchived: `@planner` starts turns there again.
     pub fn document_reopened(&self, document: &str) {
         self.shared.lock().closed.remove(document);
@@ -912,15 +932,6 @@ impl Sessions {
     pub async fn sweep(self, every: Duration) {
         restore::sweep(&self.shared, every).await;
     }
-}
-
-/// Whose machines' sessions [`Sessions::machines_ended`] ends.
-#[derive(Clone, Copy, Debug)]
-pub enum Whose<'a> {
-    /// Every machine of the account with this id.
-    Account(&'a str),
-    /// The machine with this id.
-    Machine(&'a str),
 }
 
 /// Asks a session's driver to end it for `trigger`; returns once that is

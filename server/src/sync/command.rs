@@ -8,9 +8,9 @@ use margin_protocol::tools::ToolOutput;
 use margin_protocol::Role;
 use tokio::sync::{mpsc, oneshot};
 
+use super::cards::{CardChange, ChangeRefused};
 use super::conn::{Conn, ConnId};
 use super::decide::{Batch, Decided};
-use crate::cards::{CardChange, ChangeRefused};
 use crate::storage::{SessionWrite, StoredCard};
 
 /// What a document task is asked to do.

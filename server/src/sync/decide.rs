@@ -15,7 +15,7 @@ use margin_decisions::{
 use margin_protocol::decisions::{AnswerBody, OpenDecisionsOutput};
 use uuid::Uuid;
 
-use crate::cards::{mirror_entry, CardSet};
+use super::cards::{mirror_entry, CardSet};
 
 /// A batch as the Planner wrote it, parsed.
 #[derive(Clone, Debug)]

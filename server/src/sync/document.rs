@@ -24,6 +24,7 @@ use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn, Instrument};
 
+use super::cards::{mirror_entry, CardSet};
 use super::command::{
     ChangeReply, Command, DecideRefused, DecideReply, EditRefused, EditReply, EditRequest,
     JoinRefused, RecordResult, ToRecord,
@@ -35,7 +36,6 @@ use super::hub::Hub;
 use super::load::rebuilt;
 use super::reads::Reads;
 use super::writes;
-use crate::cards::{mirror_entry, CardSet};
 use crate::cluster::{Lease, Ownership, TakeRefused};
 use crate::metrics::COUNTERS;
 use crate::storage::{
@@ -917,7 +917,7 @@ impl DocumentTask {
 fn mirror_of(cards: &[StoredCard]) -> Vec<(String, String)> {
     cards
         .iter()
-        .map(|stored| crate::cards::mirror_entry(&stored.card))
+        .map(|stored| mirror_entry(&stored.card))
         .collect()
 }
 

@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::cards::{CardChange, ChangeRefused};
 use super::command::{Command, DecideRefused, EditRefused, EditRequest, JoinRefused, RecordResult};
 use super::compaction::Compaction;
 use super::conn::{self, Closer, Conn, ConnId, OutboxReader};
@@ -25,7 +26,6 @@ use super::document;
 use super::encoded_reads::{EncodedReads, ENCODED_READ_BYTES};
 use super::load::{rebuilt, LoadError};
 use super::reads::Reads;
-use crate::cards::{CardChange, ChangeRefused};
 use crate::cluster::{Cluster, Ownership};
 use crate::storage::{StorageError, Store, StoredCard};
 use crate::watchers::{Bell, Watchers};

@@ -14,8 +14,8 @@ use futures_util::{SinkExt, StreamExt};
 use margin_protocol::link::{close, ClientMessage};
 use tracing::{debug, Instrument};
 
-use super::socket::{dispatch, parse, refusal};
-use super::{LinkEnd, Links, Terms};
+use super::socket::{dispatch, parse};
+use crate::link::{refusal, LinkEnd, Links, Terms};
 use crate::sessions::Sessions;
 use crate::sockets;
 use crate::storage::Machine;

@@ -21,9 +21,9 @@ use tokio::time::{interval_at, Instant, MissedTickBehavior};
 use tracing::{debug, info, warn, Instrument};
 
 use super::relay::{self, Relays, ResumeFailed};
-use super::{Link, LinkEnd, Links, Terms};
 use crate::auth;
 use crate::cluster::Cluster;
+use crate::link::{refusal, Link, LinkEnd, Links, Terms};
 use crate::sessions::Sessions;
 use crate::sockets::{self, Inbound};
 use crate::storage::{Machine, StorageError, Store};
@@ -430,15 +430,6 @@ fn truncate(text: &str) -> &str {
         end -= 1;
     }
     &text[..end]
-}
-
-/// A refusal that answers no particular call.
-pub(crate) fn refusal(code: RefusalCode, message: impl Into<String>) -> ServerMessage {
-    ServerMessage::Refusal {
-        code,
-        message: message.into(),
-        call_id: None,
-    }
 }
 
 /// Why the link stops after a renewal.

@@ -32,8 +32,8 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::Message;
 use tracing::{debug, info, warn};
 
-use super::{Link, LinkEnd, Terms};
 use crate::cluster::{Cluster, TakeRefused};
+use crate::link::{Link, LinkEnd, Terms};
 use crate::sessions::{resume_refusal, ResumeAnswered, Sessions};
 use crate::sockets;
 use crate::storage::{Machine, Node};

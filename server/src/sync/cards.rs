@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use margin_decisions::{act, withdraw, Action, ActionError, DecisionCard, Key};
+use margin_decisions::{act, wire, withdraw, Action, ActionError, DecisionCard, Key};
 
 use crate::storage::StoredCard;
 
@@ -92,4 +92,10 @@ impl CardSet {
         stored.version += 1;
         Ok(Some(stored.clone()))
     }
+}
+
+/// A card's entry in the live mirror: its id and its JSON.
+pub fn mirror_entry(card: &DecisionCard) -> (String, String) {
+    let json = serde_json::to_string(&wire::card_view(card)).unwrap_or_default();
+    (card.id.clone(), json)
 }

@@ -5,7 +5,7 @@
 //!
 //! The node that took the socket authenticates the member and checks the
 //! document's access; the owner trusts that because the internal channel
-//! shows the cluster's secret ([`super::SECRET_HEADER`]), and joins the
+//! shows the cluster's secret ([`crate::cluster::SECRET_HEADER`]), and joins the
 //! member with the role named. Nothing is forwarded twice: an owner that
 //! no longer owns the document answers 409 and the first node looks again.
 //! When the owner stops answering (it crashed), the connection waits for
@@ -27,13 +27,13 @@ use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tracing::{debug, Instrument};
 
-use super::Cluster;
+use super::command::JoinRefused;
+use super::hub::Joined;
+use super::socket::close_message;
+use super::Hub;
+use crate::cluster::Cluster;
 use crate::sockets;
 use crate::storage::Node;
-use crate::sync::command::JoinRefused;
-use crate::sync::hub::Joined;
-use crate::sync::socket::close_message;
-use crate::sync::Hub;
 
 /// The header naming the member a forwarded connection is for.
 pub const ACCOUNT_HEADER: &str = "x-margin-account";
