@@ -18,6 +18,7 @@ mod feed;
 mod fencing;
 mod http;
 mod keeping;
+mod layering;
 mod link;
 mod members;
 mod metrics;
