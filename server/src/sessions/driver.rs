@@ -160,7 +160,8 @@ impl Driver {
                 mailbox.close();
                 while let Ok(input) = mailbox.try_recv() {
                     if let Input::ToolCall { turn, call, .. } = input {
-                        let refused = super::unknown_turn(self.session.id(), &turn, Some(&call.0));
+                        let refused =
+                            super::routing::unknown_turn(self.session.id(), &turn, Some(&call.0));
                         self.send(&refused);
                     }
                 }

@@ -9,6 +9,9 @@ use margin_protocol::Role;
 use margin_sync_core::{Access, Effect, Owner, Written};
 use tracing::{debug, info, warn};
 
+use super::open::bindings;
+use super::publish::{Effects, Judgement, Made};
+use super::{DocumentTask, Member, Target};
 use crate::sync::cards::mirror_entry;
 use crate::sync::command::{
     Command, DecideRefused, DecideReply, EditRefused, EditRequest, JoinRefused, RecordResult,
@@ -16,10 +19,6 @@ use crate::sync::command::{
 use crate::sync::conn::{access_close, ConnId};
 use crate::sync::decide::{self};
 use crate::sync::writes;
-
-use super::open::bindings;
-use super::publish::{Effects, Judgement, Made};
-use super::{DocumentTask, Member, Target};
 
 impl DocumentTask {
     pub(super) fn handle(&mut self, command: Command, effects: &mut Effects) {

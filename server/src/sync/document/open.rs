@@ -8,6 +8,7 @@ use margin_decisions::LiveOutline;
 use margin_sync_core::{Owner, Written};
 use tracing::warn;
 
+use super::DocumentTask;
 use crate::cluster::{Ownership, TakeRefused};
 use crate::storage::{Alongside, ClientBinding, StorageError, Store, StoredCard};
 use crate::sync::cards::{mirror_entry, CardSet};
@@ -16,8 +17,6 @@ use crate::sync::compaction::{Compaction, Compactor};
 use crate::sync::load::rebuilt;
 use crate::sync::reads::Reads;
 use crate::sync::writes;
-
-use super::DocumentTask;
 
 impl DocumentTask {
     pub(super) async fn load(

@@ -9,19 +9,18 @@ use margin_decisions::{wire, DecisionCard, Outline};
 use margin_protocol::decisions::EditPlanOutput;
 use margin_protocol::sync::close;
 use margin_protocol::tools::ToolOutput;
+use margin_sync_core::messages;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tracing::warn;
 
+use super::open::bindings;
+use super::{DocumentTask, Member, Target, SERVER};
 use crate::metrics::COUNTERS;
 use crate::storage::{Alongside, ClientBinding, SessionWrite, StorageError, StoredCard};
 use crate::sync::command::{ChangeReply, DecideReply, EditReply, RecordResult, ToRecord};
 use crate::sync::conn::{ConnId, Refused};
 use crate::sync::decide::{Answered, Captured, Decided};
-use margin_sync_core::messages;
-
-use super::open::bindings;
-use super::{DocumentTask, Member, Target, SERVER};
 
 /// What one batch produced, held back until its changes are committed.
 #[derive(Default)]
