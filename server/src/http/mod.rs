@@ -5,6 +5,7 @@
 mod accounts;
 mod assets;
 mod chat;
+mod cidr;
 mod decisions;
 mod documents;
 mod error;
@@ -27,8 +28,9 @@ use axum::routing::{delete, get, post};
 use axum::Router;
 use tower_http::trace::TraceLayer;
 
+pub use cidr::{Cidr, CidrError};
 pub use error::AppError;
-pub use forwarded::{Cidr, CidrError, TrustedProxies};
+pub use forwarded::TrustedProxies;
 pub use throttle::Throttle;
 
 use crate::link::Links;
