@@ -35,7 +35,7 @@ export async function wireTypes({ compile, names, banner }) {
   };
   for (const name of names) {
     const file = `${name}.schema.json`;
-    const schema = JSON.parse(await readFile(join(SCHEMAS, file), 'utf8'));
+    const schema = bareRefs(JSON.parse(await readFile(join(SCHEMAS, file), 'utf8')));
     const { $defs = {}, $schema: _, ...own } = schema;
     for (const [key, value] of Object.entries($defs)) define(key, value, file);
     define(name, { ...own, title: name }, file);
@@ -55,8 +55,26 @@ export async function wireTypes({ compile, names, banner }) {
     format: true,
     style: { singleQuote: true, printWidth: 120 },
   });
+  // One name, one type: a shape declared again under a numbered name
+  // (`RefusalCode1`) is one the generator failed to recognise.
+  const declared = new Set([...ts.matchAll(/^export (?:type|interface) (\w+)/gm)].map((m) => m[1]));
+  const twice = [...declared].filter((name) => /\d$/.test(name) && declared.has(name.replace(/\d+$/, '')));
+  if (twice.length) throw new Error(`declared twice under numbered names: ${twice.join(', ')}`);
   // The root only gathers the others.
   return ts.replace(/export interface Wire \{[^}]*\}\n\n?/s, '');
+}
+
+/**
+ * `schema` with every `$ref` alone in its object: a reference with a
+ * description beside it (a field's own words) would be declared as a new
+ * type each time (`RefusalCode1`, `RefusalCode2`, …), where the wire has
+ * one.
+ */
+function bareRefs(schema) {
+  if (Array.isArray(schema)) return schema.map(bareRefs);
+  if (schema === null || typeof schema !== 'object') return schema;
+  if (typeof schema.$ref === 'string') return { $ref: schema.$ref };
+  return Object.fromEntries(Object.entries(schema).map(([key, value]) => [key, bareRefs(value)]));
 }
 
 /** A definition's shape: what it says, less the title a root schema adds. */

@@ -87,10 +87,7 @@ export type ClientMessage =
        * The session.
        */
       session: string;
-      /**
-       * Its status now.
-       */
-      status: 'running' | 'paused' | 'completed' | 'failed' | 'stopped';
+      status: RunStatus;
       type: 'run';
     }
   | {
@@ -133,6 +130,13 @@ export type ClientMessage =
       turn: string;
       type: 'reply';
     };
+/**
+ * A run's status as a machine reports it.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "RunStatus".
+ */
+export type RunStatus = 'running' | 'paused' | 'completed' | 'failed' | 'stopped';
 /**
  * A message from the server.
  *
@@ -213,19 +217,7 @@ export type ServerMessage =
       type: 'tool-result';
     }
   | {
-      /**
-       * The answer.
-       */
-      answer:
-        | {
-            choices: string[];
-          }
-        | {
-            text: string;
-          }
-        | {
-            yes: boolean;
-          };
+      answer: AnswerBody;
       /**
        * Who answered.
        */
@@ -284,7 +276,7 @@ export type ServerMessage =
        * connector can fail that call instead of waiting for a result).
        */
       call_id?: string | null;
-      code: RefusalCode1;
+      code: RefusalCode;
       /**
        * Names the problem.
        */
@@ -292,13 +284,24 @@ export type ServerMessage =
       type: 'refusal';
     };
 /**
- * Stable code (see [`RefusalCode`]): for a batch or edit one of the
- * address causes, `different_decision`, `stale_revision`, `no_access`,
- * `invalid_input`, `archived` or `internal`; for `update_plan` (SPEC
- * U2–U5) `invalid_plan`, `stale_revision` or `stop_requested` (a
- * call for a turn that is over gets the link refusal `unknown_turn`); for a call in flight when the server stopped,
- * `interrupted` (SPEC W1); for a name the session does not offer,
- * `unknown_tool`.
+ * Who wrote a Chat line.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "ChatKind".
+ */
+export type ChatKind = 'member' | 'planner' | 'system';
+/**
+ * A step's status.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "StepStatus".
+ */
+export type StepStatus = 'pending' | 'in_progress' | 'completed';
+/**
+ * A stable refusal code.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "RefusalCode".
  */
 export type RefusalCode =
   | 'read_evicted'
@@ -342,44 +345,28 @@ export type RefusalCode =
  */
 export type ToolOutput = OpenDecisionsOutput | UpdatePlanOutput | ReadDocumentOutput | EditPlanOutput;
 /**
- * Stable code (see [`RefusalCode`](crate::RefusalCode)):
- * `unsupported_version`, `hello_expected`, `invalid_hello`,
- * `malformed_message`, `unknown_message`, `unexpected_message`,
- * `unknown_turn`, `unknown_session`, `unknown_call`,
- * `run_capacity`, `superseded_attempt`, `session_busy`.
+ * What happened to one card of a batch.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "CaptureStatus".
  */
-export type RefusalCode1 =
-  | 'read_evicted'
-  | 'address_mismatch'
-  | 'repeated_when_read'
-  | 'block_rewritten'
-  | 'block_removed_or_moved'
-  | 'twin_now'
-  | 'different_decision'
-  | 'stale_revision'
-  | 'no_access'
-  | 'invalid_input'
-  | 'archived'
-  | 'internal'
-  | 'unknown_tool'
-  | 'invalid_plan'
-  | 'stop_requested'
-  | 'interrupted'
-  | 'result_not_kept'
-  | 'too_large'
-  | 'session_busy'
-  | 'unsupported_version'
-  | 'hello_expected'
-  | 'invalid_hello'
-  | 'malformed_message'
-  | 'unknown_message'
-  | 'unexpected_message'
-  | 'unknown_turn'
-  | 'unknown_session'
-  | 'unknown_call'
-  | 'run_capacity'
-  | 'superseded_attempt'
-  | 'other';
+export type CaptureStatus = 'created' | 'already_in_document' | 'not_captured';
+/**
+ * An answer.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "AnswerBody".
+ */
+export type AnswerBody =
+  | {
+      choices: string[];
+    }
+  | {
+      text: string;
+    }
+  | {
+      yes: boolean;
+    };
 /**
  * One change to the document's blocks.
  *
@@ -407,7 +394,7 @@ export type EditInput =
       text: string;
     }
   | {
-      at: PassageAddress1;
+      at: PassageAddress;
       op: 'replace';
       /**
        * The text.
@@ -415,91 +402,9 @@ export type EditInput =
       text: string;
     }
   | {
-      at: PassageAddress2;
+      at: PassageAddress;
       op: 'delete';
     };
-/**
- * A stable refusal code.
- *
- * This interface was referenced by `Wire`'s JSON-Schema
- * via the `definition` "RefusalCode".
- */
-export type RefusalCode2 =
-  | 'read_evicted'
-  | 'address_mismatch'
-  | 'repeated_when_read'
-  | 'block_rewritten'
-  | 'block_removed_or_moved'
-  | 'twin_now'
-  | 'different_decision'
-  | 'stale_revision'
-  | 'no_access'
-  | 'invalid_input'
-  | 'archived'
-  | 'internal'
-  | 'unknown_tool'
-  | 'invalid_plan'
-  | 'stop_requested'
-  | 'interrupted'
-  | 'result_not_kept'
-  | 'too_large'
-  | 'session_busy'
-  | 'unsupported_version'
-  | 'hello_expected'
-  | 'invalid_hello'
-  | 'malformed_message'
-  | 'unknown_message'
-  | 'unexpected_message'
-  | 'unknown_turn'
-  | 'unknown_session'
-  | 'unknown_call'
-  | 'run_capacity'
-  | 'superseded_attempt'
-  | 'other';
-/**
- * A run's status as a machine reports it.
- *
- * This interface was referenced by `Wire`'s JSON-Schema
- * via the `definition` "RunStatus".
- */
-export type RunStatus = 'running' | 'paused' | 'completed' | 'failed' | 'stopped';
-/**
- * An answer.
- *
- * This interface was referenced by `Wire`'s JSON-Schema
- * via the `definition` "AnswerBody".
- */
-export type AnswerBody =
-  | {
-      choices: string[];
-    }
-  | {
-      text: string;
-    }
-  | {
-      yes: boolean;
-    };
-/**
- * What happened to one card of a batch.
- *
- * This interface was referenced by `Wire`'s JSON-Schema
- * via the `definition` "CaptureStatus".
- */
-export type CaptureStatus = 'created' | 'already_in_document' | 'not_captured';
-/**
- * Who wrote a Chat line.
- *
- * This interface was referenced by `Wire`'s JSON-Schema
- * via the `definition` "ChatKind".
- */
-export type ChatKind = 'member' | 'planner' | 'system';
-/**
- * A step's status.
- *
- * This interface was referenced by `Wire`'s JSON-Schema
- * via the `definition` "StepStatus".
- */
-export type StepStatus = 'pending' | 'in_progress' | 'completed';
 
 /**
  * A Planner's manifest, sent in `hello` (SPEC U1). Unknown fields are
@@ -547,7 +452,10 @@ export interface HeldSession {
   turn?: string | null;
 }
 /**
- * What the server offers.
+ * What the server offers a machine.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "Capabilities".
  */
 export interface Capabilities {
   /**
@@ -574,10 +482,7 @@ export interface ChatMessageView {
    * Milliseconds since the Unix epoch.
    */
   created_at: number;
-  /**
-   * Who wrote it.
-   */
-  kind: 'member' | 'planner' | 'system';
+  kind: ChatKind;
   /**
    * Position in the document's Chat, from 1.
    */
@@ -630,10 +535,7 @@ export interface PlanStep {
    * Stable ASCII id, 1–64 bytes, unique in the plan.
    */
   id: string;
-  /**
-   * Its status.
-   */
-  status: 'pending' | 'in_progress' | 'completed';
+  status: StepStatus;
 }
 /**
  * A refused tool call: nothing changed.
@@ -659,7 +561,10 @@ export interface ToolRefusal {
   retry?: boolean;
 }
 /**
- * `open_decisions`, `open_decision`, `ask`.
+ * `open_decisions` / `open_decision` / `ask` result.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "OpenDecisionsOutput".
  */
 export interface OpenDecisionsOutput {
   /**
@@ -701,48 +606,26 @@ export interface CaptureView {
    * The card's key.
    */
   key: string;
-  /**
-   * What happened.
-   */
-  status: 'created' | 'already_in_document' | 'not_captured';
+  status: CaptureStatus;
 }
 /**
- * `update_plan`.
+ * `update_plan`'s output: the plan now in force.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "UpdatePlanOutput".
  */
 export interface UpdatePlanOutput {
-  plan: PlanView1;
+  plan: PlanView;
   /**
    * One line for the model.
    */
   result: string;
 }
 /**
- * A session's plan as accepted (SPEC U3).
- */
-export interface PlanView1 {
-  /**
-   * The tool call of the accepted update.
-   */
-  call_id: string;
-  /**
-   * The update's explanation. Model-authored: render as text.
-   */
-  explanation?: string | null;
-  /**
-   * +1 per accepted replacement; a client keeps the highest it saw.
-   */
-  revision: number;
-  /**
-   * The steps, in the Planner's order.
-   */
-  steps: PlanStep[];
-  /**
-   * The turn of the accepted update.
-   */
-  turn_id: string;
-}
-/**
- * `read_document`.
+ * `read_document` result.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "ReadDocumentOutput".
  */
 export interface ReadDocumentOutput {
   /**
@@ -783,7 +666,10 @@ export interface BlockEntry {
   text: string;
 }
 /**
- * `edit_plan`.
+ * `edit_plan` result.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "EditPlanOutput".
  */
 export interface EditPlanOutput {
   /**
@@ -828,7 +714,10 @@ export interface ErrorBody {
   error: ErrorDetail;
 }
 /**
- * The error.
+ * A stable machine-readable code and a human message.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "ErrorDetail".
  */
 export interface ErrorDetail {
   /**
@@ -870,32 +759,6 @@ export interface EditPlanInput {
  * via the `definition` "PassageAddress".
  */
 export interface PassageAddress {
-  /**
-   * The block's digest (64 hex digits).
-   */
-  digest: string;
-  /**
-   * Index in that revision's outline.
-   */
-  index: number;
-}
-/**
- * A block address: its index and digest in the outline of a revision.
- */
-export interface PassageAddress1 {
-  /**
-   * The block's digest (64 hex digits).
-   */
-  digest: string;
-  /**
-   * Index in that revision's outline.
-   */
-  index: number;
-}
-/**
- * A block address: its index and digest in the outline of a revision.
- */
-export interface PassageAddress2 {
   /**
    * The block's digest (64 hex digits).
    */
@@ -961,41 +824,11 @@ export interface CardInput {
  * via the `definition` "OpenDecisionInput".
  */
 export interface OpenDecisionInput {
-  card: CardInput1;
+  card: CardInput;
   /**
    * Must be the document's current revision.
    */
   revision: number;
-}
-/**
- * One card as the Planner writes it.
- */
-export interface CardInput1 {
-  /**
-   * 2–24 labels for choice kinds; none otherwise.
-   */
-  choices?: string[];
-  /**
-   * Optional context, ≤ 4000 bytes.
-   */
-  description?: string | null;
-  /**
-   * Stable key chosen by the Planner; a repeated key replays only the
-   * decision it made.
-   */
-  key: string;
-  /**
-   * 1–8 blocks the card concerns.
-   */
-  passages: PassageAddress[];
-  /**
-   * The question, ≤ 500 bytes, one line.
-   */
-  question: string;
-  /**
-   * `single_choice`, `multiple_choice`, `free_text` or `yes_no`.
-   */
-  response: string;
 }
 /**
  * `update_plan`'s arguments (SPEC U2): the whole new list.
@@ -1021,109 +854,4 @@ export interface UpdatePlanInput {
    * The list that replaces the plan; `[]` clears it.
    */
   steps: PlanStep[];
-}
-/**
- * What the server offers a machine.
- *
- * This interface was referenced by `Wire`'s JSON-Schema
- * via the `definition` "Capabilities".
- */
-export interface Capabilities1 {
-  /**
-   * The server keeps Planner plans (`update_plan`, SPEC U1).
-   */
-  durable_plans: boolean;
-  /**
-   * The features of the `hello` the server granted.
-   */
-  features: string[];
-}
-/**
- * `edit_plan` result.
- *
- * This interface was referenced by `Wire`'s JSON-Schema
- * via the `definition` "EditPlanOutput".
- */
-export interface EditPlanOutput1 {
-  /**
-   * That revision's blocks.
-   */
-  outline: BlockEntry[];
-  /**
-   * The revision the edit made; its outline is remembered as read, so a
-   * batch written from it survives later edits by others.
-   */
-  revision: number;
-}
-/**
- * `open_decisions` / `open_decision` / `ask` result.
- *
- * This interface was referenced by `Wire`'s JSON-Schema
- * via the `definition` "OpenDecisionsOutput".
- */
-export interface OpenDecisionsOutput1 {
-  /**
-   * How many cards hold the Planner's questions (new and replayed).
-   */
-  captured: number;
-  /**
-   * Per card, in batch order.
-   */
-  captures: CaptureView[];
-  /**
-   * The document's revision after the batch (new cards are mirrored into
-   * the document, which makes a revision). Its outline is remembered as
-   * read: write the next batch or edit from it.
-   */
-  revision: number;
-  /**
-   * A sentence for the turn's summary, e.g. "added 1 decision; 1 decision
-   * already in the document".
-   */
-  summary: string;
-}
-/**
- * `read_document` result.
- *
- * This interface was referenced by `Wire`'s JSON-Schema
- * via the `definition` "ReadDocumentOutput".
- */
-export interface ReadDocumentOutput1 {
-  /**
-   * Its blocks.
-   */
-  outline: BlockEntry[];
-  /**
-   * The revision read; write batches against it.
-   */
-  revision: number;
-}
-/**
- * `update_plan`'s output: the plan now in force.
- *
- * This interface was referenced by `Wire`'s JSON-Schema
- * via the `definition` "UpdatePlanOutput".
- */
-export interface UpdatePlanOutput1 {
-  plan: PlanView1;
-  /**
-   * One line for the model.
-   */
-  result: string;
-}
-/**
- * A stable machine-readable code and a human message.
- *
- * This interface was referenced by `Wire`'s JSON-Schema
- * via the `definition` "ErrorDetail".
- */
-export interface ErrorDetail1 {
-  /**
-   * Stable, snake_case; clients branch on this.
-   */
-  code: string;
-  /**
-   * For people; never contains internals.
-   */
-  message: string;
 }

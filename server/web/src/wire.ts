@@ -2,6 +2,38 @@
 // Regenerate after changing a wire type in margin-protocol.
 
 /**
+ * A member's role on one document.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "Role".
+ */
+export type Role = 'owner' | 'editor' | 'viewer';
+/**
+ * Who wrote a Chat line.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "ChatKind".
+ */
+export type ChatKind = 'member' | 'planner' | 'system';
+/**
+ * A run's status as a machine reports it.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "RunStatus".
+ */
+export type RunStatus = 'running' | 'paused' | 'completed' | 'failed' | 'stopped';
+/**
+ * What a document's Planner is doing, in one word: the state its status
+ * shows (SPEC B1a, L2, L4). One state at a time; the first that holds wins,
+ * in this order: disconnected, stopping, working, waiting, available (a
+ * session bound and idle); with no session, stopped, then available or
+ * unlinked by whether a machine is linked.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "PlannerState".
+ */
+export type PlannerState = 'unlinked' | 'available' | 'working' | 'waiting' | 'disconnected' | 'stopping' | 'stopped';
+/**
  * One event of a document's feed. Sent as Server-Sent Events: the SSE
  * `event` field is [`DocumentEvent::name`], its `data` the payload's JSON
  * (`data` here). A Chat line's SSE `id` is its `seq`, so a reconnecting
@@ -41,6 +73,20 @@ export type AnswerBody =
       yes: boolean;
     };
 /**
+ * A step's status.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "StepStatus".
+ */
+export type StepStatus = 'pending' | 'in_progress' | 'completed';
+/**
+ * Where a session is.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "SessionState".
+ */
+export type SessionState = 'active' | 'disconnected' | 'ended';
+/**
  * One event of a session's feed; its SSE `id` is its cursor and its SSE
  * `event` name is `kind`.
  *
@@ -79,7 +125,7 @@ export type SessionEvent =
     }
   | {
       kind: 'run_updated';
-      run: SessionRun1;
+      run: SessionRun;
     }
   | {
       kind: 'host_request_opened';
@@ -135,7 +181,7 @@ export type SessionEvent =
        * Always `update_plan`.
        */
       name: string;
-      plan: PlanView1;
+      plan: PlanView;
       /**
        * The result the Planner got.
        */
@@ -153,52 +199,6 @@ export type SessionEvent =
        */
       name: string;
     };
-/**
- * A member's role on one document.
- *
- * This interface was referenced by `Wire`'s JSON-Schema
- * via the `definition` "Role".
- */
-export type Role = 'owner' | 'editor' | 'viewer';
-/**
- * Who wrote a Chat line.
- *
- * This interface was referenced by `Wire`'s JSON-Schema
- * via the `definition` "ChatKind".
- */
-export type ChatKind = 'member' | 'planner' | 'system';
-/**
- * What a document's Planner is doing, in one word: the state its status
- * shows (SPEC B1a, L2, L4). One state at a time; the first that holds wins,
- * in this order: disconnected, stopping, working, waiting, available (a
- * session bound and idle); with no session, stopped, then available or
- * unlinked by whether a machine is linked.
- *
- * This interface was referenced by `Wire`'s JSON-Schema
- * via the `definition` "PlannerState".
- */
-export type PlannerState = 'unlinked' | 'available' | 'working' | 'waiting' | 'disconnected' | 'stopping' | 'stopped';
-/**
- * A run's status as a machine reports it.
- *
- * This interface was referenced by `Wire`'s JSON-Schema
- * via the `definition` "RunStatus".
- */
-export type RunStatus = 'running' | 'paused' | 'completed' | 'failed' | 'stopped';
-/**
- * Where a session is.
- *
- * This interface was referenced by `Wire`'s JSON-Schema
- * via the `definition` "SessionState".
- */
-export type SessionState = 'active' | 'disconnected' | 'ended';
-/**
- * A step's status.
- *
- * This interface was referenced by `Wire`'s JSON-Schema
- * via the `definition` "StepStatus".
- */
-export type StepStatus = 'pending' | 'in_progress' | 'completed';
 /**
  * A stable refusal code.
  *
@@ -248,7 +248,10 @@ export interface ErrorBody {
   error: ErrorDetail;
 }
 /**
- * The error.
+ * A stable machine-readable code and a human message.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "ErrorDetail".
  */
 export interface ErrorDetail {
   /**
@@ -325,10 +328,7 @@ export interface DocumentInfo {
    * The document's revision: how many changes have been published (SPEC S3).
    */
   revision: number;
-  /**
-   * The caller's role on it.
-   */
-  role: 'owner' | 'editor' | 'viewer';
+  role: Role;
   /**
    * Its title, as given at creation or by the last rename.
    */
@@ -358,10 +358,7 @@ export interface AddMember {
    * The account's name.
    */
   account: string;
-  /**
-   * `editor` or `viewer`; a document has exactly one owner.
-   */
-  role: 'owner' | 'editor' | 'viewer';
+  role: Role;
 }
 /**
  * `POST /documents/{id}/members` response, and an entry of
@@ -375,10 +372,7 @@ export interface MemberInfo {
    * The account's name.
    */
   account: string;
-  /**
-   * Its role on the document.
-   */
-  role: 'owner' | 'editor' | 'viewer';
+  role: Role;
 }
 /**
  * `GET /documents/{id}/chat[?after=SEQ]`.
@@ -407,10 +401,7 @@ export interface ChatMessageView {
    * Milliseconds since the Unix epoch.
    */
   created_at: number;
-  /**
-   * Who wrote it.
-   */
-  kind: 'member' | 'planner' | 'system';
+  kind: ChatKind;
   /**
    * Position in the document's Chat, from 1.
    */
@@ -474,10 +465,7 @@ export interface PlannerView {
    * A new id means a new session, with a plan of its own.
    */
   session?: string | null;
-  /**
-   * What it is doing (SPEC B1a).
-   */
-  state?: 'unlinked' | 'available' | 'working' | 'waiting' | 'disconnected' | 'stopping' | 'stopped';
+  state?: PlannerState;
   /**
    * Whether a Stop was sent and not yet confirmed.
    */
@@ -515,10 +503,7 @@ export interface RunView {
    * When it was first reported, in milliseconds since the Unix epoch.
    */
   started_at?: number;
-  /**
-   * Its last reported status.
-   */
-  status: 'running' | 'paused' | 'completed' | 'failed' | 'stopped';
+  status: RunStatus;
 }
 /**
  * A card as people and editors see it.
@@ -658,10 +643,7 @@ export interface SessionSnapshot {
    * The session.
    */
   session: string;
-  /**
-   * Where it is.
-   */
-  state: 'active' | 'disconnected' | 'ended';
+  state: SessionState;
   /**
    * A Stop was asked for and not yet confirmed.
    */
@@ -714,10 +696,7 @@ export interface PlanStep {
    * Stable ASCII id, 1–64 bytes, unique in the plan.
    */
   id: string;
-  /**
-   * Its status.
-   */
-  status: 'pending' | 'in_progress' | 'completed';
+  status: StepStatus;
 }
 /**
  * A run as the feed shows it (SPEC R1).
@@ -734,128 +713,7 @@ export interface SessionRun {
    * The machine's id for the run.
    */
   run: string;
-  /**
-   * Its last status.
-   */
-  status: 'running' | 'paused' | 'completed' | 'failed' | 'stopped';
-}
-/**
- * A run as the feed shows it (SPEC R1).
- */
-export interface SessionRun1 {
-  /**
-   * What people see. Model-authored: render as text.
-   */
-  name: string;
-  /**
-   * The machine's id for the run.
-   */
-  run: string;
-  /**
-   * Its last status.
-   */
-  status: 'running' | 'paused' | 'completed' | 'failed' | 'stopped';
-}
-/**
- * A session's plan as accepted (SPEC U3).
- */
-export interface PlanView1 {
-  /**
-   * The tool call of the accepted update.
-   */
-  call_id: string;
-  /**
-   * The update's explanation. Model-authored: render as text.
-   */
-  explanation?: string | null;
-  /**
-   * +1 per accepted replacement; a client keeps the highest it saw.
-   */
-  revision: number;
-  /**
-   * The steps, in the Planner's order.
-   */
-  steps: PlanStep[];
-  /**
-   * The turn of the accepted update.
-   */
-  turn_id: string;
-}
-/**
- * The refusal the Planner got.
- */
-export interface ToolRefusal {
-  /**
-   * Stable code (see [`RefusalCode`]): for a batch or edit one of the
-   * address causes, `different_decision`, `stale_revision`, `no_access`,
-   * `invalid_input`, `archived` or `internal`; for `update_plan` (SPEC
-   * U2–U5) `invalid_plan`, `stale_revision` or `stop_requested` (a
-   * call for a turn that is over gets the link refusal `unknown_turn`); for a call in flight when the server stopped,
-   * `interrupted` (SPEC W1); for a name the session does not offer,
-   * `unknown_tool`.
-   */
-  code:
-    | 'read_evicted'
-    | 'address_mismatch'
-    | 'repeated_when_read'
-    | 'block_rewritten'
-    | 'block_removed_or_moved'
-    | 'twin_now'
-    | 'different_decision'
-    | 'stale_revision'
-    | 'no_access'
-    | 'invalid_input'
-    | 'archived'
-    | 'internal'
-    | 'unknown_tool'
-    | 'invalid_plan'
-    | 'stop_requested'
-    | 'interrupted'
-    | 'result_not_kept'
-    | 'too_large'
-    | 'session_busy'
-    | 'unsupported_version'
-    | 'hello_expected'
-    | 'invalid_hello'
-    | 'malformed_message'
-    | 'unknown_message'
-    | 'unexpected_message'
-    | 'unknown_turn'
-    | 'unknown_session'
-    | 'unknown_call'
-    | 'run_capacity'
-    | 'superseded_attempt'
-    | 'other';
-  /**
-   * Names the key and the cause.
-   */
-  message: string;
-  /**
-   * Whether reading the document again is the remedy.
-   */
-  read_again: boolean;
-  /**
-   * Set only when the server could not decide (it failed; nothing was
-   * acknowledged): the same call may succeed later (SPEC L6). Every
-   * other refusal is a decision, and retrying it changes nothing.
-   */
-  retry?: boolean;
-}
-/**
- * A stable machine-readable code and a human message.
- *
- * This interface was referenced by `Wire`'s JSON-Schema
- * via the `definition` "ErrorDetail".
- */
-export interface ErrorDetail1 {
-  /**
-   * Stable, snake_case; clients branch on this.
-   */
-  code: string;
-  /**
-   * For people; never contains internals.
-   */
-  message: string;
+  status: RunStatus;
 }
 /**
  * A refused tool call: nothing changed.
@@ -863,48 +721,8 @@ export interface ErrorDetail1 {
  * This interface was referenced by `Wire`'s JSON-Schema
  * via the `definition` "ToolRefusal".
  */
-export interface ToolRefusal1 {
-  /**
-   * Stable code (see [`RefusalCode`]): for a batch or edit one of the
-   * address causes, `different_decision`, `stale_revision`, `no_access`,
-   * `invalid_input`, `archived` or `internal`; for `update_plan` (SPEC
-   * U2–U5) `invalid_plan`, `stale_revision` or `stop_requested` (a
-   * call for a turn that is over gets the link refusal `unknown_turn`); for a call in flight when the server stopped,
-   * `interrupted` (SPEC W1); for a name the session does not offer,
-   * `unknown_tool`.
-   */
-  code:
-    | 'read_evicted'
-    | 'address_mismatch'
-    | 'repeated_when_read'
-    | 'block_rewritten'
-    | 'block_removed_or_moved'
-    | 'twin_now'
-    | 'different_decision'
-    | 'stale_revision'
-    | 'no_access'
-    | 'invalid_input'
-    | 'archived'
-    | 'internal'
-    | 'unknown_tool'
-    | 'invalid_plan'
-    | 'stop_requested'
-    | 'interrupted'
-    | 'result_not_kept'
-    | 'too_large'
-    | 'session_busy'
-    | 'unsupported_version'
-    | 'hello_expected'
-    | 'invalid_hello'
-    | 'malformed_message'
-    | 'unknown_message'
-    | 'unexpected_message'
-    | 'unknown_turn'
-    | 'unknown_session'
-    | 'unknown_call'
-    | 'run_capacity'
-    | 'superseded_attempt'
-    | 'other';
+export interface ToolRefusal {
+  code: RefusalCode;
   /**
    * Names the key and the cause.
    */
