@@ -70,7 +70,7 @@ impl Digest {
     }
 
     /// Appends the wire form to `out`. Not through `Display`: that took
-    /// a fifth of `read_document`'s time.
+    /// a large share of `read_document`'s time.
     pub fn push_hex(&self, out: &mut String) {
         out.push_str(blake3::Hash::from(self.0).to_hex().as_str());
     }

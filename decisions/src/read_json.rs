@@ -1,10 +1,10 @@
 //! `read_document`'s output written straight from an outline, and written
-//! again for the next revision from the last one (issue #16).
+//! again for the next revision from the last one.
 //!
-//! A 10,000-block read is 2.2 MB of JSON. Writing it block by block costs
+//! A 10,000-block read is megabytes of JSON. Writing it block by block costs
 //! milliseconds, most of it the first touch of each block's text, scattered
-//! through the heap. Between two reads a Planner's document changes in a
-//! few blocks, so each read also notes where every block's entry lies
+//! through the heap. Between two reads a Planner's document changes in a few
+//! blocks, so each read also notes where every block's entry lies
 //! ([`ReadLayout`]); the next read copies the bytes of each block whose
 //! identity and digest are unchanged — the digest is over kind and text, so
 //! the entry's bytes after its index are the same — and writes only the

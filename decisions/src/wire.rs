@@ -89,7 +89,7 @@ pub fn blocks(outline: &Outline) -> Vec<BlockEntry> {
         .map(|b| BlockEntry {
             index: b.index,
             // `String::from`, not `to_string`: that goes through
-            // `Display` and took three times as long on a large outline.
+            // `Display` and took far longer on a large outline.
             kind: String::from(&*b.kind),
             text: String::from(&*b.text),
             digest: b.digest.to_hex(),

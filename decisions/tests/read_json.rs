@@ -1,6 +1,6 @@
 //! `read_document`'s JSON written straight from an outline, whole or from
-//! the last read written (issue #16): always the bytes serde writes for the
-//! outline's wire blocks.
+//! the last read written: always the bytes serde writes for the outline's
+//! wire blocks.
 
 // Only the document half of the harness is used here.
 #[allow(dead_code)]

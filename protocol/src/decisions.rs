@@ -148,7 +148,7 @@ pub struct ReadDocumentOutput {
 /// A [`ReadDocumentOutput`] already encoded as its JSON: how the server
 /// sends a read. A read of 10,000 blocks is megabytes of text; writing it
 /// once, straight from the outline, costs a fraction of building a
-/// [`BlockEntry`] per block and encoding those (issue #16). Readers decode
+/// [`BlockEntry`] per block and encoding those. Readers decode
 /// [`ReadDocumentOutput`]; only a writer makes one of these. Shared, so a
 /// read kept for the next reader of its revision is never copied.
 #[derive(Clone, Debug)]
@@ -164,10 +164,10 @@ impl EncodedRead {
     }
 
     /// `json` from a writer that writes JSON by construction, not checked
-    /// again: checking a read's megabytes costs 60 % of writing them
-    /// (issue #16). The one such writer is the decisions crate's, whose
-    /// tests hold every read it writes, over random edits and texts that
-    /// need escaping, to the bytes serde writes. Debug builds still check.
+    /// again: checking a read's megabytes costs much of what writing them
+    /// does. The one such writer is the decisions crate's, whose tests
+    /// hold every read it writes, over random edits and texts that need
+    /// escaping, to the bytes serde writes. Debug builds still check.
     /// Whatever encodes it through serde checks it there
     /// ([`Serialize`]); only a writer that splices [`Self::json`] into a
     /// frame by hand relies on this.

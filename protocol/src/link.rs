@@ -36,7 +36,7 @@ pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
 /// Largest frame the server sends on a link, in bytes. A tool's result
 /// carries a whole outline (`read_document`, `edit_plan`), which for a
 /// large document is more than a machine's 1 MiB (10,000 paragraphs take
-/// about 2 MB); a result that would be larger is not sent, and the call
+/// megabytes); a result that would be larger is not sent, and the call
 /// gets `too_large` instead.
 pub const MAX_SERVER_FRAME_BYTES: usize = 64 * 1024 * 1024;
 

@@ -517,3 +517,34 @@ fn cites_are_read_as_lists_ranges_and_wrapped_lines() {
         ]
     );
 }
+
+/// Code comments say why in words and cite behaviours by ID: an issue
+/// number points at a conversation, not at the contract, and goes stale.
+#[test]
+fn code_cites_behaviours_not_issue_numbers() {
+    let root = root();
+    let mut files = Vec::new();
+    sources(&root, &mut files);
+    files.sort();
+    let mut found = Vec::new();
+    for file in &files {
+        let Ok(text) = fs::read_to_string(file) else {
+            continue;
+        };
+        for (number, line) in text.lines().enumerate() {
+            let lower = line.to_lowercase();
+            let cites_issue = lower.match_indices("issue #").any(|(at, what)| {
+                lower[at + what.len()..].starts_with(|c: char| c.is_ascii_digit())
+            });
+            if cites_issue {
+                let shown = file.strip_prefix(&root).unwrap_or(file).display();
+                found.push(format!("  {shown}:{}", number + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "issue numbers in the code (cite the SPEC behaviour instead):\n{}",
+        found.join("\n")
+    );
+}

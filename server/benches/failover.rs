@@ -1,4 +1,4 @@
-//! Crash trials over a cluster (SPEC C1, C3, S3; issue #13): `NODES`
+//! Crash trials over a cluster (SPEC C1, C3, S3): `NODES`
 //! `margin serve --cluster` processes on one PostgreSQL, editors writing
 //! to `DOCUMENTS` documents through random nodes, and `TRIALS` times a
 //! random node killed with SIGKILL mid-edit and started again. It prints

@@ -1,9 +1,9 @@
-//! The cost of forwarding in a cluster (SPEC C2; issue #13): edit-to-all
-//! latency for receivers connected to a node that does not own the
-//! document (their sockets forwarded to the owner) against receivers on the
-//! owner itself, in the same run and for the same edits; the CPU each node
-//! spends; and what a node's lease upkeep costs per document it owns.
-//! Results and how to read them: `server/benches/results/cluster.md`.
+//! The cost of forwarding in a cluster (SPEC C2): edit-to-all latency for
+//! receivers connected to a node that does not own the document (their
+//! sockets forwarded to the owner) against receivers on the owner itself,
+//! in the same run and for the same edits; the CPU each node spends; and
+//! what a node's lease upkeep costs per document it owns. Results and how
+//! to read them: `server/benches/results/cluster.md`.
 //!
 //! ```sh
 //! cargo build --release -p margin-server --bin margin

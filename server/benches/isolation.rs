@@ -1,6 +1,6 @@
-//! Session isolation benchmark (issue #11): one session's slow tool calls
-//! must not hold up another session of the same machine. Results and how
-//! to read them: `server/benches/results/isolation.md`.
+//! Session isolation benchmark: one session's slow tool calls must not
+//! hold up another session of the same machine. Results and how to read
+//! them: `server/benches/results/isolation.md`.
 //!
 //! ```sh
 //! cargo bench -p margin-server --bench isolation

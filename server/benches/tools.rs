@@ -1,6 +1,6 @@
-//! The Planner's tool path (issue #16): `read_document` and
-//! `open_decisions` end to end over the machine link, on a large document
-//! with many decision cards stored. Results and how to read them:
+//! The Planner's tool path: `read_document` and `open_decisions` end to
+//! end over the machine link, on a large document with many decision
+//! cards stored. Results and how to read them:
 //! `server/benches/results/tools.md`.
 //!
 //! ```sh

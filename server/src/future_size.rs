@@ -1,7 +1,6 @@
 //! Test support: the size of the future an async fn returns, read from its
 //! type without calling it. The futures that live as long as a socket, a
-//! link or a document are held by the thousand, so their tests bound it
-//! (issue #16).
+//! link or a document are held by the thousand, so their tests bound it.
 
 /// A function of `Args` whose result's size can be read.
 pub trait ReturnSize<Args> {

@@ -20,7 +20,7 @@ use margin_planner::Millis;
 
 /// Connections the kernel queues before they are accepted. The default
 /// tokio/mio listener asks for 128: a storm of 1,000 machines relinking at
-/// once overflowed it and half of them waited out a 1 s SYN retry
+/// once overflowed it and many of them waited out a 1 s SYN retry
 /// (server/benches/results/reconnect.md). The kernel caps it at
 /// `net.core.somaxconn`.
 const ACCEPT_BACKLOG: u32 = 4096;

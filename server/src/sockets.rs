@@ -17,8 +17,9 @@ use tracing::Instrument;
 
 /// Bytes a socket reads at a time, and so keeps while idle. Sync messages
 /// from editors are mostly a few hundred bytes; a larger frame has its
-/// whole length reserved once its header is read. 4 KiB cost an idle sync
-/// connection 14.6 KiB in all, against 11.4 for the npm server (issue #16).
+/// whole length reserved once its header is read. With 4 KiB, an idle
+/// sync connection cost more memory than one on the npm server
+/// (server/benches/results/).
 pub const READ_BUFFER_BYTES: usize = 1024;
 
 /// An accepted upgrade sized as above, refusing frames and messages over

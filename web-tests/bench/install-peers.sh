@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what web-tests/bench/peers.mjs runs against (issue #16):
+# Installs what web-tests/bench/peers.mjs runs against:
 #   - the npm packages pinned in package-lock.json (@y/websocket-server,
 #     @hocuspocus/server, ws, yjs) by `npm ci` in this folder;
 #   - y-sweet 0.9.1 by `cargo install --locked` into $PEERS_ROOT (default

@@ -1,6 +1,6 @@
-// Side-by-side peer benchmark (issue #16): the same raw-socket client workload
-// against Margin, @y/websocket-server (npm), Hocuspocus and y-sweet, one fresh
-// server process per run, servers interleaved within each repetition (order
+// Side-by-side peer benchmark: the same raw-socket client workload against
+// Margin, @y/websocket-server (npm), Hocuspocus and y-sweet, one fresh server
+// process per run, servers interleaved within each repetition (order
 // alternating), medians of the repetitions printed as a Markdown table with a
 // "Margin ÷ best peer" column.
 //

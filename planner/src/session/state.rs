@@ -68,7 +68,7 @@ pub(super) struct Turn {
     /// their question (SPEC T2). Shared between copies of the state: the
     /// driver copies the session at every step (a step is applied to a copy
     /// and kept once committed), and a long turn's cards run to thousands,
-    /// so they are copied only by a step that changes them (issue #16).
+    /// so they are copied only by a step that changes them.
     #[serde(default)]
     pub cards: Arc<BTreeSet<CardId>>,
     /// How many calls it made.

@@ -1,8 +1,7 @@
-//! Session feed benchmark (SPEC E2; issue #6, performance): one Planner
-//! session's events fanned out as Server-Sent Events by the real `margin`
-//! binary over loopback, and replayed from a cursor, with a peer figure from
-//! the same run. Results and how to read them:
-//! `server/benches/results/feed.md`.
+//! Session feed benchmark (SPEC E2): one Planner session's events fanned out
+//! as Server-Sent Events by the real `margin` binary over loopback, and
+//! replayed from a cursor, with a peer figure from the same run. Results and
+//! how to read them: `server/benches/results/feed.md`.
 //!
 //! ```sh
 //! cargo build --release -p margin-server --bin margin   # -> target/release/margin

@@ -1,6 +1,6 @@
-//! Machine-link benchmark (issue #4, Performance): the real `margin` binary
-//! over loopback, with a peer figure from the same run. Results and how to
-//! read them: `server/benches/results/link.md`.
+//! Machine-link benchmark: the real `margin` binary over loopback, with a
+//! peer figure from the same run. Results and how to read them:
+//! `server/benches/results/link.md`.
 //!
 //! ```sh
 //! cargo build --release -p margin-server --bin margin   # -> target/release/margin

@@ -1,8 +1,8 @@
-//! Reconnect storm (issue #5, performance): N machines with one session
-//! each drop at once and resume. How long until all have `resumed`, and how
-//! much memory the server holds while they are away; with a peer figure from
-//! the same run: the same N machines opening fresh (non-resume) links at
-//! once, so the resume overhead is a ratio. Results and how to read them:
+//! Reconnect storm: N machines with one session each drop at once and
+//! resume. How long until all have `resumed`, and how much memory the server
+//! holds while they are away; with a peer figure from the same run: the same
+//! N machines opening fresh (non-resume) links at once, so the resume
+//! overhead is a ratio. Results and how to read them:
 //! `server/benches/results/reconnect.md`.
 //!
 //! ```sh

@@ -53,9 +53,9 @@ impl Cli {
 /// One worker fewer than `cores`: the store's writer thread (SQLite's
 /// statements and fsyncs) and the blocking pool (compaction, large frames)
 /// are busy beside the workers, and each worker more than the cores left
-/// for them is woken only to hand tasks across cores. On 2 cores, one
-/// worker used 14 µs of CPU per delivered edit at 200 edits/s against 18.6
-/// for two, and 7.6 against 10.4 at 1,000 (issue #16).
+/// for them is woken only to hand tasks across cores: on 2 cores, one
+/// worker spent less CPU per delivered edit than two did, at a low edit
+/// rate and a high one alike (server/benches/results/).
 fn default_workers(cores: NonZeroUsize) -> NonZeroUsize {
     NonZeroUsize::new(cores.get() - 1).unwrap_or(NonZeroUsize::MIN)
 }

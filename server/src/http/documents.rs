@@ -209,13 +209,13 @@ pub async fn sync(
 /// The socket comes boxed and goes on boxed: this future lives as long as
 /// the socket, and an async fn keeps room for each argument beside what
 /// it moves it into, so a socket passed by value sat in every layer's
-/// future (2,616 bytes here instead of 848; issue #16).
+/// future.
 async fn serve_sync(ws: Box<WebSocket>, hub: Hub, id: String, account: String, role: Role) {
     let routed = match hub.cluster() {
         None => hub.join(&id, &account, role).await.map(SyncRoute::Here),
-        // Boxed: routing in a cluster is a 4.5 KB future, and this one
+        // Boxed: routing in a cluster is a large future, and this one
         // lives as long as the socket; inline, every connection's task
-        // carried room for it (5.5 KB instead of under 2).
+        // carried room for it.
         Some(cluster) => Box::pin(forward::route_sync(&hub, cluster, &id, &account, role))
             .await
             .map_err(|error| match error {
@@ -319,9 +319,9 @@ mod tests {
 
     /// A sync socket's task holds `serve_sync` for as long as the socket is
     /// open: thousands at once, mostly idle. Each async fn a socket passed
-    /// through by value kept a dead copy of it (368 bytes) beside its
-    /// locals: 2,616 bytes (issue #16). Boxed, and split before the
-    /// serving future is made, it is held once, on the heap: 848.
+    /// through by value kept a dead copy of it beside its locals. Boxed,
+    /// and split before the serving future is made, it is held once, on
+    /// the heap.
     #[test]
     fn a_sync_sockets_future_holds_its_socket_once_and_stays_small() {
         let size = serve_sync.return_size();

@@ -1,6 +1,6 @@
-//! Sharing a document (SPEC A1; issue #14): the member list any member
-//! reads, and the owner adding a member, changing a member's role and
-//! removing a member — which the member's open sync sockets feel at once
+//! Sharing a document (SPEC A1): the member list any member reads, and
+//! the owner adding a member, changing a member's role and removing a
+//! member — which the member's open sync sockets feel at once
 //! (`Hub::access_changed`).
 
 use axum::extract::{Path, State};

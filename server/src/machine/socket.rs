@@ -39,9 +39,9 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// and tried again at the next.
 ///
 /// The future lives as long as the link, so its rare steps are boxed
-/// (relays, renewals, ending sessions: up to 5 KB each when inline), as
-/// is a message's dispatch (4 KB; one allocation beside its work), and
-/// so is the socket (issue #16).
+/// (relays, renewals, ending sessions: each large when inline), as is a
+/// message's dispatch (one allocation beside its work), and so is the
+/// socket.
 pub async fn serve(
     socket: Box<WebSocket>,
     links: Links,
@@ -482,8 +482,7 @@ mod tests {
     /// (relays started, refreshed or resumed, a credential renewed, a
     /// machine's sessions ended) and a message's dispatch are boxed, and
     /// so is the socket, so their room is not kept beside it while it
-    /// idles: 9,040 bytes in a test build when inline, 3,496 boxed
-    /// (issue #16).
+    /// idles.
     #[test]
     fn a_links_future_keeps_no_room_for_its_rare_steps() {
         let size = super::serve.return_size();

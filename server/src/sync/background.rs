@@ -1,9 +1,10 @@
 //! The thread that does work nobody waits for — compaction's rebuild, encode
 //! and check — at the lowest CPU priority, so it only takes the CPU that
 //! edits and the Planner's calls leave. On blocking threads at the normal
-//! priority, a 10,000-paragraph document's compaction (28–60 ms of CPU) took
-//! half a core from whoever met it, and those calls were the tools bench's
-//! slowest (issue #16). One thread: such work is queued, never urgent.
+//! priority, a 10,000-paragraph document's compaction took the CPU from
+//! whoever met it, and those calls were the tools bench's slowest
+//! (server/benches/results/tools.md). One thread: such work is queued,
+//! never urgent.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{mpsc, OnceLock};

@@ -226,8 +226,7 @@ mod tests {
     /// A document's mailbox holds its commands in blocks of 32 slots, each
     /// the size of the largest command, two blocks per busy document: the
     /// rare commands (joins, tool calls) carry their parts boxed, so every
-    /// slot is as small as an editor's frame, the command nearly all are
-    /// (88 bytes a slot before, 2.8 KB a block; issue #16).
+    /// slot is as small as an editor's frame, the command nearly all are.
     #[test]
     fn a_command_takes_no_more_room_than_a_frame() {
         let frame = std::mem::size_of::<(ConnId, Bytes)>() + 8;

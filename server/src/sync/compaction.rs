@@ -43,9 +43,9 @@ pub struct Compaction {
     pub max_pending: u64,
     /// A compaction rewrites the whole state: folding a few kilobytes of
     /// log into a megabyte snapshot costs the disk and the cores far more
-    /// than replaying the log on the next load does (issue #16: a
-    /// 10,000-paragraph document rewrote 1.4 MB every 512 keystrokes, and
-    /// the calls that met it waited). So a large document compacts at once
+    /// than replaying the log on the next load does (a 10,000-paragraph
+    /// document rewrote its whole snapshot every 512 keystrokes, and the
+    /// calls that met it waited). So a large document compacts at once
     /// only when its log has grown to this share of the snapshot.
     pub snapshot_share: u64,
     /// Compact at once when this many changes are waiting, however small:
@@ -233,7 +233,7 @@ fn verified(doc: &yrs::Doc, state: Vec<u8>) -> Result<Vec<u8>, CompactionError> 
 mod tests {
     use super::*;
 
-    /// A 10,000-paragraph document's snapshot, about (issue #16).
+    /// A 10,000-paragraph document's snapshot, about.
     const LARGE: u64 = 1_400_000;
     /// A typed word's update, about.
     const KEYSTROKE: u64 = 50;

@@ -71,8 +71,8 @@ pub fn access_close(role: Option<Role>) -> (u16, String) {
 ///
 /// The queue takes no memory while it is empty, grows with a burst and
 /// gives the room back once the burst is written: most connections are
-/// idle, and a channel that keeps a block of slots for each cost about a
-/// kibibyte per connection (issue #16).
+/// idle, and a channel that keeps a block of slots for each held that
+/// block on every one of them.
 #[derive(Debug)]
 pub struct Outbox {
     shared: Arc<Shared>,

@@ -1,11 +1,11 @@
 //! The `read_document` output last written for each document, kept so a
 //! read of a revision already read is not written again, and a read of a
-//! new revision is written from it (issue #16). Writing a 10,000-block
-//! read whole is milliseconds of CPU, most of it loading 10,000 texts
-//! scattered through the heap; a Planner reads a revision again while it
-//! waits for people, every session on a document reads the same one, and
-//! between two revisions most blocks are unchanged. Bounded by bytes, least
-//! recently read first out; lost, like any cache, in a restart.
+//! new revision is written from it. Writing a 10,000-block read whole is
+//! milliseconds of CPU, most of it loading 10,000 texts scattered through
+//! the heap; a Planner reads a revision again while it waits for people,
+//! every session on a document reads the same one, and between two
+//! revisions most blocks are unchanged. Bounded by bytes, least recently
+//! read first out; lost, like any cache, in a restart.
 
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, Weak};
@@ -15,9 +15,9 @@ use margin_decisions::wire::WrittenRead;
 use margin_decisions::Outline;
 use margin_protocol::decisions::EncodedRead;
 
-/// How many bytes of written reads are kept, across documents: a
-/// 10,000-block plan's read is about 2.2 MB, and 0.6 MB more says where
-/// each block's entry lies in it.
+/// How many bytes of written reads are kept, across documents: room for
+/// the reads of several 10,000-block plans, each with the layout that
+/// says where each block's entry lies in it.
 pub const ENCODED_READ_BYTES: usize = 32 * 1024 * 1024;
 
 /// At most this many documents' reads are kept, however small.

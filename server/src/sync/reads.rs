@@ -35,8 +35,8 @@ impl Reads {
 
     /// Remembers that the Planner read `outline` at `revision` of `id`.
     /// The read this pushes out is dropped on a blocking thread: freeing
-    /// the last copy of a 10,000-block outline takes a third of a
-    /// millisecond, which a tool call would otherwise wait on.
+    /// the last copy of a 10,000-block outline frees every block's text,
+    /// which a tool call would otherwise wait on.
     pub fn remember(&self, id: &str, revision: i64, outline: Arc<Outline>) {
         let forgotten = match self.reads.lock() {
             Ok(mut reads) => reads

@@ -21,7 +21,7 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The returned future lives as long as the socket, thousands at once, so
 /// it holds each part once: the socket comes boxed and is split, and
 /// `joined` taken apart, before it is made (an async fn keeps room for
-/// every argument beside what it is moved into; issue #16).
+/// every argument beside what it is moved into).
 pub fn serve(
     socket: Box<WebSocket>,
     id: &str,

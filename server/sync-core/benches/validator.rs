@@ -1,5 +1,5 @@
-//! What the validator costs per update (issue #36), beside yrs' own work
-//! on the same bytes in the same process
+//! What the validator costs per update, beside yrs' own work on the same
+//! bytes in the same process
 //! (server/benches/results/2026-12-04-validator.md).
 //!
 //! `cargo bench -p margin-sync-core --bench validator`

@@ -533,7 +533,7 @@ fn a_client_id_past_53_bits_is_refused() {
 #[test]
 fn counts_the_input_cannot_hold_are_refused_before_anything_is_reserved() {
     use margin_sync_core::Malformed::CountTooLarge;
-    // oom-update-clients-count: 2.7 GB of hash map for 4 bytes.
+    // oom-update-clients-count: gigabytes of hash map for 4 bytes.
     assert_eq!(decode(&[210, 210, 225, 16]), Err(CountTooLarge(0).into()));
     // A client declaring more structs than bytes remain.
     let mut many = Vec::new();
@@ -544,7 +544,7 @@ fn counts_the_input_cannot_hold_are_refused_before_anything_is_reserved() {
 
 #[test]
 fn numbers_in_a_longer_spelling_are_refused() {
-    // oom-update-blocks-count reached yrs' 18 GB reservation this way.
+    // oom-update-blocks-count made yrs reserve gigabytes this way.
     assert_eq!(
         decode(&[0x80, 0x00, 0]),
         Err(margin_sync_core::Malformed::Overlong(0).into())

@@ -1,6 +1,6 @@
-//! The editor's embedded files (issue #14): the page is never cached and
-//! names only content-hashed files, which are cached for a year and come
-//! brotli- or gzip-compressed as the browser asks; `/favicon.ico` is an icon.
+//! The editor's embedded files: the page is never cached and names only
+//! content-hashed files, which are cached for a year and come brotli- or
+//! gzip-compressed as the browser asks; `/favicon.ico` is an icon.
 
 use std::io::Read;
 

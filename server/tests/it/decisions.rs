@@ -237,7 +237,7 @@ on_both_backends! {
         let tools = s.tools();
         let first = tools.read_document(&s.owner, &s.doc).await.unwrap();
         let again = tools.read_document(&s.owner, &s.doc).await.unwrap();
-        // The same revision: the read written once, shared (issue #16).
+        // The same revision: the read written once, shared.
         assert!(std::ptr::eq(first.json(), again.json()));
         s.person_inserts(0, "typed").await;
         let after = tools.read_document(&s.owner, &s.doc).await.unwrap().decode().unwrap();
@@ -623,9 +623,9 @@ fn mirrored_state(client: &SyncClient, id: &str) -> Option<String> {
 }
 
 on_both_backends! {
-    // #12 defect 4: a row changed without its mirror (a crash between the
-    // two, before a card's change and its mirror shared one transaction)
-    // is put right when the document loads.
+    // A row changed without its mirror (a crash between the two, before a
+    // card's change and its mirror shared one transaction) is put right
+    // when the document loads.
     async fn a_card_whose_mirror_drifted_from_its_row_is_repaired_when_the_document_loads(db) {
         let mut s = Scene::new(&db, &PLAN).await;
         let read = s.read().await;

@@ -1,8 +1,7 @@
-//! What the document list says of each document (issue #14): when it was
-//! created, when its text last changed and by whom — a person's sync edit,
-//! an `edit_plan` over HTTP or from a Planner session, never the server's
-//! own mirror of decision cards — the list's order, and renaming. On both
-//! backends.
+//! What the document list says of each document: when it was created, when
+//! its text last changed and by whom — a person's sync edit, an `edit_plan`
+//! over HTTP or from a Planner session, never the server's own mirror of
+//! decision cards — the list's order, and renaming. On both backends.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -142,7 +142,7 @@ on_both_backends! {
 }
 
 on_both_backends! {
-    // #12 item 7: serde takes `["x"]` for a struct of one field.
+    // serde takes `["x"]` for a struct of one field.
     async fn a_body_that_is_not_a_json_object_is_refused_and_creates_nothing(db) {
         let server = Server::start(&db).await;
         let ada = Server::account(&db, "ada").await;

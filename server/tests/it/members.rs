@@ -1,6 +1,6 @@
-//! Sharing a document (SPEC A1, B1a; issue #14): who may read the member
-//! list, changing a member's role, removing a member, and what either does
-//! to the member's open sync sockets — on both backends.
+//! Sharing a document (SPEC A1, B1a): who may read the member list,
+//! changing a member's role, removing a member, and what either does to the
+//! member's open sync sockets — on both backends.
 
 use std::time::Duration;
 

@@ -102,8 +102,7 @@ on_both_backends! {
 
 on_both_backends! {
     // A Planner's tools on a document nobody has open: the document stays
-    // loaded between calls instead of being rebuilt from storage for each
-    // (issue #16).
+    // loaded between calls instead of being rebuilt from storage for each.
     async fn a_document_nobody_has_open_stays_loaded_between_tool_calls(db) {
         let s = Scene::new(&db).await;
         let read = s.server.post(Some(&s.token), &format!("/documents/{}/tools/read_document", s.doc), json!({})).await.1;

@@ -418,9 +418,8 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 on_both_backends! {
-    // #12 defect 5: yrs holds an update whose dependencies are missing
-    // until they come; a client that never sends them grew the server by
-    // what it sent.
+    // yrs holds an update whose dependencies are missing until they come;
+    // a client that never sends them grew the server by what it sent.
     async fn updates_waiting_for_changes_never_sent_are_bounded_and_their_sender_closed(db) {
         use yrs::{GetString, Text};
         let Scene { server, token, doc, mut writer, mut peer } = Scene::new(&db).await;

@@ -214,14 +214,14 @@ on_both_backends! {
     }
 
     // A machine's frames are at most 1 MiB; a read of a large document is
-    // more, and arrives whole, within the server's own frame limit (SPEC
-    // S4, A2; issue #16).
+    // more, and arrives whole, within the server's own frame limit
+    // (SPEC S4, A2).
     async fn a_read_larger_than_a_machine_frame_arrives_whole(db) {
         let s = Scene::new(&db).await;
         let mut planner = s.planner().await;
         // An editor keeps the document loaded while it fills.
         let _editor = SyncClient::connect(&s.server.sync_url(&s.doc, &s.token)).await;
-        // 64 paragraphs an edit, 6,400 in all: about 1.3 MB of outline.
+        // 64 paragraphs an edit, 6,400 in all: more than a mebibyte of outline.
         let text = "A paragraph of the plan long enough that six thousand of them make more than a mebibyte of outline.";
         let path = format!("/documents/{}/tools/edit_plan", s.doc);
         let mut revision = s.server.post(Some(&s.token), &format!("/documents/{}/tools/read_document", s.doc), json!({})).await.1["revision"].as_i64().unwrap();

@@ -107,10 +107,10 @@ pub async fn run(
 ) {
     let span = tracing::info_span!("document", document = %id);
     async move {
-        // Boxed, as the task it loads is: loading needs 2.4 KB of room
-        // once, and the task's state (712 bytes) sat beside a second slot
-        // for it while loading could fail; inline, every loaded document's
-        // task kept both (issue #16).
+        // Boxed, as the task it loads is: loading needs its room once,
+        // and the task's state sat beside a second slot for it while
+        // loading could fail; inline, every loaded document's task kept
+        // both.
         let loading = Box::pin(DocumentTask::load(
             id.clone(),
             hub.store().clone(),
@@ -290,8 +290,7 @@ mod tests {
     /// A loaded document's task is its future, alive while anyone uses the
     /// document: hundreds at once, mostly waiting on their mailbox. Its
     /// loading and its commits are boxed, so the room they need while they
-    /// run is not kept beside the task for its whole life: 4,272 bytes
-    /// when they were inline, 1,200 now (issue #16).
+    /// run is not kept beside the task for its whole life.
     #[test]
     fn a_document_tasks_future_keeps_no_room_for_loading_or_committing() {
         let size = super::run.return_size();

@@ -138,8 +138,8 @@ impl DocumentTask {
                 clients: &effects.clients,
             };
             let started = Instant::now();
-            // Boxed: inline, the room a commit needs (1.7 KB) was kept in
-            // every document's task for its whole life (issue #16).
+            // Boxed: inline, the room a commit needs was kept in every
+            // document's task for its whole life.
             self.revision = Box::pin(self.store.append_with(
                 &self.id,
                 self.epoch,
