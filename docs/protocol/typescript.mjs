@@ -98,3 +98,29 @@ export async function writeOrCheck({ out, label, text, check, fix }) {
   await writeFile(out, text);
   console.log(`wrote ${label}`);
 }
+
+/**
+ * The TypeScript source of the constants of `module` (`link` or `sync`) in
+ * `constants.json` (generated from `margin_protocol::constants`): each
+ * scalar as an `export const` of its Rust name, each nested module
+ * (`close`, `refused`) as a frozen object named in PascalCase (`Close`).
+ * `banner` opens the file.
+ */
+export async function constantsModule({ module, banner }) {
+  const all = JSON.parse(await readFile(join(SCHEMAS, 'constants.json'), 'utf8'));
+  const table = all[module];
+  if (!table) throw new Error(`constants.json has no module ${module}`);
+  // A string as the packages quote theirs.
+  const literal = (v) => (typeof v === 'string' && !/['\\]/.test(v) ? `'${v}'` : JSON.stringify(v));
+  const out = [banner];
+  for (const [name, value] of Object.entries(table)) {
+    if (value !== null && typeof value === 'object') {
+      const typeName = name[0].toUpperCase() + name.slice(1);
+      const entries = Object.entries(value).map(([key, v]) => `  ${key}: ${literal(v)},`);
+      out.push(`/** \`margin_protocol::${module}::${name}\`. */\nexport const ${typeName} = {\n${entries.join('\n')}\n} as const;\n`);
+    } else {
+      out.push(`/** \`margin_protocol::${module}::${name}\`. */\nexport const ${name} = ${literal(value)};\n`);
+    }
+  }
+  return out.join('\n');
+}

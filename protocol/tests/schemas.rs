@@ -43,3 +43,71 @@ fn committed_tool_catalogue_matches_the_tool_table() {
         "docs/protocol/tools.json is out of date; regenerate with:\n    UPDATE_SCHEMAS=1 cargo test -p margin-protocol --test schemas"
     );
 }
+
+/// The link's and the sync socket's constants, for the TypeScript packages
+/// to generate theirs from (`docs/protocol/typescript.mjs`).
+#[test]
+fn committed_constants_match_the_protocol() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/protocol/constants.json");
+    let generated =
+        serde_json::to_string_pretty(&margin_protocol::constants::all()).unwrap() + "\n";
+    if std::env::var_os("UPDATE_SCHEMAS").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    assert!(
+        std::fs::read_to_string(&path).ok().as_deref() == Some(generated.as_str()),
+        "docs/protocol/constants.json is out of date; regenerate with:\n    UPDATE_SCHEMAS=1 cargo test -p margin-protocol --test schemas"
+    );
+}
+
+/// Every `pub const` of `link` and `sync` that a client reads is in the
+/// table: a constant added there reaches the TypeScript packages, or is
+/// named here as the server's own.
+#[test]
+fn every_constant_of_the_link_and_sync_is_in_the_table() {
+    // Arrays the server checks messages against; no client reads them.
+    let servers_own = ["CLIENT_MESSAGE_TYPES"];
+    let table = margin_protocol::constants::all();
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut missing = Vec::new();
+    for module in ["link", "sync"] {
+        let text = std::fs::read_to_string(src.join(format!("{module}.rs"))).unwrap();
+        let mut inner: Option<String> = None;
+        for line in text.lines() {
+            if let Some(name) = line
+                .strip_prefix("pub mod ")
+                .and_then(|l| l.strip_suffix(" {"))
+            {
+                inner = Some(name.to_owned());
+                continue;
+            }
+            if line == "}" {
+                inner = None;
+            }
+            let Some(rest) = line.trim_start().strip_prefix("pub const ") else {
+                continue;
+            };
+            let name: String = rest
+                .chars()
+                .take_while(|c| *c == '_' || c.is_ascii_alphanumeric())
+                .collect();
+            if servers_own.contains(&name.as_str()) {
+                continue;
+            }
+            let entry = match &inner {
+                Some(group) => &table[module][group][&name],
+                None => &table[module][&name],
+            };
+            if entry.is_null() {
+                missing.push(format!(
+                    "{module}::{}{name}",
+                    inner.as_ref().map(|g| format!("{g}::")).unwrap_or_default()
+                ));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "constants missing from constants::all(): {missing:?}"
+    );
+}

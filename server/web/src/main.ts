@@ -26,11 +26,10 @@ import { DocumentControls } from './manage';
 import { documentRows } from './home';
 import { byId as $ } from './dom';
 import type { DocumentInfo, DocumentList, Me } from './wire';
+import { Close } from './protocol';
 
 const TOKEN_KEY = 'margin.token';
 
-/** Close codes of the sync socket (margin_protocol::sync::close). */
-const CLOSE = { READ_ONLY: 4403, BAD_UPDATE: 4400, REMOVED: 4404, DELETED: 4410, ACCESS_CHANGED: 4001 } as const;
 
 function show(id: string, visible: boolean): void {
   $(id).hidden = !visible;
@@ -263,15 +262,15 @@ async function renderDocument(token: string, id: string, seq: number): Promise<v
   provider.on('connection-close', (event) => {
     if (session?.provider !== provider || !event) return;
     // 44xx are final refusals (the client does not reconnect).
-    if (event.code === CLOSE.READ_ONLY) {
+    if (event.code === Close.READ_ONLY) {
       setStatus('disconnected', 'edit refused: read-only access');
-    } else if (event.code === CLOSE.BAD_UPDATE) {
+    } else if (event.code === Close.BAD_UPDATE) {
       setStatus('disconnected', 'an edit could not be applied; reload the page');
-    } else if (event.code === CLOSE.DELETED) {
+    } else if (event.code === Close.DELETED) {
       setStatus('disconnected', 'the document was deleted');
-    } else if (event.code === CLOSE.REMOVED) {
+    } else if (event.code === Close.REMOVED) {
       lostAccess('You are no longer a member of this document: its owner removed you.');
-    } else if (event.code === CLOSE.ACCESS_CHANGED) {
+    } else if (event.code === Close.ACCESS_CHANGED) {
       // The client reconnects with the new role; the feed says which.
       setStatus('connecting', 'your role changed');
     }
