@@ -2,6 +2,8 @@
 //! criterion — and the system's one act, withdrawing a question. The one
 //! place a card's state changes after it is opened.
 
+use margin_protocol::ErrorCode;
+
 use crate::card::{check_text, limits, Answer, CardState, Choice, DecisionCard};
 
 /// A person's action on a card.
@@ -23,13 +25,14 @@ pub enum Action {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct ActionError {
-    /// `invalid_answer`, `invalid_transition` or `invalid_input`.
-    pub code: &'static str,
+    /// [`ErrorCode::InvalidAnswer`], [`ErrorCode::InvalidTransition`] or
+    /// [`ErrorCode::InvalidInput`].
+    pub code: ErrorCode,
     /// Names the rule.
     pub message: String,
 }
 
-fn refuse(code: &'static str, message: impl Into<String>) -> ActionError {
+fn refuse(code: ErrorCode, message: impl Into<String>) -> ActionError {
     ActionError {
         code,
         message: message.into(),
@@ -46,7 +49,7 @@ pub fn act(card: &mut DecisionCard, account: &str, action: Action) -> Result<(),
                 CardState::Open | CardState::Reopened | CardState::Answered
             ) {
                 return Err(refuse(
-                    "invalid_transition",
+                    ErrorCode::InvalidTransition,
                     format!("the card is {}; reopen it before answering", state.as_str()),
                 ));
             }
@@ -58,7 +61,7 @@ pub fn act(card: &mut DecisionCard, account: &str, action: Action) -> Result<(),
         Action::Discard => {
             if !state.holds_question() {
                 return Err(refuse(
-                    "invalid_transition",
+                    ErrorCode::InvalidTransition,
                     format!("the card is already {}", state.as_str()),
                 ));
             }
@@ -67,7 +70,7 @@ pub fn act(card: &mut DecisionCard, account: &str, action: Action) -> Result<(),
         Action::Reopen => {
             if !matches!(state, CardState::Answered | CardState::Discarded) {
                 return Err(refuse(
-                    "invalid_transition",
+                    ErrorCode::InvalidTransition,
                     format!(
                         "the card is {}; only answered or discarded cards can be reopened",
                         state.as_str()
@@ -80,27 +83,27 @@ pub fn act(card: &mut DecisionCard, account: &str, action: Action) -> Result<(),
         Action::AddOption(label) => {
             if !card.response.has_choices() {
                 return Err(refuse(
-                    "invalid_input",
+                    ErrorCode::InvalidInput,
                     format!("a {} card has no options", card.response.as_str()),
                 ));
             }
             if !state.holds_question() {
                 return Err(refuse(
-                    "invalid_transition",
+                    ErrorCode::InvalidTransition,
                     format!("the card is {}", state.as_str()),
                 ));
             }
             check_text("option", &label, limits::LABEL_BYTES, false)
-                .map_err(|m| refuse("invalid_input", m))?;
+                .map_err(|m| refuse(ErrorCode::InvalidInput, m))?;
             if card.choices.len() >= limits::CHOICES {
                 return Err(refuse(
-                    "invalid_input",
+                    ErrorCode::InvalidInput,
                     format!("a card has at most {} choices", limits::CHOICES),
                 ));
             }
             if card.choices.iter().any(|c| c.label == label) {
                 return Err(refuse(
-                    "invalid_input",
+                    ErrorCode::InvalidInput,
                     format!("the card already offers {label:?}"),
                 ));
             }
@@ -114,21 +117,21 @@ pub fn act(card: &mut DecisionCard, account: &str, action: Action) -> Result<(),
         Action::AddCriterion(text) => {
             if !state.holds_question() {
                 return Err(refuse(
-                    "invalid_transition",
+                    ErrorCode::InvalidTransition,
                     format!("the card is {}", state.as_str()),
                 ));
             }
             check_text("criterion", &text, limits::LABEL_BYTES, false)
-                .map_err(|m| refuse("invalid_input", m))?;
+                .map_err(|m| refuse(ErrorCode::InvalidInput, m))?;
             if card.criteria.len() >= limits::CRITERIA {
                 return Err(refuse(
-                    "invalid_input",
+                    ErrorCode::InvalidInput,
                     format!("a card has at most {} criteria", limits::CRITERIA),
                 ));
             }
             if card.criteria.contains(&text) {
                 return Err(refuse(
-                    "invalid_input",
+                    ErrorCode::InvalidInput,
                     format!("the card already weighs {text:?}"),
                 ));
             }
@@ -155,7 +158,7 @@ fn check_answer(card: &DecisionCard, answer: &Answer) -> Result<(), ActionError>
     match (card.response, answer) {
         (SingleChoice, Answer::Choices(ids)) if ids.len() == 1 && known(&ids[0]) => Ok(()),
         (SingleChoice, Answer::Choices(_)) => Err(refuse(
-            "invalid_answer",
+            ErrorCode::InvalidAnswer,
             "pick exactly one of the card's choices",
         )),
         (MultipleChoice, Answer::Choices(ids)) => {
@@ -164,16 +167,16 @@ fn check_answer(card: &DecisionCard, answer: &Answer) -> Result<(), ActionError>
                 Ok(())
             } else {
                 Err(refuse(
-                    "invalid_answer",
+                    ErrorCode::InvalidAnswer,
                     "pick one or more of the card's choices, each once",
                 ))
             }
         }
         (FreeText, Answer::Text(text)) => check_text("answer", text, limits::ANSWER_BYTES, true)
-            .map_err(|m| refuse("invalid_answer", m)),
+            .map_err(|m| refuse(ErrorCode::InvalidAnswer, m)),
         (YesNo, Answer::YesNo(_)) => Ok(()),
         (kind, _) => Err(refuse(
-            "invalid_answer",
+            ErrorCode::InvalidAnswer,
             format!("a {} card takes a different kind of answer", kind.as_str()),
         )),
     }

@@ -2,6 +2,7 @@
 //! criterion (SPEC D).
 
 use margin_decisions::{act, Action, Answer, CardState, Choice, DecisionCard, Key, ResponseKind};
+use margin_protocol::ErrorCode;
 use pretty_assertions::assert_eq;
 
 fn card(response: ResponseKind) -> DecisionCard {
@@ -72,13 +73,13 @@ fn discard_and_reopen() {
     assert_eq!(c.state, CardState::Discarded);
     assert_eq!(
         act(&mut c, "bo", Action::Discard).unwrap_err().code,
-        "invalid_transition"
+        ErrorCode::InvalidTransition
     );
     assert_eq!(
         act(&mut c, "bo", Action::Answer(Answer::YesNo(true)))
             .unwrap_err()
             .code,
-        "invalid_transition"
+        ErrorCode::InvalidTransition
     );
     act(&mut c, "bo", Action::Reopen).unwrap();
     act(&mut c, "bo", Action::Answer(Answer::YesNo(true))).unwrap();
@@ -97,7 +98,7 @@ fn cancelled_cards_take_no_actions() {
     ] {
         assert_eq!(
             act(&mut c, "bo", action).unwrap_err().code,
-            "invalid_transition"
+            ErrorCode::InvalidTransition
         );
     }
     assert_eq!(c.state, CardState::Cancelled);
@@ -127,13 +128,13 @@ fn people_add_options_and_criteria_with_their_own_ids() {
         act(&mut c, "bo", Action::AddOption("EU".into()))
             .unwrap_err()
             .code,
-        "invalid_input"
+        ErrorCode::InvalidInput
     );
     assert_eq!(
         act(&mut c, "bo", Action::AddCriterion("cost".into()))
             .unwrap_err()
             .code,
-        "invalid_input"
+        ErrorCode::InvalidInput
     );
     assert_eq!(
         act(
@@ -143,7 +144,7 @@ fn people_add_options_and_criteria_with_their_own_ids() {
         )
         .unwrap_err()
         .code,
-        "invalid_input"
+        ErrorCode::InvalidInput
     );
 }
 
@@ -171,7 +172,7 @@ fn answers_must_fit_the_response_kind() {
     for (kind, answer) in bad {
         let mut c = card(kind);
         let error = act(&mut c, "bo", Action::Answer(answer.clone())).unwrap_err();
-        assert_eq!(error.code, "invalid_answer", "{kind:?} {answer:?}");
+        assert_eq!(error.code, ErrorCode::InvalidAnswer, "{kind:?} {answer:?}");
         assert_eq!((c.state, c.answer), (CardState::Open, None));
     }
     let mut c = card(ResponseKind::FreeText);

@@ -28,5 +28,5 @@ pub use documents::{
     AddMember, BlockEntry, CreateDocument, DocumentInfo, DocumentList, Me, MemberInfo, MemberList,
     OutlineView, RenameDocument, Role,
 };
-pub use error::{ErrorBody, ErrorDetail};
+pub use error::{Code, ErrorBody, ErrorCode, ErrorDetail};
 pub use refusal::RefusalCode;

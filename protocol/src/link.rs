@@ -503,14 +503,16 @@ pub struct MachineList {
 /// The codes of a `401` refusing the upgrade at `/machine` (an
 /// [`ErrorBody`](crate::ErrorBody), SPEC L8).
 pub mod refused {
+    use crate::ErrorCode;
+
     /// No credential, or one the server does not know (never issued, or
     /// expired more than a day ago and pruned).
-    pub const UNAUTHENTICATED: &str = "unauthenticated";
+    pub const UNAUTHENTICATED: &str = ErrorCode::Unauthenticated.as_str();
     /// The machine was revoked: all its credentials are refused.
-    pub const MACHINE_REVOKED: &str = "machine_revoked";
+    pub const MACHINE_REVOKED: &str = ErrorCode::MachineRevoked.as_str();
     /// The credential's lifetime is over; use a newer one the link sent, or
     /// pair the machine again.
-    pub const CREDENTIAL_EXPIRED: &str = "credential_expired";
+    pub const CREDENTIAL_EXPIRED: &str = ErrorCode::CredentialExpired.as_str();
 }
 
 /// Close codes on the machine link.

@@ -548,3 +548,24 @@ fn code_cites_behaviours_not_issue_numbers() {
         found.join("\n")
     );
 }
+
+/// Every code an HTTP error can carry is in docs/protocol.md's table of
+/// errors, with its status and when.
+#[test]
+fn every_error_code_is_documented() {
+    let doc = fs::read_to_string(root().join("docs/protocol.md")).expect("docs/protocol.md");
+    let errors = doc
+        .split("## Errors")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("an Errors section");
+    let missing: Vec<&str> = margin_protocol::ErrorCode::ALL
+        .iter()
+        .map(|code| code.as_str())
+        .filter(|code| !errors.contains(&format!("`{code}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "error codes missing from docs/protocol.md: {missing:?}"
+    );
+}

@@ -15,6 +15,7 @@
 //! The cap on connections starts from the process's file-descriptor limit,
 //! keeping a reserve for the database, the data folder and upgraded sockets.
 
+use margin_protocol::{ErrorBody, ErrorCode};
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
@@ -292,7 +293,11 @@ async fn connection(
 
 /// Answers a connection no cap has room for, and closes it.
 async fn refuse(mut tcp: TcpStream) {
-    let body = r#"{"error":{"code":"too_many_connections","message":"the server has no room for another connection; retry shortly"}}"#;
+    let body = ErrorBody::new(
+        ErrorCode::TooManyConnections,
+        "the server has no room for another connection; retry shortly",
+    );
+    let body = serde_json::to_string(&body).unwrap_or_default();
     let response = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()

@@ -54,7 +54,7 @@ use credential::Keeper;
 use futures_util::{SinkExt, StreamExt};
 use margin_protocol::link::{Capabilities, ClientMessage, ServerMessage, PROTOCOL_VERSION};
 use margin_protocol::sessions::Manifest;
-use margin_protocol::ErrorBody;
+use margin_protocol::{Code, ErrorBody};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::Message;
@@ -109,12 +109,12 @@ pub enum ConnectError {
     /// The server refused the upgrade. A 401's `code` names the cause
     /// (`margin_protocol::link::refused`): `unauthenticated` (an unknown
     /// credential), `machine_revoked` or `credential_expired`.
-    #[error("the server refused the link with HTTP {status} ({code}): {message}")]
+    #[error("the server refused the link with HTTP {status} ({}): {message}", code.map_or("no code", Code::as_str))]
     Refused {
         /// The HTTP status.
         status: u16,
-        /// The error body's code (empty when the body was unreadable).
-        code: String,
+        /// The error body's code (`None` when the body was unreadable).
+        code: Option<Code>,
         /// The error body's message.
         message: String,
     },
@@ -321,8 +321,8 @@ impl Connector {
                     .as_deref()
                     .and_then(|body| serde_json::from_slice::<ErrorBody>(body).ok());
                 let (code, message) = match body {
-                    Some(body) => (body.error.code, body.error.message),
-                    None => (String::new(), String::new()),
+                    Some(body) => (Some(body.error.code), body.error.message),
+                    None => (None, String::new()),
                 };
                 return Err(ConnectError::Refused {
                     status: response.status().as_u16(),

@@ -2,7 +2,7 @@
 // tool call gave no output (ToolError). Each says what failed and why, in
 // the words the Rust SDK uses, and carries what a caller acts on.
 
-import type { ToolRefusal } from './wire.js';
+import type { Code, RefusalCode, ToolRefusal } from './wire.js';
 
 /** What kind of failure a ConnectError is. */
 export type ConnectErrorKind =
@@ -34,10 +34,10 @@ export class ConnectError extends Error {
     readonly status?: number,
     /**
      * A refused upgrade's error code (`unauthenticated`, `machine_revoked`,
-     * `credential_expired`; empty when the body was unreadable), or a refused
+     * `credential_expired`; none when the body was unreadable), or a refused
      * `hello`'s refusal code.
      */
-    readonly code?: string,
+    readonly code?: Code,
     /** The credential file, for the credential-file kinds. */
     readonly path?: string,
   ) {
@@ -55,10 +55,10 @@ export class ConnectError extends Error {
     return new ConnectError('credential', 'the credential is not a valid header value');
   }
 
-  static refused(status: number, code: string, message: string): ConnectError {
+  static refused(status: number, code: Code | undefined, message: string): ConnectError {
     return new ConnectError(
       'refused',
-      `the server refused the link with HTTP ${status} (${code}): ${message}`,
+      `the server refused the link with HTTP ${status} (${code ?? 'no code'}): ${message}`,
       status,
       code,
     );
@@ -82,7 +82,7 @@ export class ConnectError extends Error {
     return new ConnectError('network', `cannot reach the server: ${why}`);
   }
 
-  static hello(code: string, message: string): ConnectError {
+  static hello(code: RefusalCode, message: string): ConnectError {
     return new ConnectError('hello', `the server refused hello (${code}): ${message}`, undefined, code);
   }
 

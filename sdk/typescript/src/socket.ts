@@ -8,7 +8,7 @@ import WebSocket from 'ws';
 import { ConnectError } from './errors.js';
 import type { Ended } from './ended.js';
 import { MAX_SERVER_FRAME_BYTES } from './protocol.js';
-import type { ClientMessage } from './wire.js';
+import type { ClientMessage, Code } from './wire.js';
 
 /** Most of an error body read from a refused upgrade. */
 const MAX_ERROR_BODY_BYTES = 64 * 1024;
@@ -187,14 +187,14 @@ function readBody(response: import('node:http').IncomingMessage, timeoutMs: numb
   });
 }
 
-/** The code and message of an `{"error":{"code","message"}}` body (ErrorBody); empty when unreadable. */
-function errorBody(text: string): { code: string; message: string } {
+/** The code and message of an `{"error":{"code","message"}}` body (ErrorBody); none when unreadable. */
+function errorBody(text: string): { code: Code | undefined; message: string } {
   try {
     const body = JSON.parse(text) as { error?: { code?: unknown; message?: unknown } };
     const { code, message } = body.error ?? {};
-    if (typeof code === 'string' && typeof message === 'string') return { code, message };
+    if (typeof code === 'string' && typeof message === 'string') return { code: code as Code, message };
   } catch {
     // Not JSON: the status alone says what happened.
   }
-  return { code: '', message: '' };
+  return { code: undefined, message: '' };
 }

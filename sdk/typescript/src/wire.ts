@@ -368,6 +368,60 @@ export type AnswerBody =
       yes: boolean;
     };
 /**
+ * An error body's code: the HTTP API's own, or the refusal of a Planner
+ * tool called over HTTP. A code this build does not know reads as
+ * [`RefusalCode::Other`].
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "Code".
+ */
+export type Code = ErrorCode | RefusalCode;
+/**
+ * A stable code of the HTTP API's errors (docs/protocol.md lists
+ * each with its status).
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "ErrorCode".
+ */
+export type ErrorCode =
+  | 'unauthenticated'
+  | 'machine_revoked'
+  | 'credential_expired'
+  | 'forbidden'
+  | 'too_many_attempts'
+  | 'not_found'
+  | 'document_not_found'
+  | 'account_not_found'
+  | 'revision_not_found'
+  | 'member_not_found'
+  | 'machine_not_found'
+  | 'decision_not_found'
+  | 'session_not_found'
+  | 'asset_not_found'
+  | 'route_not_found'
+  | 'invalid_body'
+  | 'invalid_query'
+  | 'invalid_title'
+  | 'invalid_name'
+  | 'invalid_message'
+  | 'invalid_forward'
+  | 'invalid_cursor'
+  | 'unknown_account'
+  | 'request_timeout'
+  | 'body_too_large'
+  | 'invalid_answer'
+  | 'invalid_transition'
+  | 'invalid_input'
+  | 'conflict'
+  | 'archived'
+  | 'no_planner_session'
+  | 'no_stop_pending'
+  | 'planner_disconnected'
+  | 'revision_compacted'
+  | 'unavailable'
+  | 'too_many_connections'
+  | 'internal';
+/**
  * One change to the document's blocks.
  *
  * This interface was referenced by `Wire`'s JSON-Schema
@@ -720,10 +774,7 @@ export interface ErrorBody {
  * via the `definition` "ErrorDetail".
  */
 export interface ErrorDetail {
-  /**
-   * Stable, snake_case; clients branch on this.
-   */
-  code: string;
+  code: Code;
   /**
    * For people; never contains internals.
    */

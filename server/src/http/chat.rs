@@ -6,6 +6,7 @@ use axum::Json;
 use margin_decisions::check_text;
 use margin_planner::reply::mentions_planner;
 use margin_protocol::chat::{ChatKind, ChatList, ChatMessageView, PostChat, MAX_CHAT_BYTES};
+use margin_protocol::ErrorCode;
 use serde::Deserialize;
 
 use super::documents::visible;
@@ -46,7 +47,7 @@ pub(super) async fn post_message(
         return Err(AppError::archived());
     }
     check_text("message", text, MAX_CHAT_BYTES, true)
-        .map_err(|m| AppError::bad_request("invalid_message", m))?;
+        .map_err(|m| AppError::bad_request(ErrorCode::InvalidMessage, m))?;
     let message = state
         .hub
         .append_chat(id, &account.name, ChatKind::Member, text)
@@ -70,7 +71,8 @@ pub async fn list(
     Path(id): Path<String>,
     query: Result<Query<ChatQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ChatList>, AppError> {
-    let Query(query) = query.map_err(|e| AppError::bad_request("invalid_query", e.body_text()))?;
+    let Query(query) =
+        query.map_err(|e| AppError::bad_request(ErrorCode::InvalidQuery, e.body_text()))?;
     visible(&state, &account, &id).await?;
     let messages = state
         .hub

@@ -7,6 +7,7 @@ use margin_decisions::{wire, Action};
 use margin_protocol::decisions::{
     AddCriterion, AddOption, AnswerBody, DecisionCardView, DecisionList,
 };
+use margin_protocol::ErrorCode;
 
 use margin_decisions::CardState;
 use margin_planner::{CardId, RequestId};
@@ -113,7 +114,7 @@ async fn change(
         // A person's action changes the card or is refused.
         Ok(Ok(None)) | Ok(Err(ChangeRefused::NotFound(_))) => {
             return Err(AppError::NotFound {
-                code: "decision_not_found",
+                code: ErrorCode::DecisionNotFound,
                 message: format!("no decision {card_id:?} in this document"),
             })
         }

@@ -11,6 +11,7 @@ use margin_decisions::{wire, Outline};
 use margin_planner::ReleaseTrigger;
 use margin_protocol::documents::MAX_TITLE_BYTES;
 use margin_protocol::sync::MAX_MESSAGE_BYTES;
+use margin_protocol::ErrorCode;
 use margin_protocol::{
     CreateDocument, DocumentInfo, DocumentList, OutlineView, RenameDocument, Role,
 };
@@ -168,13 +169,14 @@ pub async fn outline(
     Path(id): Path<String>,
     query: Result<Query<OutlineQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<OutlineView>, AppError> {
-    let Query(query) = query.map_err(|e| AppError::bad_request("invalid_query", e.body_text()))?;
+    let Query(query) =
+        query.map_err(|e| AppError::bad_request(ErrorCode::InvalidQuery, e.body_text()))?;
     visible(&state, &account, &id).await?;
     let (revision, outline) = match state.hub.outline(&id, query.revision).await {
         Ok(found) => found,
         Err(OutlineError::Storage(StorageError::NotFound("revision"))) => {
             return Err(AppError::NotFound {
-                code: "revision_not_found",
+                code: ErrorCode::RevisionNotFound,
                 message: format!(
                     "document {id:?} has no revision {}",
                     query.revision.unwrap_or_default()
@@ -271,11 +273,14 @@ pub(super) async fn visible(
 fn validate_title(title: &str) -> Result<&str, AppError> {
     let title = title.trim();
     if title.is_empty() {
-        return Err(AppError::bad_request("invalid_title", "the title is blank"));
+        return Err(AppError::bad_request(
+            ErrorCode::InvalidTitle,
+            "the title is blank",
+        ));
     }
     if title.len() > MAX_TITLE_BYTES {
         return Err(AppError::bad_request(
-            "invalid_title",
+            ErrorCode::InvalidTitle,
             format!(
                 "the title is {} bytes; the limit is {MAX_TITLE_BYTES}",
                 title.len()
@@ -284,7 +289,7 @@ fn validate_title(title: &str) -> Result<&str, AppError> {
     }
     if title.chars().any(char::is_control) {
         return Err(AppError::bad_request(
-            "invalid_title",
+            ErrorCode::InvalidTitle,
             "the title contains control characters",
         ));
     }

@@ -4,7 +4,7 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use margin_protocol::ErrorBody;
+use margin_protocol::{ErrorBody, ErrorCode};
 
 use crate::storage::StorageError;
 
@@ -20,7 +20,7 @@ pub enum AppError {
     #[error("{message}")]
     CredentialRefused {
         /// Stable code.
-        code: &'static str,
+        code: ErrorCode,
         /// For people: names the cause and what to do.
         message: String,
     },
@@ -31,7 +31,7 @@ pub enum AppError {
     #[error("{message}")]
     NotFound {
         /// Stable code.
-        code: &'static str,
+        code: ErrorCode,
         /// For people.
         message: String,
     },
@@ -39,7 +39,7 @@ pub enum AppError {
     #[error("{message}")]
     BadRequest {
         /// Stable code.
-        code: &'static str,
+        code: ErrorCode,
         /// For people.
         message: String,
     },
@@ -48,7 +48,7 @@ pub enum AppError {
     #[error("{message}")]
     Refused {
         /// Stable code.
-        code: &'static str,
+        code: ErrorCode,
         /// For people.
         message: String,
     },
@@ -66,7 +66,7 @@ pub enum AppError {
     #[error("{message}")]
     PlannerRefused {
         /// Stable code.
-        code: &'static str,
+        code: ErrorCode,
         /// What is wrong.
         message: String,
     },
@@ -100,7 +100,7 @@ pub enum AppError {
 
 impl AppError {
     /// A 400 with `code`.
-    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn bad_request(code: ErrorCode, message: impl Into<String>) -> Self {
         AppError::BadRequest {
             code,
             message: message.into(),
@@ -118,7 +118,7 @@ impl AppError {
     /// no account at all: the two are not told apart).
     pub fn member_not_found(account: &str) -> Self {
         AppError::NotFound {
-            code: "member_not_found",
+            code: ErrorCode::MemberNotFound,
             message: format!("{account:?} is not a member of this document"),
         }
     }
@@ -126,7 +126,7 @@ impl AppError {
     /// The 404 for a document the caller cannot see.
     pub fn document_not_found(id: &str) -> Self {
         AppError::NotFound {
-            code: "document_not_found",
+            code: ErrorCode::DocumentNotFound,
             message: format!("no document {id:?} that you can see"),
         }
     }
@@ -137,10 +137,10 @@ impl From<StorageError> for AppError {
         match err {
             StorageError::NotFound(what) => AppError::NotFound {
                 code: match what {
-                    "document" => "document_not_found",
-                    "account" => "account_not_found",
-                    "revision" => "revision_not_found",
-                    _ => "not_found",
+                    "document" => ErrorCode::DocumentNotFound,
+                    "account" => ErrorCode::AccountNotFound,
+                    "revision" => ErrorCode::RevisionNotFound,
+                    _ => ErrorCode::NotFound,
                 },
                 message: format!("{what} not found"),
             },
@@ -159,32 +159,32 @@ impl From<StorageError> for AppError {
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
         let (status, code) = match &self {
-            AppError::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, "unauthenticated"),
+            AppError::Unauthenticated(_) => (StatusCode::UNAUTHORIZED, ErrorCode::Unauthenticated),
             AppError::CredentialRefused { code, .. } => (StatusCode::UNAUTHORIZED, *code),
-            AppError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
+            AppError::Forbidden(_) => (StatusCode::FORBIDDEN, ErrorCode::Forbidden),
             AppError::NotFound { code, .. } => (StatusCode::NOT_FOUND, *code),
             AppError::BadRequest { code, .. } => (StatusCode::BAD_REQUEST, *code),
             AppError::Refused { code, .. } => (StatusCode::UNPROCESSABLE_ENTITY, *code),
             AppError::Tool(refusal) => {
-                let body = ErrorBody::new(refusal.code.as_str(), refusal.message.clone());
+                let body = ErrorBody::new(refusal.code, refusal.message.clone());
                 return (StatusCode::UNPROCESSABLE_ENTITY, Json(body)).into_response();
             }
-            AppError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
-            AppError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
-            AppError::Archived(_) => (StatusCode::CONFLICT, "archived"),
+            AppError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::BodyTooLarge),
+            AppError::Conflict(_) => (StatusCode::CONFLICT, ErrorCode::Conflict),
+            AppError::Archived(_) => (StatusCode::CONFLICT, ErrorCode::Archived),
             AppError::PlannerRefused { code, .. } => (StatusCode::CONFLICT, *code),
-            AppError::Gone(_) => (StatusCode::GONE, "revision_compacted"),
-            AppError::TimedOut(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
+            AppError::Gone(_) => (StatusCode::GONE, ErrorCode::RevisionCompacted),
+            AppError::TimedOut(_) => (StatusCode::REQUEST_TIMEOUT, ErrorCode::RequestTimeout),
             AppError::Throttled { retry_after, .. } => {
-                let body = ErrorBody::new("too_many_attempts", self.to_string());
+                let body = ErrorBody::new(ErrorCode::TooManyAttempts, self.to_string());
                 let retry = [(
                     axum::http::header::RETRY_AFTER,
                     retry_after.as_secs().to_string(),
                 )];
                 return (StatusCode::TOO_MANY_REQUESTS, retry, Json(body)).into_response();
             }
-            AppError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
-            AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            AppError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable),
+            AppError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
         };
         let message = match &self {
             AppError::Internal(detail) => {

@@ -17,6 +17,7 @@
 //! Chat is appended and its Planner session runs); a client whose stream
 //! breaks reconnects with its `Last-Event-ID` wherever the document went.
 
+use margin_protocol::ErrorCode;
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -55,7 +56,10 @@ pub async fn feed(
 ) -> Result<Response, AppError> {
     let after = sse::cursor(&headers, query, "the seq of a Chat line")?;
     let after = i64::try_from(after).map_err(|_| {
-        AppError::bad_request("invalid_cursor", "that cursor is past any Chat line")
+        AppError::bad_request(
+            ErrorCode::InvalidCursor,
+            "that cursor is past any Chat line",
+        )
     })?;
     visible(&state, &account, &id).await?;
     let owner = state.hub.store().document_owner(&id).await?;

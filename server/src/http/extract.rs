@@ -5,6 +5,7 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 use axum::http::StatusCode;
+use margin_protocol::ErrorCode;
 
 use super::{AppError, AppState};
 use crate::auth;
@@ -135,7 +136,7 @@ where
             });
         if !json_type {
             return Err(AppError::bad_request(
-                "invalid_body",
+                ErrorCode::InvalidBody,
                 "send the body as JSON, with 'Content-Type: application/json'",
             ));
         }
@@ -150,12 +151,15 @@ where
                 ))
             }
             Err(rejection) => {
-                return Err(AppError::bad_request("invalid_body", rejection.body_text()))
+                return Err(AppError::bad_request(
+                    ErrorCode::InvalidBody,
+                    rejection.body_text(),
+                ))
             }
         };
         if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
             return Err(AppError::bad_request(
-                "invalid_body",
+                ErrorCode::InvalidBody,
                 "the body must be a JSON object",
             ));
         }
@@ -165,7 +169,7 @@ where
             } else {
                 format!("the body is not valid JSON: {e}")
             };
-            AppError::bad_request("invalid_body", message)
+            AppError::bad_request(ErrorCode::InvalidBody, message)
         })
     }
 }

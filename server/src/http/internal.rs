@@ -10,6 +10,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use margin_protocol::sync::MAX_MESSAGE_BYTES;
+use margin_protocol::ErrorCode;
 
 use super::extract::Caller;
 use super::{AppError, AppState};
@@ -33,14 +34,17 @@ pub async fn sync(
     from_a_node(&state, &headers)?;
     let account = header(&headers, ACCOUNT_HEADER)
         .ok_or_else(|| {
-            AppError::bad_request("invalid_forward", format!("{ACCOUNT_HEADER} is missing"))
+            AppError::bad_request(
+                ErrorCode::InvalidForward,
+                format!("{ACCOUNT_HEADER} is missing"),
+            )
         })?
         .to_owned();
     let role = header(&headers, ROLE_HEADER)
         .and_then(margin_protocol::Role::parse)
         .ok_or_else(|| {
             AppError::bad_request(
-                "invalid_forward",
+                ErrorCode::InvalidForward,
                 format!("{ROLE_HEADER} is missing or unknown"),
             )
         })?;
@@ -75,7 +79,7 @@ fn from_a_node(state: &AppState, headers: &HeaderMap) -> Result<(), AppError> {
 
 fn no_route() -> AppError {
     AppError::NotFound {
-        code: "route_not_found",
+        code: ErrorCode::RouteNotFound,
         message: "no such route".into(),
     }
 }
@@ -189,7 +193,7 @@ pub async fn machine_link(
         },
         _ => {
             return Err(AppError::bad_request(
-                "invalid_forward",
+                ErrorCode::InvalidForward,
                 "a relayed link names its run capacity, resumability and planning",
             ))
         }
@@ -197,7 +201,7 @@ pub async fn machine_link(
     let machine = state.hub.store().machine(&id).await?;
     if machine.revoked {
         return Err(AppError::CredentialRefused {
-            code: margin_protocol::link::refused::MACHINE_REVOKED,
+            code: ErrorCode::MachineRevoked,
             message: "the machine was revoked".into(),
         });
     }

@@ -8,8 +8,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::Json;
 use margin_protocol::link::{
-    refused, MachineInfo, MachineList, PairMachine, PairedMachine, MAX_FRAME_BYTES,
+    MachineInfo, MachineList, PairMachine, PairedMachine, MAX_FRAME_BYTES,
 };
+use margin_protocol::ErrorCode;
 
 use margin_planner::ReleaseTrigger;
 
@@ -34,7 +35,8 @@ pub async fn pair(
     Caller(account): Caller,
     JsonBody(body): JsonBody<PairMachine>,
 ) -> Result<(StatusCode, Json<PairedMachine>), AppError> {
-    auth::valid_machine_name(&body.name).map_err(|m| AppError::bad_request("invalid_name", m))?;
+    auth::valid_machine_name(&body.name)
+        .map_err(|m| AppError::bad_request(ErrorCode::InvalidName, m))?;
     let ttl = state.links.settings().credential_ttl;
     let (machine, credential) =
         auth::pair_machine(state.hub.store(), &account, body.name.trim(), ttl)
@@ -70,7 +72,7 @@ pub async fn revoke(
         Ok(()) => {}
         Err(StorageError::NotFound(_)) => {
             return Err(AppError::NotFound {
-                code: "machine_not_found",
+                code: ErrorCode::MachineNotFound,
                 message: format!("no machine {id:?} of yours"),
             })
         }
@@ -163,7 +165,7 @@ fn refused_link(refusal: MachineRefusal, ttl: std::time::Duration) -> AppError {
         MachineRefusal::Revoked { name } => {
             tracing::info!(machine = %name, "link refused: the machine was revoked");
             AppError::CredentialRefused {
-                code: refused::MACHINE_REVOKED,
+                code: ErrorCode::MachineRevoked,
                 message: format!(
                     "machine {name:?} was revoked, so none of its credentials opens a link; pair it again"
                 ),
@@ -172,7 +174,7 @@ fn refused_link(refusal: MachineRefusal, ttl: std::time::Duration) -> AppError {
         MachineRefusal::Expired { expired_at, now } => {
             tracing::info!(expired_at, "link refused: the machine credential expired");
             AppError::CredentialRefused {
-                code: refused::CREDENTIAL_EXPIRED,
+                code: ErrorCode::CredentialExpired,
                 message: format!(
                     "this machine credential expired {}; credentials last {} and a linked machine is sent fresh ones, so connect with the newest it was sent, or pair the machine again",
                     auth::ago(expired_at, now),

@@ -6,6 +6,7 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
+use margin_protocol::ErrorCode;
 use margin_protocol::{AddMember, MemberInfo, MemberList};
 
 use super::documents::{owned, visible};
@@ -44,7 +45,7 @@ pub async fn add(
         Ok(member) => member,
         Err(StorageError::NotFound(_)) => {
             return Err(AppError::bad_request(
-                "unknown_account",
+                ErrorCode::UnknownAccount,
                 format!("no account named {:?}", body.account),
             ))
         }

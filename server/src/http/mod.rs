@@ -26,6 +26,7 @@ mod tools;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post};
 use axum::Router;
+use margin_protocol::ErrorCode;
 use tower_http::trace::TraceLayer;
 
 pub use cidr::{Cidr, CidrError};
@@ -173,7 +174,7 @@ fn request_span<B>(request: &axum::http::Request<B>) -> tracing::Span {
 
 async fn not_found() -> AppError {
     AppError::NotFound {
-        code: "route_not_found",
+        code: ErrorCode::RouteNotFound,
         message: "no such route".into(),
     }
 }

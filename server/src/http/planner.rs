@@ -4,6 +4,7 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
+use margin_protocol::ErrorCode;
 
 use margin_planner::ReleaseTrigger;
 use margin_protocol::chat::{ChatMessageView, PostChat};
@@ -39,9 +40,9 @@ pub async fn resume(
         Ok(()) => Ok(StatusCode::ACCEPTED),
         Err(refused) => {
             let code = match refused {
-                ResumeError::NoSession => "no_planner_session",
-                ResumeError::NoStop => "no_stop_pending",
-                ResumeError::Away => "planner_disconnected",
+                ResumeError::NoSession => ErrorCode::NoPlannerSession,
+                ResumeError::NoStop => ErrorCode::NoStopPending,
+                ResumeError::Away => ErrorCode::PlannerDisconnected,
                 ResumeError::Storage(error) => return Err(error.into()),
             };
             Err(AppError::PlannerRefused {
@@ -86,7 +87,7 @@ pub async fn reset(
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(AppError::PlannerRefused {
-            code: "no_planner_session",
+            code: ErrorCode::NoPlannerSession,
             message: "the document has no Planner session to reset".into(),
         })
     }

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::stream;
 use margin_protocol::sessions::{Resync, SessionSnapshot, SessionState};
+use margin_protocol::ErrorCode;
 
 use super::documents::visible;
 use super::extract::Caller;
@@ -78,7 +79,7 @@ async fn readable(
     session: &str,
 ) -> Result<SessionSnapshot, AppError> {
     let not_found = || AppError::NotFound {
-        code: "session_not_found",
+        code: ErrorCode::SessionNotFound,
         message: format!(
             "no Planner session {:?} that you can see",
             truncate(session)

@@ -2,6 +2,7 @@
 //! and a Planner session's (`http::sessions`): the cursor a client resumes
 //! after, and the response that carries Server-Sent Events.
 
+use margin_protocol::ErrorCode;
 use std::convert::Infallible;
 
 use axum::body::{Body, Bytes};
@@ -27,7 +28,8 @@ pub fn cursor(
     query: Result<Query<CursorQuery>, QueryRejection>,
     what: &str,
 ) -> Result<u64, AppError> {
-    let Query(query) = query.map_err(|e| AppError::bad_request("invalid_query", e.body_text()))?;
+    let Query(query) =
+        query.map_err(|e| AppError::bad_request(ErrorCode::InvalidQuery, e.body_text()))?;
     let last = headers
         .get("last-event-id")
         .map(|value| value.to_str().unwrap_or("\u{fffd}").to_owned());
@@ -35,7 +37,7 @@ pub fn cursor(
         None => Ok(0),
         Some(cursor) => cursor.trim().parse::<u64>().map_err(|_| {
             AppError::bad_request(
-                "invalid_cursor",
+                ErrorCode::InvalidCursor,
                 format!(
                     "a cursor is {what} (a whole number); got {:?}",
                     truncate(&cursor)

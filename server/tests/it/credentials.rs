@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use margin_protocol::chat::{ChatKind, ChatList};
 use margin_protocol::link::{refused, ClientMessage, ServerMessage};
+use margin_protocol::ErrorCode;
 use margin_sdk::{ConnectError, Connector, Ended, Handler, ToolError, Turn};
 use margin_server::serve::ServeOptions;
 use serde_json::json;
@@ -293,7 +294,7 @@ on_both_backends! {
         sleep_past(p.expires_at).await;
         match Connector::new(p.url(), &p.credential).connect().await {
             Err(ConnectError::Refused { status: 401, code, message }) => {
-                assert_eq!(code, refused::CREDENTIAL_EXPIRED);
+                assert_eq!(code, Some(ErrorCode::CredentialExpired.into()));
                 assert!(message.contains("expired"), "{message}");
             }
             other => panic!("expected a refusal, got {:?}", other.err()),

@@ -1,10 +1,15 @@
 // The server's JSON API: bearer-token requests and its error shape
 // (`{"error":{"code","message"}}`, docs/protocol.md).
 
+import type { Code } from './wire';
+
+/** What failed: the error body's code, or `network` / `http_<status>` when there was none. */
+export type ApiErrorCode = Code | 'network' | `http_${number}`;
+
 export class ApiError extends Error {
   constructor(
     readonly status: number,
-    readonly code: string,
+    readonly code: ApiErrorCode,
     message: string,
   ) {
     super(message);
@@ -33,7 +38,7 @@ export async function api<T>(method: string, path: string, token: string, body?:
   }
   if (!res.ok) {
     const err = (data as { error?: { code?: unknown; message?: unknown } } | null)?.error;
-    const code = typeof err?.code === 'string' ? err.code : `http_${res.status}`;
+    const code: ApiErrorCode = typeof err?.code === 'string' ? (err.code as Code) : `http_${res.status}`;
     const message = typeof err?.message === 'string' ? err.message : `${res.status} ${res.statusText}`;
     throw new ApiError(res.status, code, message);
   }

@@ -14,6 +14,7 @@ use axum::extract::Path;
 use axum::http::header::{CACHE_CONTROL, CONTENT_ENCODING, CONTENT_TYPE, ETAG, VARY};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use margin_protocol::ErrorCode;
 
 use super::AppError;
 use negotiate::Coding;
@@ -42,7 +43,7 @@ pub async fn favicon(request: HeaderMap) -> Result<Response, AppError> {
 
 fn not_found(file: &str) -> AppError {
     AppError::NotFound {
-        code: "asset_not_found",
+        code: ErrorCode::AssetNotFound,
         message: format!("no asset {file:?}"),
     }
 }
