@@ -99,6 +99,30 @@ macro_rules! tools {
                 }
             }
 
+            /// Whether its input has anything to send: a tool whose input
+            /// `{}` fills (`read_document`) is called over HTTP with no body.
+            pub fn takes_input(self) -> bool {
+                match self {
+                    $(ToolName::$variant => {
+                        serde_json::from_value::<$input>(serde_json::json!({})).is_err()
+                    })*
+                }
+            }
+
+            /// The name of its input's shape (a schema of `docs/protocol/`).
+            pub fn input_name(self) -> &'static str {
+                match self {
+                    $(ToolName::$variant => stringify!($input),)*
+                }
+            }
+
+            /// The name of its output's shape.
+            pub fn output_name(self) -> &'static str {
+                match self {
+                    $(ToolName::$variant => stringify!($output),)*
+                }
+            }
+
             /// Its catalogue entry, each schema standing alone.
             pub fn spec(self) -> ToolSpec {
                 let (input, output) = match self {
@@ -247,6 +271,16 @@ pub fn catalogue() -> Vec<ToolSpec> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_read_document_takes_no_input() {
+        let none: Vec<ToolName> = ToolName::ALL
+            .iter()
+            .copied()
+            .filter(|tool| !tool.takes_input())
+            .collect();
+        assert_eq!(none, [ToolName::ReadDocument]);
+    }
 
     #[test]
     fn every_name_parses_back_to_its_tool() {

@@ -18,7 +18,7 @@ use margin_protocol::decisions::{
     EditPlanInput, EditPlanOutput, EncodedRead, OpenDecisionInput, OpenDecisionsInput,
     OpenDecisionsOutput, ToolRefusal,
 };
-use margin_protocol::tools::{ToolCall, ToolName, ToolOutput};
+use margin_protocol::tools::{ToolCall, ToolOutput};
 use margin_protocol::RefusalCode;
 use tracing::{info, Instrument};
 
@@ -241,21 +241,9 @@ impl Tools {
         self.open(account, document, batch, record).await
     }
 
-    /// `ask`: a question for people, as one card at the current revision
-    /// (SPEC D9). Waiting on its answer belongs to the Planner session.
-    pub async fn ask(
-        &self,
-        account: &Account,
-        document: &str,
-        input: OpenDecisionInput,
-        record: Option<RecordResult>,
-    ) -> Result<OpenDecisionsOutput, ToolError> {
-        self.open_decision(account, document, input, record).await
-    }
-
     /// Runs a Planner session's `call` for `account` on `document`; a tool
-    /// that writes records its result through `record` with its writes.
-    /// `update_plan` is the session's own and is never run here.
+    /// that writes records its result through `record` with its writes,
+    /// and names the Planner as the document's last editor.
     pub async fn run(
         &self,
         account: &Account,
@@ -263,10 +251,25 @@ impl Tools {
         call: ToolCall,
         record: RecordResult,
     ) -> Ran {
-        let record = Some(record);
+        self.call(account, document, call, PLANNER_EDITOR, Some(record))
+            .await
+    }
+
+    /// Runs the tool `call` names for `account` on `document`, counted in
+    /// `/metrics` by its outcome: `by` is who an edit names as the
+    /// document's last editor, and a Planner session's call carries
+    /// `record`. `update_plan` is a session's own and never runs here.
+    pub async fn call(
+        &self,
+        account: &Account,
+        document: &str,
+        call: ToolCall,
+        by: &str,
+        record: Option<RecordResult>,
+    ) -> Ran {
         let tool = call.name();
         let started = Instant::now();
-        let ran = self.dispatch(account, document, call, record).await;
+        let ran = self.dispatch(account, document, call, by, record).await;
         COUNTERS.tool_call(tool.as_str(), outcome(&ran.result), started.elapsed());
         ran
     }
@@ -277,6 +280,7 @@ impl Tools {
         account: &Account,
         document: &str,
         call: ToolCall,
+        by: &str,
         record: Option<RecordResult>,
     ) -> Ran {
         let result = match call {
@@ -285,7 +289,7 @@ impl Tools {
                 .await
                 .map(ToolOutput::EncodedRead),
             ToolCall::EditPlan(input) => self
-                .edit_plan(account, document, input, PLANNER_EDITOR, record)
+                .edit_plan(account, document, input, by, record)
                 .await
                 .map(ToolOutput::EditPlan),
             ToolCall::OpenDecisions(input) => self
@@ -444,19 +448,6 @@ struct Batch<'a> {
     revision: i64,
     cards: &'a [margin_protocol::decisions::CardInput],
     strictness: Strictness,
-}
-
-/// Runs `call`, counting it in `/metrics` as a call of `tool` by its
-/// outcome: what the HTTP tool routes do; a session's calls are counted in
-/// [`Tools::run`].
-pub async fn observed<T>(
-    tool: ToolName,
-    call: impl std::future::Future<Output = Result<T, ToolError>>,
-) -> Result<T, ToolError> {
-    let started = Instant::now();
-    let result = call.await;
-    COUNTERS.tool_call(tool.as_str(), outcome(&result), started.elapsed());
-    result
 }
 
 /// How a tool call ended, as `/metrics` labels it.

@@ -140,20 +140,7 @@ pub fn router(state: AppState) -> Router {
 /// The Planner's tools, whose bodies may be larger than other requests'.
 fn tool_routes() -> Router<AppState> {
     Router::new()
-        .route(
-            "/documents/{id}/tools/read_document",
-            post(tools::read_document),
-        )
-        .route("/documents/{id}/tools/edit_plan", post(tools::edit_plan))
-        .route(
-            "/documents/{id}/tools/open_decisions",
-            post(tools::open_decisions),
-        )
-        .route(
-            "/documents/{id}/tools/open_decision",
-            post(tools::open_decision),
-        )
-        .route("/documents/{id}/tools/ask", post(tools::ask))
+        .route("/documents/{id}/tools/{tool}", post(tools::call))
         .layer(axum::middleware::from_fn_with_state(
             MAX_TOOL_BODY_BYTES,
             extract::declared_length,

@@ -1,7 +1,7 @@
 //! The HTTP API described as OpenAPI 3.1 (SPEC O1), served at
 //! `/openapi.json` and committed as `docs/openapi.json`.
 //!
-//! Built from the code: [`ROUTES`] lists every route the router serves,
+//! Built from the code: [`routes`] lists every route the router serves,
 //! with the wire shape of its body and answers by name, and the shapes
 //! themselves are `margin_protocol::schema::all()` — the JSON Schemas the
 //! protocol crate derives, committed beside it in `docs/protocol/`. Tests
@@ -12,6 +12,7 @@ use std::sync::LazyLock;
 
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
+use margin_protocol::tools::ToolName;
 use serde_json::{json, Map, Value};
 
 /// Who may call a route.
@@ -101,7 +102,8 @@ const CURSOR: &[(&str, &str)] = &[(
     "Replay after this cursor when no Last-Event-ID header is sent",
 )];
 
-/// Every route the router serves.
+/// Every route the router serves but the Planner's tools ([`routes`] adds
+/// one per tool of the protocol's table).
 pub const ROUTES: &[Route] = &[
     route("get", "/", "editor", Auth::None, "The browser editor's page (never cached)", File("text/html")),
     route("get", "/assets/{file}", "editor", Auth::None, "An editor file under its content-hashed name (cached for a year; br or gzip as asked)", File("application/octet-stream")),
@@ -147,17 +149,46 @@ pub const ROUTES: &[Route] = &[
     with_body(route("post", "/documents/{id}/decisions/{card}/criteria", "decisions", Member, "Add a criterion", Json(200, "DecisionCardView")), "AddCriterion"),
     route("get", "/sessions/{sid}", "planner", Member, "A Planner session's snapshot, with its cursor", Json(200, "SessionSnapshot")),
     with_query(route("get", "/sessions/{sid}/events", "planner", Member, "A Planner session's events after a cursor, live (token also as ?token=)", Events("SessionEvent")), CURSOR),
-    route("post", "/documents/{id}/tools/read_document", "tools", Member, "The Planner's read_document tool", Json(200, "ReadDocumentOutput")),
-    with_body(route("post", "/documents/{id}/tools/edit_plan", "tools", Member, "The Planner's edit_plan tool", Json(200, "EditPlanOutput")), "EditPlanInput"),
-    with_body(route("post", "/documents/{id}/tools/open_decisions", "tools", Member, "The Planner's open_decisions tool", Json(200, "OpenDecisionsOutput")), "OpenDecisionsInput"),
-    with_body(route("post", "/documents/{id}/tools/open_decision", "tools", Member, "The Planner's open_decision tool", Json(200, "OpenDecisionsOutput")), "OpenDecisionInput"),
-    with_body(route("post", "/documents/{id}/tools/ask", "tools", Member, "The Planner's ask tool", Json(200, "OpenDecisionsOutput")), "OpenDecisionInput"),
 ];
 
 /// The description, built once.
 static DESCRIPTION: LazyLock<String> = LazyLock::new(|| {
     serde_json::to_string_pretty(&describe()).unwrap_or_else(|_| "{}".into()) + "\n"
 });
+
+/// Every route the router serves: [`ROUTES`], and
+/// `POST /documents/{id}/tools/{tool}` once per document tool of the
+/// protocol's table (`margin_protocol::tools`), with its input and output.
+pub fn routes() -> &'static [Route] {
+    static ALL: LazyLock<Vec<Route>> = LazyLock::new(|| {
+        let tools = ToolName::ALL
+            .iter()
+            .filter(|tool| !tool.requires_planning())
+            .map(|&tool| {
+                // Made once for the process: the table's names, as the
+                // routes' static strings.
+                let path: &'static str = Box::leak(
+                    format!("/documents/{{id}}/tools/{}", tool.as_str()).into_boxed_str(),
+                );
+                let summary: &'static str =
+                    Box::leak(format!("The Planner's {} tool", tool.as_str()).into_boxed_str());
+                let described = route(
+                    "post",
+                    path,
+                    "tools",
+                    Member,
+                    summary,
+                    Json(200, tool.output_name()),
+                );
+                match tool.takes_input() {
+                    true => with_body(described, tool.input_name()),
+                    false => described,
+                }
+            });
+        ROUTES.iter().copied().chain(tools).collect()
+    });
+    &ALL
+}
 
 /// `GET /openapi.json`.
 pub async fn serve() -> impl IntoResponse {
@@ -167,7 +198,7 @@ pub async fn serve() -> impl IntoResponse {
 /// The OpenAPI 3.1 document.
 pub fn describe() -> Value {
     let mut paths = Map::new();
-    for route in ROUTES {
+    for route in routes() {
         let item = paths
             .entry(route.path.to_owned())
             .or_insert_with(|| json!({}));

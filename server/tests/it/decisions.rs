@@ -8,6 +8,7 @@ use margin_protocol::decisions::{
     CaptureStatus, CardInput, DecisionCardView, EditInput, EditPlanInput, OpenDecisionInput,
     OpenDecisionsInput, OpenDecisionsOutput, PassageAddress, ReadDocumentOutput,
 };
+use margin_protocol::tools::ToolCall;
 use margin_server::storage::Account;
 use margin_server::tools::{ToolError, Tools};
 use serde_json::json;
@@ -274,7 +275,9 @@ on_both_backends! {
         let input = OpenDecisionInput { revision: read.revision, card: card("region", vec![address(&read, 1)]) };
         let tools = s.tools();
         assert_eq!(refusal_code(&tools.open_decision(&s.owner, &s.doc, input.clone(), None).await), "stale_revision");
-        assert_eq!(refusal_code(&tools.ask(&s.owner, &s.doc, input, None).await), "stale_revision");
+        let asked = tools.call(&s.owner, &s.doc, ToolCall::Ask(input), "ada", None).await;
+        let asked = asked.result.map(|output| output.decode::<OpenDecisionsOutput>().unwrap());
+        assert_eq!(refusal_code(&asked), "stale_revision");
         assert!(s.cards().await.is_empty());
     }
 
