@@ -521,19 +521,6 @@ impl<'a> Check<'_, '_, 'a> {
             .right_origin
             .and_then(|id| self.place(id))
             .and_then(Place::slot);
-        // Neighbours share a list, and a list's items are collected
-        // together: Yjs collects an item with either one collected, yrs
-        // places it by the other.
-        if let (Some(_), Some(_)) = (origin, body.right_origin) {
-            let collected = match (left, right) {
-                (None, Some(_)) => Some(Reference::Origin),
-                (Some(_), None) => Some(Reference::RightOrigin),
-                _ => None,
-            };
-            if let Some(what) = collected {
-                return Err(Refusal::NeighbourCollected { of, what }.into());
-            }
-        }
         let slot = if body.origin.is_some() || body.right_origin.is_some() {
             if let (Some(left), Some(right)) = (left, right) {
                 if left != right {

@@ -7,7 +7,8 @@
 //! items written concurrently in that gap, by rules that give every replica
 //! the same order whatever order the items arrive in — for items whose
 //! origins were neighbours when they were written. An item whose right
-//! origin lies before its origin, or whose gap holds items its writer had
+//! origin lies before its origin, one of whose neighbours was collected,
+//! or whose gap holds items its writer had
 //! provably seen (its own earlier clocks, or earlier ones of its origin's,
 //! right origin's or parent's writer), may be placed differently depending
 //! on when it is integrated: the server, a client connected now and a
@@ -248,6 +249,11 @@ impl Order {
         let left = left.and(item.origin).and_then(|id| self.find(id));
         let mut suspect = matches!((left, right), (Some(l), Some(r))
             if self.nodes[r as usize].label <= self.nodes[l as usize].label);
+        // A neighbour it names that is in no list was collected: yrs places
+        // the item by the other one alone, which a later reader may do
+        // otherwise (Yjs collects the item instead).
+        suspect |= (item.origin.is_some() && left.is_none())
+            || (item.right_origin.is_some() && right.is_none());
         // The clients whose earlier clocks the writer provably saw.
         let mut knew: Vec<Id> = vec![item.written];
         knew.extend(item.origin);

@@ -202,18 +202,6 @@ pub enum Refusal {
     /// map keys: it was never between them.
     #[error("the origin and right origin of {0} lie in different places")]
     OriginsDisagree(Id),
-    /// An item with one neighbour collected and the other in a list: the
-    /// two shared a list when it was written, and a list's items are
-    /// collected together (when its type is deleted). Yjs collects such an
-    /// item; yrs would place it beside the neighbour that is left, where
-    /// a replica loading the document later can place it otherwise.
-    #[error("the {what} of {of} was collected, and its other neighbour was not")]
-    NeighbourCollected {
-        /// The item.
-        of: Id,
-        /// The neighbour that was collected.
-        what: Reference,
-    },
     /// An item partly held already whose new part would continue an item
     /// in another place than the one it names.
     #[error("the part of {0} the document lacks would continue an item elsewhere")]
