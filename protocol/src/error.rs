@@ -15,6 +15,7 @@ use std::fmt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::codes::wire_codes;
 use crate::RefusalCode;
 
 /// `{"error":{"code","message"}}`.
@@ -85,122 +86,96 @@ impl fmt::Display for Code {
     }
 }
 
-macro_rules! codes {
-    ($($(#[$doc:meta])* $variant:ident = $text:literal,)*) => {
-        /// A stable code of the HTTP API's errors (docs/protocol.md lists
-        /// each with its status).
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-        #[serde(rename_all = "snake_case")]
-        pub enum ErrorCode {
-            $($(#[$doc])* $variant,)*
-        }
+wire_codes! {
+    /// A stable code of the HTTP API's errors (docs/protocol.md lists
+    /// each with its status).
+    pub enum ErrorCode {
+        // Who is asking (SPEC A1, A3b, L8).
+        /// No credential, or one that matches no account or machine.
+        Unauthenticated = "unauthenticated",
+        /// The machine was revoked: all its credentials are refused.
+        MachineRevoked = "machine_revoked",
+        /// The machine credential's lifetime is over.
+        CredentialExpired = "credential_expired",
+        /// Signed in, but the role does not allow it.
+        Forbidden = "forbidden",
+        /// Too many failed sign-ins from this address or with this credential.
+        TooManyAttempts = "too_many_attempts",
 
-        impl ErrorCode {
-            /// Every code, in declaration order.
-            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant,)*];
+        // What is asked for does not exist, or the caller may not know it does.
+        /// Something not found.
+        NotFound = "not_found",
+        /// No document the caller can see.
+        DocumentNotFound = "document_not_found",
+        /// No such account.
+        AccountNotFound = "account_not_found",
+        /// No such revision of the document.
+        RevisionNotFound = "revision_not_found",
+        /// The account is not a member of the document.
+        MemberNotFound = "member_not_found",
+        /// No such machine of the account.
+        MachineNotFound = "machine_not_found",
+        /// No such decision card in the document.
+        DecisionNotFound = "decision_not_found",
+        /// No such Planner session, or not one the caller may read.
+        SessionNotFound = "session_not_found",
+        /// No such file of the editor.
+        AssetNotFound = "asset_not_found",
+        /// No such route.
+        RouteNotFound = "route_not_found",
 
-            /// The code as the wire spells it.
-            pub const fn as_str(self) -> &'static str {
-                match self {
-                    $(ErrorCode::$variant => $text,)*
-                }
-            }
-        }
-    };
-}
+        // The request breaks a rule.
+        /// The body is not the JSON the route takes.
+        InvalidBody = "invalid_body",
+        /// The query string is not what the route takes.
+        InvalidQuery = "invalid_query",
+        /// A document title that is empty or too long.
+        InvalidTitle = "invalid_title",
+        /// A name that breaks the naming rules.
+        InvalidName = "invalid_name",
+        /// A Chat message that is empty or too long.
+        InvalidMessage = "invalid_message",
+        /// A cluster-internal request without what forwarding needs.
+        InvalidForward = "invalid_forward",
+        /// An event cursor that is not one.
+        InvalidCursor = "invalid_cursor",
+        /// A member added by a name no account has.
+        UnknownAccount = "unknown_account",
+        /// The request's body did not arrive in time.
+        RequestTimeout = "request_timeout",
+        /// The body is over the route's size limit.
+        BodyTooLarge = "body_too_large",
 
-codes! {
-    // Who is asking (SPEC A1, A3b, L8).
-    /// No credential, or one that matches no account or machine.
-    Unauthenticated = "unauthenticated",
-    /// The machine was revoked: all its credentials are refused.
-    MachineRevoked = "machine_revoked",
-    /// The machine credential's lifetime is over.
-    CredentialExpired = "credential_expired",
-    /// Signed in, but the role does not allow it.
-    Forbidden = "forbidden",
-    /// Too many failed sign-ins from this address or with this credential.
-    TooManyAttempts = "too_many_attempts",
+        // A person's act on a decision card (SPEC D): the card is unchanged.
+        /// An answer the card does not take (an option it lacks, a bad scale).
+        InvalidAnswer = "invalid_answer",
+        /// The card's state does not allow the act (answering a discarded
+        /// card).
+        InvalidTransition = "invalid_transition",
+        /// The act's input breaks a rule (an empty option).
+        InvalidInput = "invalid_input",
 
-    // What is asked for does not exist, or the caller may not know it does.
-    /// Something not found.
-    NotFound = "not_found",
-    /// No document the caller can see.
-    DocumentNotFound = "document_not_found",
-    /// No such account.
-    AccountNotFound = "account_not_found",
-    /// No such revision of the document.
-    RevisionNotFound = "revision_not_found",
-    /// The account is not a member of the document.
-    MemberNotFound = "member_not_found",
-    /// No such machine of the account.
-    MachineNotFound = "machine_not_found",
-    /// No such decision card in the document.
-    DecisionNotFound = "decision_not_found",
-    /// No such Planner session, or not one the caller may read.
-    SessionNotFound = "session_not_found",
-    /// No such file of the editor.
-    AssetNotFound = "asset_not_found",
-    /// No such route.
-    RouteNotFound = "route_not_found",
+        // The state of things does not allow it.
+        /// The request conflicts with what exists.
+        Conflict = "conflict",
+        /// The document is archived: read-only until its owner unarchives it.
+        Archived = "archived",
+        /// The document has no Planner session.
+        NoPlannerSession = "no_planner_session",
+        /// Resume asked for with no Stop pending.
+        NoStopPending = "no_stop_pending",
+        /// The Planner's machine is away.
+        PlannerDisconnected = "planner_disconnected",
+        /// The revision asked for was compacted away.
+        RevisionCompacted = "revision_compacted",
 
-    // The request breaks a rule.
-    /// The body is not the JSON the route takes.
-    InvalidBody = "invalid_body",
-    /// The query string is not what the route takes.
-    InvalidQuery = "invalid_query",
-    /// A document title that is empty or too long.
-    InvalidTitle = "invalid_title",
-    /// A name that breaks the naming rules.
-    InvalidName = "invalid_name",
-    /// A Chat message that is empty or too long.
-    InvalidMessage = "invalid_message",
-    /// A cluster-internal request without what forwarding needs.
-    InvalidForward = "invalid_forward",
-    /// An event cursor that is not one.
-    InvalidCursor = "invalid_cursor",
-    /// A member added by a name no account has.
-    UnknownAccount = "unknown_account",
-    /// The request's body did not arrive in time.
-    RequestTimeout = "request_timeout",
-    /// The body is over the route's size limit.
-    BodyTooLarge = "body_too_large",
-
-    // A person's act on a decision card (SPEC D): the card is unchanged.
-    /// An answer the card does not take (an option it lacks, a bad scale).
-    InvalidAnswer = "invalid_answer",
-    /// The card's state does not allow the act (answering a discarded
-    /// card).
-    InvalidTransition = "invalid_transition",
-    /// The act's input breaks a rule (an empty option).
-    InvalidInput = "invalid_input",
-
-    // The state of things does not allow it.
-    /// The request conflicts with what exists.
-    Conflict = "conflict",
-    /// The document is archived: read-only until its owner unarchives it.
-    Archived = "archived",
-    /// The document has no Planner session.
-    NoPlannerSession = "no_planner_session",
-    /// Resume asked for with no Stop pending.
-    NoStopPending = "no_stop_pending",
-    /// The Planner's machine is away.
-    PlannerDisconnected = "planner_disconnected",
-    /// The revision asked for was compacted away.
-    RevisionCompacted = "revision_compacted",
-
-    // The server.
-    /// This server cannot serve the request now; retry.
-    Unavailable = "unavailable",
-    /// The server holds as many connections as it may; retry shortly.
-    TooManyConnections = "too_many_connections",
-    /// The server failed; the error was logged.
-    Internal = "internal",
-}
-
-impl fmt::Display for ErrorCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        // The server.
+        /// This server cannot serve the request now; retry.
+        Unavailable = "unavailable",
+        /// The server holds as many connections as it may; retry shortly.
+        TooManyConnections = "too_many_connections",
+        /// The server failed; the error was logged.
+        Internal = "internal",
     }
 }
 

@@ -9,6 +9,7 @@
 
 pub mod admin;
 pub mod chat;
+mod codes;
 pub mod constants;
 pub mod decisions;
 pub mod document_feed;

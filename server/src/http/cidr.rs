@@ -113,18 +113,28 @@ impl std::fmt::Display for Cidr {
     }
 }
 
+/// Test inputs written as text.
+#[cfg(test)]
+pub(super) mod written {
+    use super::Cidr;
+    use std::net::IpAddr;
+
+    /// The block `text` names.
+    pub fn cidr(text: &str) -> Cidr {
+        text.parse().unwrap()
+    }
+
+    /// The address `text` names.
+    pub fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::written::{cidr, ip};
     use super::*;
     use pretty_assertions::assert_eq;
-
-    fn cidr(text: &str) -> Cidr {
-        text.parse().unwrap()
-    }
-
-    fn ip(text: &str) -> IpAddr {
-        text.parse().unwrap()
-    }
 
     #[test]
     fn cidrs_parse_as_written_and_a_bare_address_is_a_block_of_one() {

@@ -221,17 +221,10 @@ fn unquote(quoted: &str) -> Option<(String, &str)> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::cidr::written::{cidr, ip};
     use super::*;
     use axum::http::HeaderValue;
     use pretty_assertions::assert_eq;
-
-    fn cidr(text: &str) -> Cidr {
-        text.parse().unwrap()
-    }
-
-    fn ip(text: &str) -> IpAddr {
-        text.parse().unwrap()
-    }
 
     fn proxies(blocks: &[&str]) -> TrustedProxies {
         TrustedProxies::new(blocks.iter().map(|b| cidr(b)).collect())
