@@ -62,3 +62,26 @@ macro_rules! wire_codes {
 }
 
 pub(crate) use wire_codes;
+
+#[cfg(test)]
+mod tests {
+    use crate::{ErrorCode, RefusalCode};
+
+    /// Each code of `all` is written as its string and read back as itself.
+    fn round_trip<T>(all: &[T], as_str: fn(T) -> &'static str)
+    where
+        T: Copy + PartialEq + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+    {
+        for &code in all {
+            let json = serde_json::to_string(&code).unwrap();
+            assert_eq!(json, format!("\"{}\"", as_str(code)));
+            assert_eq!(serde_json::from_str::<T>(&json).unwrap(), code);
+        }
+    }
+
+    #[test]
+    fn every_code_round_trips_as_its_string() {
+        round_trip(RefusalCode::ALL, RefusalCode::as_str);
+        round_trip(ErrorCode::ALL, ErrorCode::as_str);
+    }
+}

@@ -184,13 +184,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_code_round_trips_as_its_string() {
+    fn every_error_code_reads_back_from_a_body() {
         for &code in ErrorCode::ALL {
-            let json = serde_json::to_string(&code).unwrap();
-            assert_eq!(json, format!("\"{}\"", code.as_str()));
             let body = ErrorBody::new(code, "m");
-            let back: ErrorBody =
-                serde_json::from_str(&serde_json::to_string(&body).unwrap()).unwrap();
+            let json = serde_json::to_string(&body).unwrap();
+            let back: ErrorBody = serde_json::from_str(&json).unwrap();
             assert_eq!(back.error.code.as_str(), code.as_str());
         }
     }

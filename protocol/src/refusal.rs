@@ -90,15 +90,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_code_round_trips_as_its_string() {
-        for code in RefusalCode::ALL {
-            let json = serde_json::to_string(code).unwrap();
-            assert_eq!(json, format!("\"{}\"", code.as_str()));
-            assert_eq!(serde_json::from_str::<RefusalCode>(&json).unwrap(), *code);
-        }
-    }
-
-    #[test]
     fn a_code_from_a_newer_server_reads_as_other() {
         let code: RefusalCode = serde_json::from_str("\"rate_limited\"").unwrap();
         assert_eq!(code, RefusalCode::Other);
