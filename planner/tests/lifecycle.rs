@@ -4,7 +4,7 @@
 mod support;
 
 use margin_planner::{
-    Effect, Millis, ReleaseReason, ReleaseTrigger, RequestId, ResumeRefusal, RunStatus,
+    Effect, Held, Millis, ReleaseReason, ReleaseTrigger, RequestId, ResumeRefusal, RunStatus,
 };
 use margin_protocol::link::{RunView, ServerMessage};
 use pretty_assertions::assert_eq;
@@ -124,6 +124,24 @@ fn someone_viewing_the_document_keeps_an_idle_session_and_idle_counts_from_their
     assert_eq!(sim.released(), None);
     sim.viewers(0);
     sim.wait(29);
+    assert_eq!(sim.released(), None);
+    sim.wait(1);
+    assert_eq!(sim.released(), Some(ReleaseReason::Idle));
+}
+
+#[test]
+fn a_session_restored_after_its_viewers_left_goes_idle_when_the_live_one_would() {
+    let mut sim = Sim::new();
+    sim.viewers(2);
+    sim.wait(120);
+    // Idle counts from here; the server restarts 10 minutes later and the
+    // machine resumes: the session folded from its journal must count
+    // from the same moment (SPEC P3, W2).
+    sim.viewers(0);
+    sim.wait(10);
+    sim.restart();
+    sim.resume(Held::default());
+    sim.wait(19);
     assert_eq!(sim.released(), None);
     sim.wait(1);
     assert_eq!(sim.released(), Some(ReleaseReason::Idle));

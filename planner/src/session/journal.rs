@@ -133,6 +133,10 @@ pub enum Entry {
         /// The question.
         request: RequestId,
     },
+    /// The last person viewing the document left: the idle period counts
+    /// from here (SPEC P3). How many view it is not journaled: a
+    /// restarted server counts again.
+    Unviewed,
     /// A member pressed Stop.
     StopRequested,
     /// A member pressed Resume before the Stop was confirmed.

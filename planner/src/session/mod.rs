@@ -412,15 +412,21 @@ impl PlannerSession {
         Some(run.ended.unwrap_or(now).since(run.started))
     }
 
-    /// How many people view the document now (not journaled: a restarted
-    /// server counts again).
-    pub fn handle_viewers(&mut self, viewers: usize, now: Millis) {
-        if self.state.released.is_none() {
-            if self.state.viewers > 0 && viewers == 0 {
-                self.state.quiet_since = self.state.quiet_since.max(now);
+    /// How many people view the document now. The count is not journaled
+    /// (a restarted server counts again); the last one leaving is, as the
+    /// moment the idle period counts from, so a session folded back from
+    /// its journal goes idle when the live one would (SPEC P3).
+    pub fn handle_viewers(&mut self, viewers: usize, now: Millis) -> Step {
+        self.step(|session, step| {
+            if session.state.released.is_some() {
+                return;
             }
-            self.state.viewers = viewers;
-        }
+            let left = session.state.viewers > 0 && viewers == 0;
+            session.state.viewers = viewers;
+            if left {
+                session.record(step, now, Entry::Unviewed);
+            }
+        })
     }
 
     /// When to call [`PlannerSession::handle_timeout`]: the end of a lease

@@ -307,6 +307,7 @@ impl State {
                     self.quiet_since = self.quiet_since.max(at);
                 }
             }
+            Entry::Unviewed => self.quiet_since = self.quiet_since.max(at),
             Entry::StopRequested => self.stop_pending = true,
             Entry::StopWithdrawn => self.stop_pending = false,
             Entry::MachineChanged { machine, name } => {

@@ -134,9 +134,13 @@ impl Sim {
         self.now = until;
     }
 
+    /// How many people view the document. While anyone does, the live
+    /// session counts them and a restored one (which counts again) does
+    /// not, so only then is the fold not compared.
     pub fn viewers(&mut self, viewers: usize) {
-        self.viewed = true;
-        self.session.handle_viewers(viewers, self.now);
+        self.viewed = viewers > 0;
+        let step = self.session.handle_viewers(viewers, self.now);
+        self.take(step);
     }
 
     /// A member's `@planner` message.

@@ -191,11 +191,13 @@ impl Driver {
     async fn timeout(&mut self) {
         let now = self.shared.now();
         let viewers = self.shared.hub.viewers(self.session.document());
-        self.session.handle_viewers(viewers, now);
-        if self
-            .apply(|session| session.handle_timeout(now))
-            .await
-            .is_err()
+        let stepped = self
+            .apply(|session| {
+                let viewed = session.handle_viewers(viewers, now);
+                viewed.and(session.handle_timeout(now))
+            })
+            .await;
+        if stepped.is_err()
         {
             // Storage is failing: look again in a while, not at once.
             self.pause = Some(Instant::now() + RETRY_PAUSE);
