@@ -1,5 +1,5 @@
 //! `link_message`: the machine-link message decoder,
-//! `margin_server::link::socket::parse` (server/src/link/socket.rs).
+//! `margin_server::machine::socket::parse` (server/src/machine/socket.rs).
 //!
 //! Every text frame a paired machine sends on `/machine` goes through it,
 //! and its refusal messages quote (truncate) the untrusted `type`, so it
@@ -14,7 +14,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use margin_protocol::link::{ClientMessage, CLIENT_MESSAGE_TYPES};
-use margin_server::link::socket::parse;
+use margin_server::machine::socket::parse;
 use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {
