@@ -23,7 +23,7 @@ pub use attempt::{AttemptError, AttemptId, AttemptState, Attempts, Ending};
 pub use ids::{CallId, CardId, Millis, RequestId, RunId, TurnId};
 pub use session::{
     ChatLine, Effect, Entry, Held, LinkLoss, PlannerSession, Published, Record, ReleaseReason,
-    ReleaseTrigger, RestoreError, ResumeRefusal, RunStatus, Snapshot, Start, Step, StoredResult,
-    Timing, ToolOutcome, TurnEnd, DEFAULT_ATTACH_GRACE, DEFAULT_IDLE, DEFAULT_RUN_CAPACITY,
-    KEPT_READ_BYTES,
+    ReleaseTrigger, RestoreError, ResumeRefusal, RunStatus, Shown, Snapshot, Start, Step,
+    StoredResult, Timing, ToolOutcome, TurnEnd, DEFAULT_ATTACH_GRACE, DEFAULT_IDLE,
+    DEFAULT_RUN_CAPACITY, KEPT_READ_BYTES,
 };

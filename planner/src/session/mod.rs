@@ -40,6 +40,7 @@ mod journal;
 mod lifecycle;
 mod links;
 mod published;
+mod shown;
 mod state;
 mod turns;
 
@@ -50,6 +51,7 @@ pub use lifecycle::ResumeRefusal;
 pub use links::Held;
 pub use margin_protocol::link::RunStatus;
 pub use published::Published;
+pub use shown::Shown;
 
 use margin_protocol::link::{PlannerState, PlannerView, RunView};
 use margin_protocol::sessions::SessionEvent;
@@ -379,6 +381,18 @@ impl PlannerSession {
 
     /// The document's Planner as people see it at `now`.
     pub fn view(&self, now: Millis) -> PlannerView {
+        self.shown().view(now)
+    }
+
+    /// What people see of the session, to keep beside it: its view (run
+    /// ages brought to a reader's clock by [`Shown::view`]) and whether it
+    /// ended.
+    pub fn shown(&self) -> Shown {
+        Shown::new(self.view_as_committed(), self.state.released)
+    }
+
+    /// The view with each run's age as of its last report.
+    fn view_as_committed(&self) -> PlannerView {
         let away = self.is_away();
         PlannerView {
             state: self.planner_state(),
@@ -396,7 +410,7 @@ impl PlannerSession {
                     run: id.0.clone(),
                     name: run.name.clone(),
                     status: run.status,
-                    age_ms: run.ended.unwrap_or(now).since(run.started).0,
+                    age_ms: run.ended.unwrap_or(run.started).since(run.started).0,
                     started_at: run.started.0,
                     ended_at: run.ended.map(|at| at.0),
                     disconnected: away,

@@ -45,7 +45,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use margin_planner::{Millis, PlannerSession, ReleaseReason, ReleaseTrigger, Timing};
+use margin_planner::{Millis, PlannerSession, ReleaseReason, ReleaseTrigger, Shown, Timing};
 use margin_protocol::sessions::SessionSnapshot;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -130,7 +130,7 @@ struct Live {
     mailbox: mpsc::Sender<Input>,
     /// The session as last committed; none until a new session's start
     /// is (nothing shows a session before that, not even its id).
-    shown: watch::Receiver<Option<Arc<PlannerSession>>>,
+    shown: watch::Receiver<Option<Shown>>,
 }
 
 impl Shared {
@@ -222,7 +222,7 @@ impl Shared {
     ) -> (mpsc::Sender<Input>, oneshot::Receiver<()>) {
         let (mailbox, inputs) = mpsc::channel(MAILBOX);
         let (ready_tx, ready) = oneshot::channel();
-        let (shown_tx, shown) = watch::channel(stored.then(|| Arc::new(session.clone())));
+        let (shown_tx, shown) = watch::channel(stored.then(|| session.shown()));
         let id = session.id().to_owned();
         registry.sessions.insert(
             id.clone(),

@@ -1,9 +1,7 @@
 //! What people see of the sessions: a document's Planner as its view, and
 //! how many sessions are in each state (`/metrics`).
 
-use std::sync::Arc;
-
-use margin_planner::{PlannerSession, ReleaseReason, ReleaseTrigger};
+use margin_planner::{ReleaseReason, ReleaseTrigger, Shown};
 use margin_protocol::link::{PlannerState, PlannerView};
 
 use super::{now, Sessions};
@@ -13,7 +11,7 @@ impl Sessions {
     /// How many sessions run here in each state their view names, for
     /// `/metrics`.
     pub fn states(&self) -> std::collections::BTreeMap<&'static str, usize> {
-        let shown: Vec<Arc<PlannerSession>> = self
+        let shown: Vec<Shown> = self
             .shared
             .lock()
             .sessions

@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use margin_planner::{Effect, Millis, PlannerSession, ReleaseTrigger, Step};
+use margin_planner::{Effect, Millis, PlannerSession, ReleaseTrigger, Shown, Step};
 use margin_protocol::chat::ChatKind;
 use margin_protocol::sessions::SessionSnapshot;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -59,7 +59,7 @@ pub(super) struct Driver {
     account: Account,
     shared: Arc<Shared>,
     /// What people see (`GET /documents/{id}/planner`).
-    shown: watch::Sender<Option<Arc<PlannerSession>>>,
+    shown: watch::Sender<Option<Shown>>,
     /// No timeout before this (a commit failed).
     pause: Option<Instant>,
     /// In a cluster: its share of the document's lease, which every
@@ -77,7 +77,7 @@ impl Driver {
         link: Option<Link>,
         account: Account,
         shared: Arc<Shared>,
-        shown: watch::Sender<Option<Arc<PlannerSession>>>,
+        shown: watch::Sender<Option<Shown>>,
         lease: Option<Lease>,
     ) -> Self {
         Driver {
@@ -197,8 +197,7 @@ impl Driver {
                 viewed.and(session.handle_timeout(now))
             })
             .await;
-        if stepped.is_err()
-        {
+        if stepped.is_err() {
             // Storage is failing: look again in a while, not at once.
             self.pause = Some(Instant::now() + RETRY_PAUSE);
         }
@@ -360,8 +359,7 @@ impl Driver {
             self.feed = written.feed;
         }
         self.session = next;
-        self.shown
-            .send_replace(Some(Arc::new(self.session.clone())));
+        self.shown.send_replace(Some(self.session.shown()));
         self.shared
             .hub
             .watchers()
