@@ -28,7 +28,7 @@ pub async fn sign_out(
     state
         .sessions
         .machines_ended(Whose::Account(&account.id), ReleaseTrigger::SignOut)
-        .await;
+        .await?;
     if let Some(cluster) = state.hub.cluster() {
         cluster
             .machines_ended(Whose::Account(&account.id), ReleaseTrigger::SignOut)

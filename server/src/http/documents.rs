@@ -120,7 +120,7 @@ async fn set_archived(
         state
             .sessions
             .document_closed(id, ReleaseTrigger::DocumentArchived)
-            .await;
+            .await?;
     } else {
         state.sessions.document_reopened(id);
     }
@@ -152,7 +152,7 @@ pub async fn delete(
     state
         .sessions
         .document_closed(&id, ReleaseTrigger::DocumentDeleted)
-        .await;
+        .await?;
     tracing::info!(document = %id, account = %account.name, "document deleted");
     Ok(StatusCode::NO_CONTENT)
 }

@@ -81,7 +81,7 @@ pub async fn revoke(
     state
         .sessions
         .end_machine(&id, ReleaseTrigger::MachineRevoked)
-        .await;
+        .await?;
     tracing::info!(machine = %id, account = %account.name, "machine revoked");
     Ok(StatusCode::NO_CONTENT)
 }
@@ -108,7 +108,7 @@ pub async fn unpair(
     state
         .sessions
         .end_machine(&machine.id, ReleaseTrigger::MachineUnpaired)
-        .await;
+        .await?;
     tracing::info!(machine = %machine.id, account = %machine.account.name, "machine unpaired");
     Ok(StatusCode::NO_CONTENT)
 }

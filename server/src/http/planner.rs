@@ -81,7 +81,7 @@ pub async fn reset(
     if state
         .sessions
         .reset(&id, ReleaseTrigger::PlannerReset)
-        .await
+        .await?
     {
         tracing::info!(document = %id, account = %account.name, "planner reset");
         Ok(StatusCode::NO_CONTENT)

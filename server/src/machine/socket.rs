@@ -110,8 +110,7 @@ pub async fn serve(
                 Ok(()) => {}
                 Err(Renewal::Gone) => return,
                 Err(Renewal::Revoked) => {
-                    info!("the machine was revoked; ending its sessions and links");
-                    Box::pin(sessions.end_machine(&machine.id, ReleaseTrigger::MachineRevoked)).await;
+                    Box::pin(revoked(&sessions, &machine.id)).await;
                     return;
                 }
             }
@@ -160,8 +159,7 @@ pub async fn serve(
                             Ok(()) => {}
                             Err(Renewal::Gone) => return,
                             Err(Renewal::Revoked) => {
-                                info!("the machine was revoked; ending its sessions and links");
-                                Box::pin(sessions.end_machine(&machine.id, ReleaseTrigger::MachineRevoked)).await;
+                                Box::pin(revoked(&sessions, &machine.id)).await;
                                 return;
                             }
                         }
@@ -473,6 +471,19 @@ async fn send(
 ) -> Result<(), axum::Error> {
     let text = serde_json::to_string(message).unwrap_or_default();
     sink.send(Message::Text(text.into())).await
+}
+
+/// The machine's credential was revoked while it was linked: its sessions
+/// and links end. A session whose end cannot be committed is logged and
+/// carries on, away, until its owner revokes the machine again.
+async fn revoked(sessions: &Sessions, machine: &str) {
+    info!("the machine was revoked; ending its sessions and links");
+    if let Err(error) = sessions
+        .end_machine(machine, ReleaseTrigger::MachineRevoked)
+        .await
+    {
+        warn!(%error, "a session of the revoked machine did not end");
+    }
 }
 
 #[cfg(test)]

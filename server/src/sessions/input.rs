@@ -118,8 +118,8 @@ pub enum Input {
     Release {
         /// The act.
         trigger: ReleaseTrigger,
-        /// Told once it is carried out.
-        done: Done<()>,
+        /// Told once it is committed and carried out, or why not.
+        done: Done<Result<(), StorageError>>,
     },
 }
 

@@ -204,6 +204,12 @@ impl Shared {
         self.lock().released.insert(session.to_owned(), link);
     }
 
+    /// Undoes [`Shared::released_by_server`] for a release not committed:
+    /// the session carries on, and a `stopped` for it is its own again.
+    fn not_released_by_server(&self, session: &str) {
+        self.lock().released.remove(session);
+    }
+
     /// Starts a driver for `session`, whose first step is `first`, on
     /// `link` (none: the machine is away) with its feed at `feed`, and
     /// registers it. A session taken back from its journal is shown at

@@ -6,6 +6,7 @@
 use margin_planner::{CardId, ReleaseTrigger, RequestId, ResumeRefusal};
 use margin_protocol::decisions::AnswerBody;
 use tokio::sync::{mpsc, oneshot};
+use tracing::warn;
 
 use super::input::Input;
 use super::Sessions;
@@ -90,28 +91,41 @@ impl Sessions {
     /// The document was archived or deleted (SPEC P3): its session, if it
     /// has one, ends and its machine is told to `stop`; until
     /// [`Sessions::document_reopened`], `@planner` starts nothing there.
-    pub async fn document_closed(&self, document: &str, trigger: ReleaseTrigger) {
+    /// An error when the session's end could not be committed: it carries
+    /// on, and closing the document again ends it.
+    pub async fn document_closed(
+        &self,
+        document: &str,
+        trigger: ReleaseTrigger,
+    ) -> Result<(), StorageError> {
         self.shared.lock().closed.insert(document.to_owned());
         self.shared.hub.watchers().ring(document, Bell::Planner);
-        self.reset(document, trigger).await;
+        self.reset(document, trigger).await.map(drop)
     }
 
     /// Ends the document's session, if it has one, for `trigger` (SPEC
-    /// P3); the next `@planner` starts a new one. False when there was none.
-    pub async fn reset(&self, document: &str, trigger: ReleaseTrigger) -> bool {
+    /// P3); the next `@planner` starts a new one. False when there was
+    /// none; an error when its end could not be committed.
+    pub async fn reset(
+        &self,
+        document: &str,
+        trigger: ReleaseTrigger,
+    ) -> Result<bool, StorageError> {
         match self.of_document(document) {
-            Some(mailbox) => {
-                release(mailbox, trigger).await;
-                true
-            }
-            None => false,
+            Some(mailbox) => release(mailbox, trigger).await.map(|()| true),
+            None => Ok(false),
         }
     }
 
     /// Ends every session of `account`'s machines (it signed out) or of
     /// machine `machine` (unpaired or revoked) for `trigger` (SPEC P3):
-    /// linked or away, in use or not.
-    pub async fn machines_ended(&self, whose: Whose<'_>, trigger: ReleaseTrigger) {
+    /// linked or away, in use or not. Every session is tried; the first
+    /// whose end could not be committed is the error.
+    pub async fn machines_ended(
+        &self,
+        whose: Whose<'_>,
+        trigger: ReleaseTrigger,
+    ) -> Result<(), StorageError> {
         let mailboxes: Vec<mpsc::Sender<Input>> = {
             let registry = self.shared.lock();
             registry
@@ -124,23 +138,33 @@ impl Sessions {
                 .map(|live| live.mailbox.clone())
                 .collect()
         };
+        let mut ended = Ok(());
         for mailbox in mailboxes {
-            release(mailbox, trigger).await;
+            let released = release(mailbox, trigger).await;
+            ended = ended.and(released);
         }
+        ended
     }
 
     /// Ends a machine that no longer opens links (unpaired or revoked, SPEC
     /// P3): its sessions — linked or away — are released for `trigger`,
     /// then its open links are closed, and in a cluster every other node
-    /// is told to do the same.
-    pub async fn end_machine(&self, machine: &str, trigger: ReleaseTrigger) {
-        self.machines_ended(Whose::Machine(machine), trigger).await;
+    /// is told to do the same. Its links close and the cluster is told
+    /// even when a session's end could not be committed here (the error):
+    /// the machine opens no link either way, and ending it again finishes.
+    pub async fn end_machine(
+        &self,
+        machine: &str,
+        trigger: ReleaseTrigger,
+    ) -> Result<(), StorageError> {
+        let ended = self.machines_ended(Whose::Machine(machine), trigger).await;
         self.shared.links.revoke(machine);
         if let Some(cluster) = &self.shared.cluster {
             cluster
                 .machines_ended(Whose::Machine(machine), trigger)
                 .await;
         }
+        ended
     }
 
     /// Carries out, until `ended` closes, other nodes' word that machines'
@@ -153,11 +177,17 @@ impl Sessions {
             trigger,
         }) = ended.recv().await
         {
+            // The node that was asked answered its caller; here a session
+            // whose end is not committed carries on, and is logged.
             if let Some(account) = &account {
-                self.machines_ended(Whose::Account(account), trigger).await;
+                if let Err(error) = self.machines_ended(Whose::Account(account), trigger).await {
+                    warn!(%error, ?trigger, "a session of a signed-out account did not end");
+                }
             }
             if let Some(machine) = &machine {
-                self.machines_ended(Whose::Machine(machine), trigger).await;
+                if let Err(error) = self.machines_ended(Whose::Machine(machine), trigger).await {
+                    warn!(%error, ?trigger, machine, "a session of an ended machine did not end");
+                }
                 self.shared.links.revoke(machine);
             }
         }
@@ -190,10 +220,19 @@ pub enum ResumeError {
 }
 
 /// Asks a session's driver to end it for `trigger`; returns once that is
-/// committed (or the driver is gone).
-pub(super) async fn release(mailbox: mpsc::Sender<Input>, trigger: ReleaseTrigger) {
+/// committed (or the driver is gone: the session ended already), or why
+/// it could not be, the session carrying on.
+pub(super) async fn release(
+    mailbox: mpsc::Sender<Input>,
+    trigger: ReleaseTrigger,
+) -> Result<(), StorageError> {
     let (done, released) = oneshot::channel();
-    if mailbox.send(Input::Release { trigger, done }).await.is_ok() {
-        let _ = released.await;
+    if mailbox
+        .send(Input::Release { trigger, done })
+        .await
+        .is_err()
+    {
+        return Ok(());
     }
+    released.await.unwrap_or(Ok(()))
 }

@@ -287,14 +287,21 @@ impl Driver {
                 let _ = done.send(result);
             }
             Input::Release { trigger, done } => {
-                if trigger != ReleaseTrigger::Stop {
+                // Marked before the commit: the machine's `stopped` may
+                // come the moment the committed step sends `stop`.
+                let by_server = trigger != ReleaseTrigger::Stop;
+                if by_server {
                     self.shared
                         .released_by_server(self.session.id(), self.link.as_ref().map(|l| l.id));
                 }
-                let _ = self
+                let released = self
                     .apply(|session| session.handle_release(trigger, now))
-                    .await;
-                let _ = done.send(());
+                    .await
+                    .map(drop);
+                if released.is_err() && by_server {
+                    self.shared.not_released_by_server(self.session.id());
+                }
+                let _ = done.send(released);
             }
             // `plan` steps every other input.
             other => {
