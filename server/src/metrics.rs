@@ -75,6 +75,8 @@ pub struct Counters {
     pub document_commit: Histogram,
     /// How long a Planner session's step commit took.
     pub session_commit: Histogram,
+    /// Planner session steps whose commit failed (nothing of them shown).
+    pub session_commits_failed: AtomicU64,
     /// Bytes waiting in every sync connection's outbox (the fan-out queue).
     pub outbox_bytes: AtomicI64,
     /// Session event streams open (`GET /sessions/{sid}/events`).
@@ -196,6 +198,11 @@ pub fn render(gauges: &Gauges) -> String {
         .write(&mut out, "margin_commit_seconds", "of=\"document\"");
     c.session_commit
         .write(&mut out, "margin_commit_seconds", "of=\"session\"");
+    let _ = writeln!(
+        out,
+        "# HELP margin_commits_failed_total Commits that failed, by what was committed; nothing of them was shown.\n# TYPE margin_commits_failed_total counter\nmargin_commits_failed_total{{of=\"session\"}} {}",
+        c.session_commits_failed.load(Ordering::Relaxed)
+    );
     let _ = writeln!(
         out,
         "# HELP margin_sync_closes_total Sync connections closed by the server, by close code.\n# TYPE margin_sync_closes_total counter"

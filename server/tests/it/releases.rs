@@ -200,46 +200,17 @@ on_both_backends! {
     }
 }
 
-/// Makes every write of a session's journal fail in `db`, as a full or
-/// failing disk would, until [`journal_accepts_writes`].
-async fn journal_refuses_writes(db: &crate::harness::TestDb) {
-    let raw = sqlx::AnyPool::connect(&db.url()).await.unwrap();
-    let statements: &[&str] = if db.is_postgres() {
-        &[
-            "CREATE FUNCTION refuse_journal() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'the disk refused'; END $$ LANGUAGE plpgsql",
-            "CREATE TRIGGER refuse_journal BEFORE INSERT ON session_journal FOR EACH ROW EXECUTE FUNCTION refuse_journal()",
-        ]
-    } else {
-        &["CREATE TRIGGER refuse_journal BEFORE INSERT ON session_journal BEGIN SELECT RAISE(ABORT, 'the disk refused'); END"]
-    };
-    for statement in statements {
-        sqlx::query(statement).execute(&raw).await.unwrap();
-    }
-    raw.close().await;
-}
-
-async fn journal_accepts_writes(db: &crate::harness::TestDb) {
-    let raw = sqlx::AnyPool::connect(&db.url()).await.unwrap();
-    let drop = if db.is_postgres() {
-        "DROP TRIGGER refuse_journal ON session_journal"
-    } else {
-        "DROP TRIGGER refuse_journal"
-    };
-    sqlx::query(drop).execute(&raw).await.unwrap();
-    raw.close().await;
-}
-
 on_both_backends! {
     async fn a_reset_whose_end_is_not_committed_fails_and_the_session_carries_on(db) {
         // SPEC P3: a session ends when its end is committed; until then
         // whoever asked is told it failed, never that it is done.
         let mut u = InUse::new(&db).await;
-        journal_refuses_writes(&db).await;
+        db.refuse_journal_writes().await;
         let reset = format!("/documents/{}/planner/reset", u.s.doc);
         let (status, body) = u.s.server.post(Some(&u.s.token), &reset, json!(null)).await;
         assert_eq!((status, body["error"]["code"].as_str()), (500, Some("internal")), "{body}");
         assert_eq!(u.view().await["session"], json!(u.session), "the session carries on");
-        journal_accepts_writes(&db).await;
+        db.accept_journal_writes().await;
         let (status, body) = u.s.server.post(Some(&u.s.token), &reset, json!(null)).await;
         assert_eq!(status, 204, "{body}");
         u.told_to_stop().await;
@@ -248,12 +219,12 @@ on_both_backends! {
 
     async fn archiving_whose_session_end_is_not_committed_fails_and_finishes_when_repeated(db) {
         let mut u = InUse::new(&db).await;
-        journal_refuses_writes(&db).await;
+        db.refuse_journal_writes().await;
         let archive = format!("/documents/{}/archive", u.s.doc);
         let (status, body) = u.s.server.post(Some(&u.s.token), &archive, json!(null)).await;
         assert_eq!((status, body["error"]["code"].as_str()), (500, Some("internal")), "{body}");
         assert_eq!(u.view().await["session"], json!(u.session), "the session carries on");
-        journal_accepts_writes(&db).await;
+        db.accept_journal_writes().await;
         let (status, body) = u.s.server.post(Some(&u.s.token), &archive, json!(null)).await;
         assert_eq!(status, 200, "{body}");
         u.told_to_stop().await;

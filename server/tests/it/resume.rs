@@ -199,7 +199,40 @@ fn input_result_for(message: Option<ServerMessage>) -> String {
     }
 }
 
+/// How many session steps could not be committed, as `/metrics` says.
+async fn session_commits_failed(s: &Scene) -> u64 {
+    let metrics = reqwest::get(format!("http://{}/metrics", s.server.addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("margin_commits_failed_total{of=\"session\"} "))
+        .map_or(0, |count| count.parse().unwrap())
+}
+
 on_both_backends! {
+    async fn a_link_loss_not_committed_is_recorded_once_storage_is_back(db) {
+        // SPEC L2: the session shows its machine away even when the loss
+        // could not be written at first; the driver writes it once it can.
+        let a = Away::new(&db).await;
+        let (link, _session) = a.session_with_a_run().await;
+        db.refuse_journal_writes().await;
+        drop(link);
+        for _ in 0..500 {
+            if session_commits_failed(&a.s).await > 0 { break; }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(session_commits_failed(&a.s).await > 0, "the loss was tried while the journal refused it");
+        assert_eq!(a.view().await["disconnected"], json!(false), "nothing not committed is shown");
+        db.accept_journal_writes().await;
+        let view = a.until_disconnected().await;
+        assert_eq!(view["runs"][0]["status"], json!("running"));
+        a.until_line(DISCONNECTED).await;
+    }
+
     async fn a_dropped_link_keeps_a_session_with_a_live_run_and_resume_carries_it_on(db) {
         let a = Away::new(&db).await;
         let (link, session) = a.session_with_a_run().await;

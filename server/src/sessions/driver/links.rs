@@ -2,9 +2,10 @@
 //! (SPEC L3), `resumed` out on it, and the link lost (L2, L7, L9).
 
 use margin_planner::{LinkLoss, Millis};
+use tokio::time::Instant;
 use tracing::info;
 
-use super::Driver;
+use super::{Driver, RETRY_PAUSE};
 use crate::link::{Link, LinkEnd};
 use crate::sessions::input::Resumed;
 
@@ -83,11 +84,46 @@ impl Driver {
             LinkEnd::Detached if lost.resumable => LinkLoss::Detached,
             _ => LinkLoss::Ended,
         };
-        let _ = self
-            .apply(|session| session.handle_link_lost(loss, now))
-            .await;
+        self.record(Unrecorded::LinkLost(loss), now).await;
         if self.session.released().is_none() {
             info!(?loss, "Planner away; session kept");
         }
     }
+
+    /// Commits what became of the machine while the session has no link,
+    /// or, if storage refuses it, tries again after a pause: until it is
+    /// committed nothing of it is shown, and the session would show its
+    /// machine linked for good.
+    pub(super) async fn record(&mut self, unrecorded: Unrecorded, now: Millis) {
+        self.unrecorded = None;
+        // A link attached since makes it moot.
+        if self.link.is_some() || self.attaching.is_some() {
+            return;
+        }
+        let stepped = match unrecorded {
+            Unrecorded::LinkLost(loss) => {
+                self.apply(|session| session.handle_link_lost(loss, now))
+                    .await
+            }
+            // Only a session still away: one a later `resume` carried on
+            // stays.
+            Unrecorded::NotResumed if self.session.is_away() => {
+                self.apply(|session| session.handle_not_resumed(now)).await
+            }
+            Unrecorded::NotResumed => return,
+        };
+        if stepped.is_err() {
+            self.unrecorded = Some(unrecorded);
+            self.pause = Some(Instant::now() + RETRY_PAUSE);
+        }
+    }
+}
+
+/// What became of the machine, not yet committed.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Unrecorded {
+    /// Its link was lost.
+    LinkLost(LinkLoss),
+    /// It did not come back to resume the session in time.
+    NotResumed,
 }

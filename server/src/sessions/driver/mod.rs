@@ -39,6 +39,7 @@ mod inputs;
 mod links;
 
 use inputs::{plan, Planned, BATCH};
+use links::Unrecorded;
 
 /// How often an idle session someone is viewing checks whether they left.
 const VIEWERS_EVERY: Duration = Duration::from_secs(5);
@@ -62,6 +63,9 @@ pub(super) struct Driver {
     shown: watch::Sender<Option<Shown>>,
     /// No timeout before this (a commit failed).
     pause: Option<Instant>,
+    /// A step about the machine that storage refused, tried again once
+    /// the pause is over.
+    unrecorded: Option<Unrecorded>,
     /// In a cluster: its share of the document's lease, which every
     /// write is fenced on (SPEC C1).
     lease: Option<Lease>,
@@ -89,6 +93,7 @@ impl Driver {
             shared,
             shown,
             pause: None,
+            unrecorded: None,
             lease,
             moved: false,
         }
@@ -170,9 +175,13 @@ impl Driver {
         .await
     }
 
-    /// When to look at the clock next: the session's own timeout, or a
-    /// check on its viewers while it is idle and viewed.
+    /// When to look at the clock next: a step storage refused, to try it
+    /// again; the session's own timeout; or a check on its viewers while
+    /// it is idle and viewed.
     fn due(&self) -> Option<Instant> {
+        if self.unrecorded.is_some() {
+            return Some(self.pause.unwrap_or_else(Instant::now));
+        }
         let now = self.shared.now();
         let at = |due: Millis| Instant::now() + Duration::from_millis(due.since(now).0);
         let due = match self.session.poll_timeout() {
@@ -190,6 +199,10 @@ impl Driver {
 
     async fn timeout(&mut self) {
         let now = self.shared.now();
+        if let Some(unrecorded) = self.unrecorded {
+            self.record(unrecorded, now).await;
+            return;
+        }
         let viewers = self.shared.hub.viewers(self.session.document());
         let stepped = self
             .apply(|session| {
@@ -265,12 +278,7 @@ impl Driver {
                 let _ = done.send(resumed);
             }
             Input::Attach { link } => self.attach(link),
-            // Only a session still away: one a later `resume` carried on
-            // stays.
-            Input::NotResumed if self.session.is_away() && self.attaching.is_none() => {
-                let _ = self.apply(|session| session.handle_not_resumed(now)).await;
-            }
-            Input::NotResumed => {}
+            Input::NotResumed => self.record(Unrecorded::NotResumed, now).await,
             Input::LinkLost { link, end } => self.link_lost(link, end, now).await,
             Input::ResumeRequested { done } => {
                 let mut refused = None;
@@ -346,6 +354,9 @@ impl Driver {
         let committed = self.shared.journal.commit(written.write.clone()).await;
         COUNTERS.session_commit.observe(started.elapsed());
         if let Err(error) = committed {
+            COUNTERS
+                .session_commits_failed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             warn!(%error, "session step not committed; nothing of it was revealed");
             if let StorageError::LeaseLost { .. } = error {
                 self.moved = true;

@@ -71,6 +71,47 @@ impl TestDb {
     pub async fn open(&self) -> Store {
         Store::open(&self.url()).await.unwrap()
     }
+
+    /// Makes every write to a session's journal fail, as a full or failing
+    /// disk would, until [`TestDb::accept_journal_writes`]: a real fault
+    /// in the real database (a trigger), not a stand-in for it.
+    pub async fn refuse_journal_writes(&self) {
+        let statements: &[&str] = if self.is_postgres() {
+            &[
+                "CREATE FUNCTION refuse_journal() RETURNS trigger AS $$ \
+                 BEGIN RAISE EXCEPTION 'the disk refused'; END $$ LANGUAGE plpgsql",
+                "CREATE TRIGGER refuse_journal BEFORE INSERT ON session_journal \
+                 FOR EACH ROW EXECUTE FUNCTION refuse_journal()",
+            ]
+        } else {
+            &[
+                "CREATE TRIGGER refuse_journal BEFORE INSERT ON session_journal \
+               BEGIN SELECT RAISE(ABORT, 'the disk refused'); END",
+            ]
+        };
+        self.execute(statements).await;
+    }
+
+    /// Undoes [`TestDb::refuse_journal_writes`].
+    pub async fn accept_journal_writes(&self) {
+        let statements: &[&str] = if self.is_postgres() {
+            &[
+                "DROP TRIGGER refuse_journal ON session_journal",
+                "DROP FUNCTION refuse_journal",
+            ]
+        } else {
+            &["DROP TRIGGER refuse_journal"]
+        };
+        self.execute(statements).await;
+    }
+
+    async fn execute(&self, statements: &[&str]) {
+        let raw = sqlx::AnyPool::connect(&self.url()).await.unwrap();
+        for statement in statements {
+            sqlx::query(statement).execute(&raw).await.unwrap();
+        }
+        raw.close().await;
+    }
 }
 
 fn data_folder() -> TempDir {
