@@ -12,6 +12,7 @@
 //! which appends landed.
 
 use sqlx::Row;
+use tracing::warn;
 
 use super::group::{Bounds, Commits};
 use super::updates::ClientBinding;
@@ -96,8 +97,14 @@ async fn commit(writer: &Writer, appends: &[Append]) -> Result<Vec<Landed>, Stor
         Err(error) => {
             // A statement that failed part-way leaves the transaction open
             // on the writer's one connection; it must not carry over into
-            // the next write.
-            let _ = sqlx::query("ROLLBACK").execute(&mut *connection).await;
+            // the next write. A ROLLBACK that fails leaves no telling
+            // whether it is still open, so the connection is replaced.
+            if let Err(rollback) = sqlx::query("ROLLBACK").execute(&mut *connection).await {
+                warn!(%error, %rollback, "a failed append could not be rolled back; the write connection is replaced");
+                if let Err(renew) = writer.renew(connection).await {
+                    warn!(%renew, "the write connection could not be replaced");
+                }
+            }
             return Err(error.into());
         }
     };

@@ -193,7 +193,7 @@ impl Store {
                 check_sqlite_durability(&mut writer).await?;
                 (
                     sqlite_readers(url, 4).await?,
-                    writer::Writer::owning(writer),
+                    writer::Writer::owning(writer, url),
                 )
             }
             Backend::Postgres => {

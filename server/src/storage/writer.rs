@@ -28,8 +28,9 @@ const LEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// Where writes get their connection; cheap to clone.
 #[derive(Clone, Debug)]
 pub(super) enum Writer {
-    /// SQLite: the one write connection, `None` once the store is closed.
-    Owned(Arc<Mutex<Option<AnyConnection>>>),
+    /// SQLite: the one write connection, `None` once the store is closed,
+    /// and the URL it was opened with, to open it again.
+    Owned(Arc<Mutex<Option<AnyConnection>>>, Arc<str>),
     /// PostgreSQL: the shared pool.
     Pooled(AnyPool),
 }
@@ -41,9 +42,9 @@ pub(super) enum Lent {
 }
 
 impl Writer {
-    /// Owns `connection` for every write.
-    pub fn owning(connection: AnyConnection) -> Self {
-        Writer::Owned(Arc::new(Mutex::new(Some(connection))))
+    /// Owns `connection`, opened from `url`, for every write.
+    pub fn owning(connection: AnyConnection, url: &str) -> Self {
+        Writer::Owned(Arc::new(Mutex::new(Some(connection))), url.into())
     }
 
     /// The connection, once the writers before have let it go.
@@ -55,7 +56,7 @@ impl Writer {
     /// connection.
     async fn lend_within(&self, timeout: Duration) -> Result<Lent, StorageError> {
         match self {
-            Writer::Owned(connection) => {
+            Writer::Owned(connection, _) => {
                 let held = tokio::time::timeout(timeout, connection.clone().lock_owned())
                     .await
                     .map_err(|_| StorageError::Database(sqlx::Error::PoolTimedOut))?;
@@ -71,11 +72,33 @@ impl Writer {
     /// later writes fail as on a closed pool. A pool is closed with the
     /// store's.
     pub async fn close(&self) {
-        if let Writer::Owned(connection) = self {
+        if let Writer::Owned(connection, _) = self {
             if let Some(connection) = connection.lock().await.take() {
                 let _ = connection.close().await;
             }
         }
+    }
+}
+
+impl Writer {
+    /// Closes `lent`, which a failed statement may have left inside a
+    /// transaction, and puts a new connection in its place: a later
+    /// write's statement must never run inside it, acknowledged and never
+    /// committed.
+    pub async fn renew(&self, lent: Lent) -> Result<(), StorageError> {
+        match (self, lent) {
+            (Writer::Owned(_, url), Lent::Owned(mut held)) => {
+                let mut fresh = AnyConnection::connect(url).await?;
+                super::sqlite_pragmas(&mut fresh, false).await?;
+                let old = std::mem::replace(&mut *held, fresh);
+                drop(held);
+                old.close().await?;
+            }
+            // The pool opens a new connection in its place.
+            (_, Lent::Pooled(connection)) => connection.close().await?,
+            (Writer::Pooled(_), Lent::Owned(_)) => {}
+        }
+        Ok(())
     }
 }
 
@@ -115,7 +138,23 @@ mod tests {
         let connection = AnyConnection::connect("sqlite::memory:")
             .await
             .expect("an in-memory database opens");
-        Writer::owning(connection)
+        Writer::owning(connection, "sqlite::memory:")
+    }
+
+    #[tokio::test]
+    async fn a_renewed_connection_is_outside_the_transaction_the_old_one_was_left_in() {
+        let writer = owning().await;
+        let mut lent = writer.lend().await.expect("lent");
+        sqlx::query("BEGIN")
+            .execute(&mut *lent)
+            .await
+            .expect("begins");
+        writer.renew(lent).await.expect("renewed");
+        let mut lent = writer.lend().await.expect("lent again");
+        sqlx::query("BEGIN")
+            .execute(&mut *lent)
+            .await
+            .expect("a new transaction begins: the old one is not this connection's");
     }
 
     #[tokio::test]
