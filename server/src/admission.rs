@@ -1,5 +1,5 @@
 //! Admission: what a connection may hold before it has said who it is
-//! (SPEC A2, W3). The HTTP server's accept loop lives here, so every bound
+//! (SPEC A3, W3). The HTTP server's accept loop lives here, so every bound
 //! applies before a byte of a request is parsed:
 //!
 //! - At most [`Limits::connections`] HTTP connections are open, and at most

@@ -50,7 +50,7 @@ pub struct ServeOptions {
     /// `MARGIN_SESSION_EVENTS_RETAINED`: events each session keeps behind its
     /// snapshot for replay (SPEC E2).
     pub session_events_retained: u64,
-    /// Connection caps and the request-head timeout (SPEC A2).
+    /// Connection caps and the request-head timeout (SPEC A3).
     pub limits: crate::admission::Limits,
     /// Cluster mode (SPEC C1–C4): `None` for a server alone on its
     /// database.

@@ -42,7 +42,7 @@ pub(super) struct ServeArgs {
     #[arg(long, env = "MARGIN_REMEMBERED_READS", default_value_t = NonZeroUsize::new(margin_decisions::DEFAULT_READS).unwrap_or(NonZeroUsize::MIN))]
     remembered_reads: NonZeroUsize,
     /// Open HTTP connections in all; lowered to what the process's
-    /// file-descriptor limit leaves room for (SPEC A2).
+    /// file-descriptor limit leaves room for (SPEC A3).
     #[arg(long, env = "MARGIN_MAX_CONNECTIONS", default_value_t = Limits::default().connections as u32, value_parser = clap::value_parser!(u32).range(1..))]
     max_connections: u32,
     /// Open HTTP connections from one IP address.
