@@ -38,6 +38,19 @@ impl TestDb {
         })
     }
 
+    /// [`TestDb::postgres`], failing the test when `TEST_DATABASE_URL` is
+    /// unset: a PostgreSQL test without PostgreSQL is skipped by the runner
+    /// (`cargo nextest run --profile sqlite-only`), never passed.
+    pub async fn postgres_or_fail() -> Self {
+        match Self::postgres().await {
+            Some(db) => db,
+            None => panic!(
+                "TEST_DATABASE_URL is not set, and this test needs PostgreSQL; \
+                 without one, run `cargo nextest run --profile sqlite-only`, which skips it"
+            ),
+        }
+    }
+
     /// Whether this is a PostgreSQL database.
     pub fn is_postgres(&self) -> bool {
         self.schema.is_some()
