@@ -195,7 +195,7 @@ fn read_lost_in_a_restart_refuses_read_evicted() {
     f.insert(4, "typed");
     f.restart();
     assert_eq!(
-        code(&f.open(at, &[card("region", "Which region?", vec![region])])),
+        f.refused(at, &[card("region", "Which region?", vec![region])]),
         "read_evicted"
     );
 }
@@ -207,7 +207,7 @@ fn paragraph_moved_refuses_block_removed_or_moved() {
     let region = f.passage(1);
     f.move_block(1, 3);
     assert_eq!(
-        code(&f.open(at, &[card("region", "Which region?", vec![region])])),
+        f.refused(at, &[card("region", "Which region?", vec![region])]),
         "block_removed_or_moved"
     );
     let mut g = Fixture::with(&PLAN);
@@ -229,12 +229,12 @@ fn address_whose_index_disagrees_with_its_digest_refuses_address_mismatch() {
         digest: digest_of("Pick a region"),
     };
     assert_eq!(
-        code(&f.open(at, &[card("k", "Q?", vec![wrong])])),
+        f.refused(at, &[card("k", "Q?", vec![wrong])]),
         "address_mismatch"
     );
     f.insert(0, "typed");
     assert_eq!(
-        code(&f.open(at, &[card("k", "Q?", vec![wrong])])),
+        f.refused(at, &[card("k", "Q?", vec![wrong])]),
         "address_mismatch"
     );
     assert!(f.cards.is_empty());
@@ -331,7 +331,7 @@ fn replay_with_read_evicted_beside_a_twin_of_a_rewritten_paragraph_is_refused() 
     f.rewrite(1, "Pick a region: EU");
     f.insert(3, "Pick a region");
     f.restart();
-    assert_eq!(code(&f.open(at, &[spec])), "read_evicted");
+    assert_eq!(f.refused(at, &[spec]), "read_evicted");
 }
 
 #[test]
@@ -342,7 +342,7 @@ fn replay_with_read_held_after_a_rewrite_beside_a_copy_refuses_block_rewritten()
     f.insert(3, "Pick a region");
     // The read names the card's own block, but that block no longer carries
     // what was read: D6 holds for a replay as for the rest of its batch.
-    assert_eq!(code(&f.open(at, &[spec])), "block_rewritten");
+    assert_eq!(f.refused(at, &[spec]), "block_rewritten");
     assert_eq!(f.cards.len(), 1);
 }
 
@@ -351,7 +351,7 @@ fn replay_with_read_held_after_a_rewrite_refuses_block_rewritten() {
     let mut f = Fixture::with(&PLAN);
     let (at, spec) = existing_region(&mut f);
     f.rewrite(1, "Pick a region: EU");
-    assert_eq!(code(&f.open(at, &[spec])), "block_rewritten");
+    assert_eq!(f.refused(at, &[spec]), "block_rewritten");
 }
 
 #[test]
@@ -360,7 +360,7 @@ fn replay_with_read_evicted_after_a_rewrite_refuses_read_evicted() {
     let (at, spec) = existing_region(&mut f);
     f.rewrite(1, "Pick a region: EU");
     f.restart();
-    assert_eq!(code(&f.open(at, &[spec])), "read_evicted");
+    assert_eq!(f.refused(at, &[spec]), "read_evicted");
 }
 
 #[test]
@@ -389,10 +389,7 @@ fn two_passage_card_with_second_passage_rewritten_beside_a_copy_and_read_evicted
         f.insert(5 + i, &format!("typed {i}"));
         f.read();
     }
-    assert_eq!(
-        code(&f.open(at, std::slice::from_ref(&spec))),
-        "read_evicted"
-    );
+    assert_eq!(f.refused(at, std::slice::from_ref(&spec)), "read_evicted");
     // Reading again: the Planner addresses the card's blocks as they are now.
     let fresh = f.read();
     let retry = card(
@@ -483,7 +480,7 @@ fn one_bad_card_in_a_batch_of_many_creates_nothing() {
             digest: digest_of("nope"),
         }],
     ));
-    assert_eq!(code(&f.open(at, &cards)), "address_mismatch");
+    assert_eq!(f.refused(at, &cards), "address_mismatch");
     assert!(f.cards.is_empty());
 }
 
@@ -610,11 +607,11 @@ fn bad_input_is_a_clear_error_and_creates_nothing() {
     }
     let twice = f.open(at, &[good(), good()]);
     assert!(twice.unwrap_err().to_string().contains("appears twice"));
-    assert_eq!(code(&f.open(at + 5, &[good()])), "invalid_input");
+    assert_eq!(f.refused(at + 5, &[good()]), "invalid_input");
     let too_many: Vec<_> = (0..33)
         .map(|i| card(&format!("k{i}"), "Q?", vec![region]))
         .collect();
-    assert_eq!(code(&f.open(at, &too_many)), "invalid_input");
+    assert_eq!(f.refused(at, &too_many), "invalid_input");
     assert!(
         Key::parse("").is_err()
             && Key::parse("has space").is_err()
@@ -637,10 +634,7 @@ fn multi_passage_replay_without_its_read_is_refused_until_read_again() {
     f.restart();
     // Both passages are intact, yet a later passage cannot be told from a
     // copy without the read: the Planner must read again (SPEC D7).
-    assert_eq!(
-        code(&f.open(at, std::slice::from_ref(&spec))),
-        "read_evicted"
-    );
+    assert_eq!(f.refused(at, std::slice::from_ref(&spec)), "read_evicted");
     let fresh = f.read();
     let retry = card(
         "both",

@@ -106,6 +106,16 @@ impl Fixture {
         self.run(revision, cards, Strictness::StaleAllowed)
     }
 
+    /// [`Fixture::open`] for a batch that must be refused: the refusal
+    /// code, once it is checked that no card was created or changed.
+    pub fn refused(&mut self, revision: i64, cards: &[CardSpec]) -> &'static str {
+        let before = self.cards.clone();
+        let result = self.open(revision, cards);
+        assert!(result.is_err(), "accepted: {result:?}");
+        assert_eq!(self.cards, before, "a refused batch changed the cards");
+        code(&result)
+    }
+
     /// `open_decision` / `ask`: strict revision.
     pub fn open_strict(
         &mut self,

@@ -21,6 +21,19 @@ async fn exchange(server: &Server, request: &[u8], patience: Duration) -> String
     String::from_utf8_lossy(&read).into_owned()
 }
 
+/// Sends `request` and reads until the server closes the connection: what
+/// it answered, or `None` when it left the connection open for `patience`.
+async fn answer_then_close(server: &Server, request: &[u8], patience: Duration) -> Option<String> {
+    let mut tcp = TcpStream::connect(server.addr).await.unwrap();
+    tcp.write_all(request).await.unwrap();
+    let mut read = Vec::new();
+    match tokio::time::timeout(patience, tcp.read_to_end(&mut read)).await {
+        // An orderly close, or a reset: either way the server ended it.
+        Ok(_) => Some(String::from_utf8_lossy(&read).into_owned()),
+        Err(_) => None,
+    }
+}
+
 /// The file descriptors process `pid` holds.
 fn fds_of(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
@@ -101,10 +114,10 @@ on_both_backends! {
 
     async fn a_request_head_that_never_ends_is_closed_after_the_header_timeout(db) {
         let server = Server::start_limited(&db, None, &["--header-timeout-ms", "300"]).await;
-        let started = Instant::now();
-        let answer = exchange(&server, b"GET /healthz HTTP/1.1\r\nHost: margin\r\n", Duration::from_secs(10)).await;
-        assert!(started.elapsed() < Duration::from_secs(10), "the half-sent head was never closed");
-        assert!(!answer.contains("200 OK"), "{answer:?}");
+        let answer = answer_then_close(&server, b"GET /healthz HTTP/1.1\r\nHost: margin\r\n", Duration::from_secs(30)).await;
+        let answer = answer.expect("the server left the half-sent head open");
+        // Closed before a request was read: nothing to answer.
+        assert_eq!(answer, "", "closed with no answer");
     }
 
     async fn a_body_that_never_arrives_is_answered_408(db) {
@@ -144,10 +157,9 @@ on_both_backends! {
         assert!(answer.to_ascii_lowercase().contains("retry-after: 1"), "{answer:?}");
         assert!(answer.contains("\"too_many_attempts\""), "{answer:?}");
         // Only failures are throttled: a good token signs in (SPEC A3b).
+        // (That the address earns a failure back each second is pinned on
+        // a virtual clock: `http::throttle::tests`.)
         assert_eq!(server.get(Some(&token), "/documents").await.0, 200);
-        // A second later the address has earned one failure back.
-        tokio::time::sleep(Duration::from_millis(1_100)).await;
-        assert_eq!(server.get(Some("mgn_guess21"), "/documents").await.0, 401);
     }
 
     async fn a_query_token_is_honoured_only_on_the_sync_and_event_routes(db) {

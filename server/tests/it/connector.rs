@@ -540,7 +540,15 @@ on_both_backends! {
             let detach = detach.clone();
             async move { connector.run(ReadsOnce { started }, detach.cancelled_owned()).await }
         });
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Linked: the view names the machine a `@planner` would start on.
+        let view = format!("/documents/{doc}/planner");
+        for _ in 0..1000 {
+            if server.get(Some(&token), &view).await.1["machine"] == "laptop" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(server.get(Some(&token), &view).await.1["machine"], "laptop", "the connector linked");
         server.say(&token, &doc, "@planner read it").await;
         tokio::time::timeout(PATIENCE, calling.recv()).await.expect("the turn started").unwrap();
         // The call is on its way: the server dies under it.

@@ -173,10 +173,14 @@ on_both_backends! {
     }
 
     async fn a_call_in_flight_at_sigkill_gets_its_result_or_interrupted_after_resume_and_never_runs_twice(db) {
+        // Three kills, each with a known moment: before the server read the
+        // call (it is stopped, SIGSTOP), after its result was sent (the
+        // machine lost it with the link), and a few milliseconds in, which
+        // may fall anywhere. Whatever the moment, the call gets one answer
+        // after `resume` that says truly whether the edit landed (W1).
         let (mut server, token, doc) = scene(&db).await;
         let mut link = linked_planner(&server, &token).await;
-        let mut landed_or_not = Vec::new();
-        for (round, delay) in [0u64, 3, 15].into_iter().enumerate() {
+        for (round, moment) in [Moment::BeforeRead, Moment::AfterResult, Moment::Within(3)].into_iter().enumerate() {
             server.say(&token, &doc, "@planner edit").await;
             let (session, turn, _, _) = invoked(&mut link).await;
             let ServerMessage::ToolResult { output: Some(read), .. } = call(&mut link, &session, &turn, "read_document", json!({})).await else { panic!("no read") };
@@ -184,9 +188,19 @@ on_both_backends! {
             let text = format!("Round {round}");
             let edits: Vec<_> = (0..16).map(|_| json!({"op": "insert", "kind": "paragraph", "text": text})).collect();
             let id = fresh_call_id();
+            if moment == Moment::BeforeRead {
+                signal(&server, "-STOP");
+            }
             link.send_message(&ClientMessage::ToolCall { session: session.clone(), turn: turn.clone(), call_id: id.clone(),
                 name: "edit_plan".into(), arguments: json!({"revision": read["revision"], "edits": edits}) }).await;
-            tokio::time::sleep(Duration::from_millis(delay)).await;
+            match moment {
+                Moment::BeforeRead => {}
+                Moment::AfterResult => {
+                    let sent = link.next_work().await;
+                    assert!(matches!(&sent, Some(ServerMessage::ToolResult { call_id, .. }) if *call_id == id), "{sent:?}");
+                }
+                Moment::Within(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+            }
             server.kill().await;
             server.restart().await;
             link = linked_planner(&server, &token).await;
@@ -208,7 +222,11 @@ on_both_backends! {
                 }
                 other => panic!("round {round}: the call in flight got {other:?}"),
             };
-            landed_or_not.push(outcome);
+            match moment {
+                Moment::BeforeRead => assert_eq!(outcome, "never recorded", "killed before the call was read"),
+                Moment::AfterResult => assert_eq!(outcome, "stored", "killed after its result was sent"),
+                Moment::Within(_) => {}
+            }
             if outcome != "never recorded" {
                 // Sent again under the same id, it is answered as before and
                 // never run again.
@@ -221,7 +239,6 @@ on_both_backends! {
             }
             reply(&mut link, &session, &turn, "Edited.").await;
         }
-        eprintln!("calls in flight at the kill: {landed_or_not:?}");
     }
 
     async fn a_turn_in_flight_its_queued_messages_and_run_ages_survive_sigkill(db) {
@@ -249,4 +266,24 @@ on_both_backends! {
             other => panic!("expected the next turn, got {other:?}"),
         }
     }
+}
+
+/// When a crash test kills the server, against a call it sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Moment {
+    /// The server is stopped before the call reaches it.
+    BeforeRead,
+    /// The call's result was sent, and the machine lost it with the link.
+    AfterResult,
+    /// This many milliseconds after the call was sent.
+    Within(u64),
+}
+
+/// Sends `signal` (`-STOP`, `-CONT`) to the server's process.
+fn signal(server: &Server, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
 }

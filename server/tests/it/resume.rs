@@ -12,7 +12,7 @@ use margin_protocol::link::RunStatus::Running;
 use margin_protocol::link::{close, ClientMessage, ServerMessage};
 use serde_json::json;
 
-use crate::harness::{LinkClient, TestDb};
+use crate::harness::{LinkClient, SyncClient, TestDb};
 use crate::on_both_backends;
 use crate::turns::{ask_first_paragraph, call, invoked, reply, report, Scene};
 
@@ -84,6 +84,42 @@ impl Away {
         reply(&mut link, &session, &turn, "Building.").await;
         self.s.chat_len(2).await;
         (link, session)
+    }
+
+    /// The control of a test that a timer spares a session: another
+    /// document's session on `link`, its turn replied, nothing in use.
+    async fn idle_session_on(&self, link: &mut LinkClient, other: &str) {
+        self.s
+            .server
+            .say(&self.s.token, other, "@planner tidy up")
+            .await;
+        let (idle, turn, _, _) = invoked(link).await;
+        reply(link, &idle, &turn, "Tidied.").await;
+        let chat = format!("/documents/{other}/chat");
+        for _ in 0..1000 {
+            if self.s.server.get(Some(&self.s.token), &chat).await.1["messages"]
+                .as_array()
+                .map_or(0, Vec::len)
+                == 2
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the control's reply never reached Chat");
+    }
+
+    /// Waits until `document` has no Planner session.
+    async fn until_no_session(&self, document: &str) {
+        let view = format!("/documents/{document}/planner");
+        for _ in 0..1000 {
+            if self.s.server.get(Some(&self.s.token), &view).await.1["session"].is_null() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let seen = self.s.server.get(Some(&self.s.token), &view).await.1;
+        panic!("the session of {document} never ended: {seen}");
     }
 
     /// A session waiting on one question (no run), after its first turn.
@@ -264,11 +300,20 @@ on_both_backends! {
             o.planner_idle = Duration::from_millis(50);
             o.attach_grace = Duration::from_millis(50);
         }).await;
-        let (link, session) = a.session_with_a_run().await;
+        let (mut link, session) = a.session_with_a_run().await;
+        // The control: another document's session with nothing in use,
+        // kept only while someone views that document.
+        let other = a.s.server.create_document(&a.s.token, "Other").await;
+        let viewer = SyncClient::connect(&a.s.server.sync_url(&other, &a.s.token)).await;
+        a.idle_session_on(&mut link, &other).await;
         drop(link);
         a.until_disconnected().await;
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        assert_eq!(a.view().await["disconnected"], json!(true));
+        viewer.close().await;
+        // Its idle timer ends the control; by then the session in use has
+        // been away as long, past the idle period and the grace, and waits.
+        a.until_no_session(&other).await;
+        let kept = a.view().await;
+        assert_eq!((kept["session"].clone(), kept["disconnected"].clone()), (json!(session), json!(true)));
         let (_, resumed) = a.resume(json!([{"session": session}])).await;
         let ServerMessage::Resumed { sessions, .. } = resumed else { unreachable!() };
         assert_eq!(sessions.len(), 1);
@@ -322,13 +367,18 @@ on_both_backends! {
 
     async fn a_restarted_server_keeps_a_session_with_a_live_run_past_the_grace(db) {
         let mut a = Away::with(&db, |o| o.attach_grace = Duration::from_millis(300)).await;
-        let (link, session) = a.session_with_a_run().await;
+        let (mut link, session) = a.session_with_a_run().await;
+        // The control: another document's session with nothing in use,
+        // which the grace ends after the restart.
+        let other = a.s.server.create_document(&a.s.token, "Other").await;
+        a.idle_session_on(&mut link, &other).await;
         drop(link);
         a.s.server.restart().await;
         let view = a.until_disconnected().await;
         assert_eq!((view["runs"][0]["run"].clone(), view["runs"][0]["disconnected"].clone()), (json!("build"), json!(true)));
-        // A live run is in use: no grace ends it (L2).
-        tokio::time::sleep(Duration::from_millis(600)).await;
+        a.until_no_session(&other).await;
+        // A live run is in use: the same grace did not end it (L2).
+        assert_eq!(a.view().await["session"], json!(session));
         let (_, resumed) = a.resume(json!([{"session": session}])).await;
         let ServerMessage::Resumed { sessions, .. } = resumed else { unreachable!() };
         assert_eq!(sessions.len(), 1);
