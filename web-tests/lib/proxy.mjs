@@ -26,6 +26,11 @@ export class Proxy {
     this.targetPort = targetPort;
     /** Connections accepted and forwarded, over the proxy's life. */
     this.accepted = 0;
+    /** Connections turned away while refusing, over the proxy's life. */
+    this.refused = 0;
+    /** Bytes dropped while held, by direction: a test waits on these to
+     * know that what it held back did reach the proxy. */
+    this.dropped = { up: 0, down: 0 };
     this.refusing = false;
     this.pairs = new Set();
     this.server = net.createServer((client) => this.#accept(client));
@@ -72,6 +77,7 @@ export class Proxy {
 
   #accept(client) {
     if (this.refusing) {
+      this.refused++;
       client.destroy();
       return;
     }
@@ -86,9 +92,11 @@ export class Proxy {
     };
     client.on('data', (chunk) => {
       if (pair.up) upstream.write(chunk);
+      else this.dropped.up += chunk.length;
     });
     upstream.on('data', (chunk) => {
       if (pair.down) client.write(chunk);
+      else this.dropped.down += chunk.length;
     });
     for (const socket of [client, upstream]) {
       socket.on('error', end);

@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import { chmod, copyFile, mkdtemp, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { serverTest, waitFor, sleep, withTimeout } from '../lib/server.mjs';
+import { serverTest, waitFor, withTimeout } from '../lib/server.mjs';
 import { documentWith, decisions } from '../lib/doc.mjs';
 import { Proxy } from '../lib/proxy.mjs';
 import { Connector, ConnectError, ToolError, isRefusal, silentLogger, RESUMABLE_SESSIONS } from '../lib/sdk.mjs';
@@ -104,6 +104,9 @@ function signal() {
 function asks(answers) {
   return {
     async turn(turn) {
+      // A probe: its invoke comes after whatever the server sent before
+      // on the link, so an answer sent again would have come first.
+      if (turn.messages.some((m) => m.text.includes('probe'))) return 'Probed.';
       const read = await turn.readDocument();
       const block = read.outline[0];
       const asked = await turn.ask({
@@ -228,7 +231,8 @@ serverTest('a call that never reached the server is answered unknown_call after 
   await waitFor(() => linking.links >= 1, PATIENCE, 'the first link');
   await say(server, doc.id, '@planner name the owner');
   await withTimeout(sent.promise, PATIENCE, 'the call to be sent');
-  await sleep(200);
+  // The call reached the proxy and went no further.
+  await waitFor(() => proxy.dropped.up > 0, PATIENCE, 'the call to be held back');
   assert.deepEqual(await outlineTexts(server, doc.id), ['Intro.'], 'the held call did not run');
   proxy.cut();
 
@@ -290,7 +294,9 @@ serverTest('an answer given while the machine was away is delivered once after i
   await waitFor(async () => (await plannerView(server, doc.id)).disconnected, PATIENCE, 'the Planner to show disconnected');
   const answered = await server.api('POST', `/documents/${doc.id}/decisions/${card.id}/answer`, { as: 'alice', body: { yes: true } });
   assert.equal(answered.status, 200, JSON.stringify(answered.body));
-  await sleep(300);
+  // The machine tries to come back after the answer and is turned away.
+  const refusedBefore = proxy.refused;
+  await waitFor(() => proxy.refused > refusedBefore, PATIENCE, 'the connector to try again');
   assert.deepEqual(answers, [], 'nothing reaches a machine that is away');
 
   proxy.refuse(false);
@@ -309,7 +315,8 @@ serverTest('an answer given while the machine was away is delivered once after i
     PATIENCE,
     'the connector back after the second cut',
   );
-  await sleep(300);
+  await say(server, doc.id, '@planner probe');
+  await lines(server, doc.id, { kind: 'planner', part: 'Probed.' });
   assert.equal(answers.length, 1, 'the answer was delivered once');
   assert.equal((await plannerView(server, doc.id)).questions, 0);
 
@@ -324,7 +331,8 @@ serverTest('an answer given while the machine was away is delivered once after i
   const restarted = keepLinked(onCleanup, { server: server.baseUrl, credential, heldFile: restartedFile }, asks(again));
   await waitFor(() => restarted.links >= 1, PATIENCE, 'the restarted machine to link');
   await waitFor(async () => (await plannerView(server, doc.id)).connected, PATIENCE, 'the Planner connected again');
-  await sleep(300);
+  await say(server, doc.id, '@planner probe again');
+  await lines(server, doc.id, { kind: 'planner', part: 'Probed.', count: 2 });
   assert.deepEqual(again, [], 'an acknowledged answer is not sent again');
 });
 
