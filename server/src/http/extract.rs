@@ -187,23 +187,60 @@ fn timed_out(rejection: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// How much of a refused body is read and thrown away after the 413, and
+/// for how long, before the connection closes.
+const LINGER_BYTES: u64 = 64 * 1024 * 1024;
+const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Answers 413 at once when a request declares a body longer than `limit`
 /// (`Content-Length`), before reading a byte of it; a body that declares
 /// nothing is cut at the limit as it is read.
+///
+/// The answer goes first; then what the client still sends is read and
+/// discarded, up to [`LINGER_BYTES`] within [`LINGER_TIME`], and the
+/// connection closes (a lingering close, as nginx does). Closed at once, a
+/// client still writing its body meets a reset and never reads the 413:
+/// Node's `fetch` writes the whole body before it reads.
 pub async fn declared_length(
     axum::extract::State(limit): axum::extract::State<usize>,
     request: Request,
     next: axum::middleware::Next,
-) -> Result<axum::response::Response, AppError> {
+) -> axum::response::Response {
     let declared = request
         .headers()
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<u64>().ok());
     match declared {
-        Some(length) if length > limit as u64 => Err(AppError::TooLarge(format!(
-            "a body of {length} bytes exceeds this route's limit of {limit} bytes"
-        ))),
-        _ => Ok(next.run(request).await),
+        Some(length) if length > limit as u64 => {
+            tokio::spawn(discard(request.into_body(), length.min(LINGER_BYTES)));
+            let refused = AppError::TooLarge(format!(
+                "a body of {length} bytes exceeds this route's limit of {limit} bytes"
+            ));
+            let mut response = axum::response::IntoResponse::into_response(refused);
+            response.headers_mut().insert(
+                axum::http::header::CONNECTION,
+                axum::http::HeaderValue::from_static("close"),
+            );
+            response
+        }
+        _ => next.run(request).await,
     }
+}
+
+/// Reads `body` and throws it away, until `bound` bytes, its end, an error
+/// or [`LINGER_TIME`].
+async fn discard(body: axum::body::Body, bound: u64) {
+    use futures_util::StreamExt;
+    let mut stream = body.into_data_stream();
+    let _ = tokio::time::timeout(LINGER_TIME, async {
+        let mut read = 0u64;
+        while let Some(Ok(chunk)) = stream.next().await {
+            read += chunk.len() as u64;
+            if read >= bound {
+                break;
+            }
+        }
+    })
+    .await;
 }
