@@ -32,6 +32,22 @@ pub fn serving(upgrade: WebSocketUpgrade, max_message: usize) -> WebSocketUpgrad
         .max_frame_size(max_message)
 }
 
+/// [`serving`] for a member's or a machine's socket, which reads whole a
+/// message up to a quarter over `max_message`: the caller refuses it
+/// ([`over_limit`]) with 1009, and the peer, done sending, reads that
+/// close. Cut off at its header, a peer still sending meets a reset and
+/// sees only 1006. Past the quarter the message is cut off all the same.
+pub fn serving_peers(upgrade: WebSocketUpgrade, max_message: usize) -> WebSocketUpgrade {
+    let read_whole = max_message + max_message / 4;
+    serving(upgrade, read_whole)
+}
+
+/// Whether a message of `len` bytes, read by a socket from
+/// [`serving_peers`], is over `max_message` and must be refused.
+pub fn over_limit(len: usize, max_message: usize) -> bool {
+    len > max_message
+}
+
 /// The configuration of a socket this server opens to another node, sized
 /// as above, refusing frames and messages over `max_message` bytes.
 pub fn opening(max_message: usize) -> WebSocketConfig {

@@ -218,3 +218,23 @@ serverTest(
     assert.equal(again.closes[0].code, 4400);
   },
 );
+
+serverTest(
+  'a message over the sync limit closes its sender 1009, read by a client that sent it whole',
+  { accounts: ['alice'], timeout: 60000 },
+  async ({ server, onCleanup }) => {
+    // SPEC A2: the close says why. A client writes the whole message before
+    // it reads (as ws and browsers do); cut off at the frame's header, it
+    // would meet a reset and see only 1006.
+    const doc = await server.createDocument('alice', 'Too big');
+    const limit = 16 * 1024 * 1024 + 64;
+    for (const size of [limit + 1, 17 * 1024 * 1024]) {
+      const ws = await rawSocket(server, doc.id, server.tokens.alice);
+      onCleanup(() => ws.terminate());
+      ws.send(Buffer.alloc(size, 1));
+      await waitFor(() => ws.closed, 20000, `the ${size}-byte sender to be closed`);
+      assert.equal(ws.closed.code, 1009, `${size} bytes: ${JSON.stringify(ws.closed)}`);
+      assert.match(ws.closed.reason, /message exceeds the 16777280-byte limit/);
+    }
+  },
+);

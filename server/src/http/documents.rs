@@ -197,7 +197,7 @@ pub async fn sync(
 ) -> Result<Response, AppError> {
     let document = visible(&state, &account, &id).await?;
     let hub = state.hub.clone();
-    Ok(sockets::serving(upgrade, MAX_MESSAGE_BYTES)
+    Ok(sockets::serving_peers(upgrade, MAX_MESSAGE_BYTES)
         .on_failed_upgrade(|error| tracing::debug!(%error, "sync upgrade failed"))
         // Boxed: see `serve_sync`.
         .on_upgrade(move |ws| {

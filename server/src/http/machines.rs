@@ -127,7 +127,7 @@ pub async fn link(
     let store = state.hub.store().clone();
     let cluster = state.hub.cluster().cloned();
     Ok(
-        sockets::serving(upgrade, MAX_FRAME_BYTES).on_upgrade(move |ws| {
+        sockets::serving_peers(upgrade, MAX_FRAME_BYTES).on_upgrade(move |ws| {
             socket::serve(Box::new(ws), links, sessions, store, machine, cluster)
         }),
     )

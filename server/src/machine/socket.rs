@@ -177,6 +177,12 @@ pub async fn serve(
                     }
                     frame = stream.recv() => {
                         let text = match frame {
+                            Some(Ok(Message::Text(text)))
+                                if crate::sockets::over_limit(text.len(), margin_protocol::link::MAX_FRAME_BYTES) =>
+                            {
+                                closer.close(close::TOO_BIG, "frame over the 1 MiB limit");
+                                return;
+                            }
                             Some(Ok(Message::Text(text))) => text.to_string(),
                             Some(Ok(Message::Binary(_))) => {
                                 let refusal = refusal(RefusalCode::MalformedMessage, "link frames are JSON text, not binary");

@@ -80,6 +80,16 @@ pub fn serve(
                     _ = closer.closed() => break,
                 };
                 match message {
+                    Some(Ok(Message::Binary(data)))
+                        if crate::sockets::over_limit(
+                            data.len(),
+                            margin_protocol::sync::MAX_MESSAGE_BYTES,
+                        ) =>
+                    {
+                        let (code, reason) = too_big();
+                        closer.close(code, reason);
+                        break;
+                    }
                     Some(Ok(Message::Binary(data))) => {
                         if mailbox.send(Command::Frame { conn, data }).await.is_err() {
                             closer.close(close::GOING_AWAY, "document unloaded; reconnect");
@@ -134,16 +144,21 @@ fn read_error(error: &axum::Error) -> (u16, String) {
         || text.contains("too long")
         || text.contains("Message too big")
     {
-        (
-            close::TOO_BIG,
-            format!(
-                "message exceeds the {}-byte limit",
-                margin_protocol::sync::MAX_MESSAGE_BYTES
-            ),
-        )
+        too_big()
     } else {
         (close::MALFORMED, "unreadable WebSocket frame".into())
     }
+}
+
+/// The close a message over the limit gets.
+fn too_big() -> (u16, String) {
+    (
+        close::TOO_BIG,
+        format!(
+            "message exceeds the {}-byte limit",
+            margin_protocol::sync::MAX_MESSAGE_BYTES
+        ),
+    )
 }
 
 /// A close frame with a code and human-readable reason (at most 123 bytes,
