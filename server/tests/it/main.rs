@@ -17,6 +17,7 @@ mod documents;
 mod feed;
 mod fencing;
 mod http;
+mod isolation;
 mod keeping;
 mod layering;
 mod link;
