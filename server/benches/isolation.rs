@@ -17,6 +17,9 @@
 //! B's calls counts for the window it was sent in (the first tenth of each
 //! window is left out), so idle and loaded are sampled over the same
 //! minutes and a drift in the disk's commit latency weighs on both alike.
+//! With `A_RATE` set, A's reads are paced instead (open loop, that many a
+//! second, at most 64 in flight): a load that leaves the machine's cores
+//! room, so what B's figures show is blocking, not a saturated machine.
 //! The client reads every frame but parses only B's, so A's large results
 //! cost it no JSON decoding. The figure of merit is B's p99 loaded against
 //! its p99 idle (the target: within 2 ms).
@@ -27,7 +30,7 @@
 //! `DATABASE_URL` (unset: SQLite in the temp dir; `postgres://…`: that
 //! database, which should be empty),
 //! `BLOCKS` (10000), `RATE` (100), `SECONDS` (20), `WINDOW_SECONDS` (1),
-//! `REPEAT` (2),
+//! `REPEAT` (2), `A_RATE` (0: A reads in a closed loop),
 //! `QUIET_WAIT_SECONDS` (60: before each run, wait up to this long for the
 //! machine to be idle).
 
@@ -71,6 +74,7 @@ async fn bench() {
     let bin = margin_bin("isolation");
     let blocks: usize = env_or("BLOCKS", 10_000);
     let rate: u64 = env_or("RATE", 100);
+    let a_rate: u64 = env_or("A_RATE", 0);
     let seconds: f64 = env_or("SECONDS", 20.0);
     let repeat: usize = env_or("REPEAT", 2);
     for line in describe(&bin) {
@@ -139,7 +143,15 @@ async fn bench() {
     let mut loaded = Vec::new();
     for rep in 0..repeat {
         settle(env_or("QUIET_WAIT_SECONDS", 60.0)).await;
-        let run = measure((&link_a, &a), (&link, &b), rate, seconds, window, cpu).await;
+        let run = measure(
+            (&link_a, &a, a_rate),
+            (&link, &b),
+            rate,
+            seconds,
+            window,
+            cpu,
+        )
+        .await;
         run.print(rep);
         idle.extend(run.idle);
         loaded.extend(run.loaded);
@@ -153,9 +165,13 @@ async fn bench() {
         "{}",
         table_head("| B's read_document, all runs | calls | p50 ms | p99 ms | max ms |")
     );
+    let how = match a_rate {
+        0 => "in a loop".to_owned(),
+        a_rate => format!("{a_rate} times a second"),
+    };
     for (name, v) in [
         ("A idle", &idle),
-        (&*format!("A reading {blocks} blocks in a loop"), &loaded),
+        (&*format!("A reading {blocks} blocks {how}"), &loaded),
     ] {
         println!(
             "| {name} | {} | {:.2} | {:.2} | {:.2} |",
@@ -230,11 +246,12 @@ impl Run {
     }
 }
 
-/// B paced for `seconds` while A loops its reads in every other window
-/// of `window` seconds: idle and loaded samples come from the same minutes,
-/// so a drift in the disk's commit latency weighs on both alike.
+/// B paced for `seconds` while A reads in every other window of `window`
+/// seconds — in a closed loop, or `a_rate` a second: idle and loaded
+/// samples come from the same minutes, so a drift in the disk's commit
+/// latency weighs on both alike.
 async fn measure(
-    (link_a, a): (&Arc<Link>, &Arc<Turn>),
+    (link_a, a, a_rate): (&Arc<Link>, &Arc<Turn>, u64),
     (link, b): (&Arc<Link>, &Turn),
     rate: u64,
     seconds: f64,
@@ -253,16 +270,35 @@ async fn measure(
             reads.clone(),
         );
         tokio::spawn(async move {
+            let period = (a_rate > 0).then(|| Duration::from_secs_f64(1.0 / a_rate as f64));
+            let mut next = tokio::time::Instant::now();
+            let mut in_flight = tokio::task::JoinSet::new();
             while !stop.load(Ordering::Relaxed) {
                 if !looping.load(Ordering::Relaxed) {
                     tokio::time::sleep(Duration::from_millis(1)).await;
+                    next = tokio::time::Instant::now();
                     continue;
                 }
                 let id = format!("a-{}", NEXT.fetch_add(1, Ordering::Relaxed));
+                let Some(period) = period else {
+                    link.send_call(&a, &id, "read_document", json!({}));
+                    link.wait(&id).await;
+                    reads.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                };
+                tokio::time::sleep_until(next).await;
+                next += period;
+                while in_flight.len() >= 64 {
+                    in_flight.join_next().await;
+                }
                 link.send_call(&a, &id, "read_document", json!({}));
-                link.wait(&id).await;
-                reads.fetch_add(1, Ordering::Relaxed);
+                let (link, reads) = (link.clone(), reads.clone());
+                in_flight.spawn(async move {
+                    link.wait(&id).await;
+                    reads.fetch_add(1, Ordering::Relaxed);
+                });
             }
+            while in_flight.join_next().await.is_some() {}
         })
     };
     let snap = CpuSnap::take(cpu);
