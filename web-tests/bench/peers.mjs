@@ -60,13 +60,15 @@
 //   YSWEET_BIN (default /work/.peers/bin/y-sweet, or $PEERS_ROOT/bin/y-sweet)
 //   YSWEET_STORE=memory|dir
 //   RUN_TIMEOUT_MS=180000  hard limit for one run (then it counts as failed)
-//   JSON=path          also write every run as JSON
+//   JSON=path          also write the run as JSON lines: the machine, the
+//                      build, then every run (headline.mjs reads them)
 //
 // Every run records the load: CPU that other processes used during it (the
 // machine's busy ticks from /proc/stat less the server's and this harness's),
 // as % of one core; a high figure marks a disturbed run.
 
 import { writeFile } from 'node:fs/promises';
+import { statSync } from 'node:fs';
 import { execSync } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
@@ -74,6 +76,7 @@ import * as Y from 'yjs';
 import { RawClient, Writer, localAddresses } from './lib/client.mjs';
 import { startServer, installed, pool, repoRoot } from './lib/servers.mjs';
 import { procStats, loadMeter } from './lib/proc.mjs';
+import { fmt, metricsFor, table } from './lib/table.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const ALL_SERVERS = ['margin', 'npm', 'hocuspocus', 'ysweet'];
@@ -136,13 +139,6 @@ function config() {
 function percentile(sorted, p) {
   if (!sorted.length) return NaN;
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
-}
-
-function median(xs) {
-  const v = xs.filter(Number.isFinite).sort((a, b) => a - b);
-  if (!v.length) return NaN;
-  const m = v.length >> 1;
-  return v.length % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
 function sortedF64(arr) {
@@ -524,89 +520,25 @@ function runScenario(cfg, server, scenario) {
 }
 
 // ---------------------------------------------------------------------------
-// Table
 
-const fmt = {
-  f0: (x) => (Number.isFinite(x) ? Math.round(x).toLocaleString('en-US') : '—'),
-  f1: (x) => (Number.isFinite(x) ? x.toFixed(1) : '—'),
-  f2: (x) => (Number.isFinite(x) ? x.toFixed(2) : '—'),
-};
-
-// Per scenario kind: [key, label, 'lower'|'higher' is better, format].
-const METRICS = {
-  idle: [
-    ['kibPerConn', 'KiB per idle connection', 'lower', 'f1'],
-    ['rssAfterMiB', 'RSS with all connected, MiB', 'lower', 'f1'],
-    ['rssBeforeMiB', 'RSS before connecting, MiB', 'lower', 'f1'],
-  ],
-  'many-docs': [
-    ['rssConnectedMiB', 'RSS while connected, MiB', 'lower', 'f1'],
-    ['latP50', 'latency p50, ms', 'lower', 'f2'],
-    ['latP99', 'latency p99, ms', 'lower', 'f2'],
-    ['latMax', 'latency max, ms', 'lower', 'f1'],
-    ['serverCpuSec', 'server CPU for the run, s', 'lower', 'f2'],
-    ['missing', 'deliveries missing', 'lower', 'f0'],
-  ],
-  open: [
-    ['cpuUsPerDelivery', 'server CPU µs per delivery', 'lower', 'f2'],
-    ['latP50', 'latency p50, ms', 'lower', 'f2'],
-    ['latP99', 'latency p99, ms', 'lower', 'f2'],
-    ['missing', 'deliveries missing', 'lower', 'f0'],
-  ],
-  closed: [
-    ['fannedPerSec', 'edits/s fanned out to all', 'higher', 'f0'],
-    ['cpuUsPerDelivery', 'server CPU µs per delivery', 'lower', 'f2'],
-  ],
-  join: [
-    ['joinP50', 'join p50, ms', 'lower', 'f1'],
-    ['joinP99', 'join p99, ms', 'lower', 'f1'],
-    ['rssLoadedMiB', 'RSS with the document loaded, MiB', 'lower', 'f1'],
-    ['step2Bytes', 'step 2 bytes', 'lower', 'f0'],
-  ],
-};
-
-function metricsFor(scenario) {
-  return METRICS[scenario] ?? METRICS[scenario.split('-')[0]];
+/** The machine a run measured on. */
+function machine() {
+  return { cpus: os.cpus().length, model: os.cpus()[0]?.model, node: process.version, kernel: os.release(), loadavg: os.loadavg() };
 }
 
-function table(cfg, results, servers) {
-  const lines = [];
-  const peers = servers.filter((s) => s !== 'margin');
-  const withRatio = servers.includes('margin') && peers.length > 0;
-  lines.push(`| scenario | metric | ${servers.join(' | ')} |${withRatio ? ' Margin ÷ best peer |' : ''}`);
-  lines.push(`|---|---|${servers.map(() => '---|').join('')}${withRatio ? '---|' : ''}`);
-  for (const scenario of cfg.scenarios) {
-    const ok = (s) => results.filter((r) => r.scenario === scenario && r.server === s && !r.failed);
-    const rows = [...metricsFor(scenario), ['otherCpuPct', 'load: other CPU % of a core', null, 'f0'], ['harnessCpuPct', 'harness CPU % of a core', null, 'f0']];
-    for (const [key, label, better, f] of rows) {
-      const med = {};
-      for (const s of servers) {
-        const rs = ok(s);
-        med[s] = rs.length ? median(rs.map((r) => r[key])) : NaN;
-      }
-      let ratio = '';
-      if (withRatio) {
-        const pv = peers.map((s) => med[s]).filter(Number.isFinite);
-        if (better && pv.length && Number.isFinite(med.margin)) {
-          const best = better === 'lower' ? Math.min(...pv) : Math.max(...pv);
-          const bestName = peers.find((s) => med[s] === best);
-          ratio = best === 0 ? (med.margin === 0 ? '1.00' : '∞') : `${(med.margin / best).toFixed(2)} (${bestName})`;
-        }
-        ratio = ` ${ratio || '—'} |`;
-      }
-      const cells = servers.map((s) => {
-        const n = ok(s).length;
-        const failed = results.filter((r) => r.scenario === scenario && r.server === s && r.failed).length;
-        if (!n) return failed ? 'failed' : 'skipped';
-        return fmt[f](med[s]);
-      });
-      lines.push(`| ${scenario} | ${label}${better ? ` (${better} is better)` : ''} | ${cells.join(' | ')} |${ratio}`);
-    }
-  }
-  return lines.join('\n');
+/** The Margin binary a run measured, and the checkout it was run from. */
+function build(cfg) {
+  const git = (args) => {
+    try { return execSync(`git ${args}`, { cwd: repoRoot }).toString().trim(); } catch { return null; }
+  };
+  let binary = null;
+  try {
+    const st = statSync(cfg.marginBin);
+    binary = { path: cfg.marginBin, bytes: st.size, builtAt: st.mtime.toISOString() };
+  } catch { /* not there: margin was not run */ }
+  const changed = git('status --porcelain --untracked-files=no');
+  return { checkout: git('rev-parse --short HEAD'), changedTrackedFiles: changed === null ? null : changed.split('\n').filter(Boolean).length, binary };
 }
-
-// ---------------------------------------------------------------------------
 
 async function main() {
   const cfg = config();
@@ -629,6 +561,7 @@ async function main() {
   console.log(`# peer bench: servers ${servers.join(', ')}; scenarios ${cfg.scenarios.join(', ')}; REPEAT=${cfg.repeat}; ` +
     `${os.cpus().length} CPUs (${os.cpus()[0]?.model}), node ${process.version}, nofile ${nofile}; y-sweet store: ${cfg.ysweetStore}`);
   const results = [];
+  const startedAt = new Date().toISOString();
   const tStart = performance.now();
   for (let rep = 0; rep < cfg.repeat; rep++) {
     for (const scenario of cfg.scenarios) {
@@ -681,7 +614,11 @@ async function main() {
   console.log(table(cfg, results, servers));
   for (const r of results) if (r.failed) console.log(`FAILED rep ${r.rep} ${r.scenario} ${r.server}: ${r.failed}`);
   if (cfg.json) {
-    await writeFile(cfg.json, JSON.stringify({ cfg, results }, null, 2));
+    // JSON lines: what ran where first, then every run as it was measured;
+    // headline.mjs renders docs/performance.md's table from such a file.
+    const head = { kind: 'run', startedAt, seconds: (performance.now() - tStart) / 1000, machine: machine(), build: build(cfg), cfg };
+    const lines = [head, ...results.map((r) => ({ kind: 'result', ...r }))].map((x) => JSON.stringify(x));
+    await writeFile(cfg.json, lines.join('\n') + '\n');
     console.log(`\nwrote ${cfg.json}`);
   }
   clearTimeout(hard);
