@@ -40,6 +40,10 @@ mod a_call_held_in_storage_holds_up_no_other_session {
         // The barrier: A's document row, locked by a transaction the test
         // keeps open.
         let mut barrier = sqlx::PgConnection::connect(&db.url()).await.unwrap();
+        let holder: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut barrier)
+            .await
+            .unwrap();
         sqlx::query("BEGIN").execute(&mut barrier).await.unwrap();
         sqlx::query("SELECT id FROM documents WHERE id = $1 FOR UPDATE")
             .bind(&s.doc)
@@ -56,14 +60,18 @@ mod a_call_held_in_storage_holds_up_no_other_session {
                 arguments: json!({"revision": a_revision, "edits": [{"op": "insert", "kind": "paragraph", "text": "A's edit"}]}),
             })
             .await;
-        // A's commit waits on the barrier.
+        // A's commit waits on the barrier: a backend that the barrier's
+        // own blocks (other tests' lock waits do not count).
         let mut watcher = sqlx::PgConnection::connect(&db.url()).await.unwrap();
         let mut waiting = 0i64;
         for _ in 0..1000 {
-            waiting = sqlx::query_scalar("SELECT count(*) FROM pg_locks WHERE NOT granted")
-                .fetch_one(&mut watcher)
-                .await
-                .unwrap();
+            waiting = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+            )
+            .bind(holder)
+            .fetch_one(&mut watcher)
+            .await
+            .unwrap();
             if waiting > 0 {
                 break;
             }
