@@ -19,8 +19,8 @@ use crate::sync::{Hub, HubSettings};
 use margin_planner::Millis;
 
 /// Connections the kernel queues before they are accepted. The default
-/// tokio/mio listener asks for 128: a storm of 1,000 machines relinking at
-/// once overflowed it and many of them waited out a 1 s SYN retry
+/// tokio/mio listener asks for 128: a storm of machines relinking at once
+/// overflowed it, and many of them waited out the kernel's SYN retry
 /// (server/benches/results/reconnect.md). The kernel caps it at
 /// `net.core.somaxconn`.
 const ACCEPT_BACKLOG: u32 = 4096;
