@@ -7,7 +7,7 @@ import { test } from 'node:test';
 import { published, render, newestRun } from '../bench/headline.mjs';
 
 test('the headline table is what the newest peers results file renders', () => {
-  const { file, results } = newestRun();
-  assert.ok(results.length > 0, `${file} holds no runs`);
-  assert.equal(published().block, render(), 'run `node web-tests/bench/headline.mjs` and commit the table');
+  const run = newestRun();
+  assert.ok(run.results.length > 0, `${run.file} holds no runs`);
+  assert.equal(published().block, render(run), 'run `node web-tests/bench/headline.mjs` and commit the table');
 });
