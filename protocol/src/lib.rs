@@ -15,6 +15,7 @@ pub mod decisions;
 pub mod document_feed;
 pub mod documents;
 pub mod error;
+pub mod kept;
 pub mod link;
 pub mod refusal;
 pub mod schema;

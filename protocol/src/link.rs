@@ -287,7 +287,70 @@ pub enum ServerMessage {
         /// connector can fail that call instead of waiting for a result).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         call_id: Option<String>,
+        /// The session of the `reply` or `run` report this refusal answers,
+        /// when it answers one (SPEC L10).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session: Option<String>,
+        /// The turn whose `reply` this refusal answers: the machine stops
+        /// sending that reply, unless the code is `session_busy`, which
+        /// asks it to send it again shortly (SPEC L10).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        turn: Option<String>,
+        /// The run whose report this refusal answers (SPEC L10).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        run: Option<String>,
     },
+    /// The turn's `reply` is committed (SPEC L10): posted, withheld for a
+    /// repair turn, or judged as the reply policy says — the machine stops
+    /// sending it and stops naming the turn in `resume`. A reply sent again
+    /// after this is refused `unknown_turn` (naming the turn), never posted
+    /// twice.
+    ReplyReceived {
+        /// The session.
+        session: String,
+        /// The turn the reply ended.
+        turn: String,
+    },
+    /// A `run` report is taken (SPEC L10, R1): committed, or it changed
+    /// nothing because the run already had that status or had ended — a
+    /// report sent again never revives an ended run. Each report gets
+    /// exactly one answer, this or a refusal naming the run.
+    RunReceived {
+        /// The session.
+        session: String,
+        /// The run.
+        run: String,
+        /// The attempt the report was about.
+        attempt: u32,
+        /// The status it reported.
+        status: RunStatus,
+    },
+}
+
+impl ServerMessage {
+    /// This refusal, naming the `reply` of `session`'s `turn` it answers
+    /// (SPEC L10); any other message is returned as it is.
+    pub fn answering_reply(self, session: &str, turn: &str) -> Self {
+        self.answering(session, Some(turn), None)
+    }
+
+    /// This refusal, naming the `run` report of `session` it answers (SPEC
+    /// L10); any other message is returned as it is.
+    pub fn answering_run(self, session: &str, run: &str) -> Self {
+        self.answering(session, None, Some(run))
+    }
+
+    fn answering(mut self, of: &str, reply: Option<&str>, report: Option<&str>) -> Self {
+        if let ServerMessage::Refusal {
+            session, turn, run, ..
+        } = &mut self
+        {
+            *session = Some(of.to_owned());
+            *turn = reply.map(str::to_owned);
+            *run = report.map(str::to_owned);
+        }
+        self
+    }
 }
 
 /// A session a machine holds, in `resume`.
@@ -649,6 +712,9 @@ mod tests {
                 code: crate::RefusalCode::UnknownMessage,
                 message: "m".into(),
                 call_id: None,
+                session: None,
+                turn: None,
+                run: None,
             },
             r#"{"type":"refusal","code":"unknown_message","message":"m"}"#,
         );
@@ -657,8 +723,39 @@ mod tests {
                 code: crate::RefusalCode::UnknownTurn,
                 message: "m".into(),
                 call_id: Some("c1".into()),
+                session: None,
+                turn: None,
+                run: None,
             },
             r#"{"type":"refusal","code":"unknown_turn","message":"m","call_id":"c1"}"#,
+        );
+        round_trip(
+            ServerMessage::Refusal {
+                code: crate::RefusalCode::UnknownTurn,
+                message: "m".into(),
+                call_id: None,
+                session: None,
+                turn: None,
+                run: None,
+            }
+            .answering_reply("s", "t1"),
+            r#"{"type":"refusal","code":"unknown_turn","message":"m","session":"s","turn":"t1"}"#,
+        );
+        round_trip(
+            ServerMessage::ReplyReceived {
+                session: "s".into(),
+                turn: "t1".into(),
+            },
+            r#"{"type":"reply-received","session":"s","turn":"t1"}"#,
+        );
+        round_trip(
+            ServerMessage::RunReceived {
+                session: "s".into(),
+                run: "deploy".into(),
+                attempt: 2,
+                status: RunStatus::Completed,
+            },
+            r#"{"type":"run-received","session":"s","run":"deploy","attempt":2,"status":"completed"}"#,
         );
     }
 

@@ -52,6 +52,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
             schema_for!(crate::document_feed::DocumentEvent),
         ),
         ("ServerMessage", schema_for!(ServerMessage)),
+        ("KeptSessions", schema_for!(crate::kept::KeptSessions)),
         ("PairMachine", schema_for!(PairMachine)),
         ("PairedMachine", schema_for!(PairedMachine)),
         ("MachineList", schema_for!(MachineList)),

@@ -1,7 +1,8 @@
 // A Planner machine on the link at /machine, speaking its JSON the way any
 // connector would: hello (resumable, with a manifest when given), heartbeats
 // answered, messages queued for the test to take in order, renewed
-// credentials kept aside. `drop()` ends the socket without a close frame, as
+// credentials and acknowledgements (`reply-received`, `run-received`, SPEC
+// L10) kept aside. `drop()` ends the socket without a close frame, as
 // when Wi-Fi goes.
 
 import WebSocket from 'ws';
@@ -20,6 +21,7 @@ export class Machine {
     });
     machine.queue = [];
     machine.waiters = [];
+    machine.acks = [];
     machine.ws.on('message', (data) => {
       const message = JSON.parse(String(data));
       if (message.type === 'heartbeat') {
@@ -29,6 +31,10 @@ export class Machine {
       if (message.type === 'credential') {
         // Renewed credentials (SPEC L8): kept, never queued as work.
         machine.credential = message.credential;
+        return;
+      }
+      if (message.type === 'reply-received' || message.type === 'run-received') {
+        machine.acks.push(message);
         return;
       }
       const waiter = machine.waiters.shift();

@@ -55,17 +55,36 @@ impl PlannerSession {
         now: Millis,
     ) -> Step {
         self.step(|session, step| {
+            let of = session.state.id.clone();
+            let received = ServerMessage::RunReceived {
+                session: of.clone(),
+                run: run.0.clone(),
+                attempt,
+                status,
+            };
             if session.state.released.is_some() {
                 return;
             }
             if attempt == 0 {
-                step.send(refusal(
-                    RefusalCode::MalformedMessage,
-                    format!("run {:?}: attempts are numbered from 1", run.0),
-                ));
+                step.send(
+                    refusal(
+                        RefusalCode::MalformedMessage,
+                        format!("run {:?}: attempts are numbered from 1", run.0),
+                    )
+                    .answering_run(&of, &run.0),
+                );
                 return;
             }
             let known = session.state.runs.get(&run);
+            // A report sent again (L10) — or any that changes nothing: the
+            // run has that status already, or that attempt has ended — is
+            // answered without a record, so it never revives an ended run.
+            if known.is_some_and(|k| {
+                k.attempt == attempt && (k.status == status || !k.status.is_live())
+            }) {
+                step.send(received);
+                return;
+            }
             let superseded = known
                 .filter(|k| attempt < k.attempt)
                 .map(|k| (attempt, k.attempt));
@@ -76,7 +95,7 @@ impl PlannerSession {
                 step.send(refusal(
                     RefusalCode::RunCapacity,
                     format!("run {:?}: the session already has {capacity} live run attempts, its declared capacity", run.0),
-                ));
+                ).answering_run(&of, &run.0));
                 return;
             }
             let entry = Entry::RunReported {
@@ -86,11 +105,12 @@ impl PlannerSession {
                 status,
             };
             session.record(step, now, entry);
-            if let Some((attempt, newest)) = superseded {
-                step.send(refusal(
+            match superseded {
+                Some((attempt, newest)) => step.send(refusal(
                     RefusalCode::SupersededAttempt,
                     format!("run {:?}: attempt {attempt} is older than the run's attempt {newest}; the run keeps the newer state", run.0),
-                ));
+                ).answering_run(&of, &run.0)),
+                None => step.send(received),
             }
         })
     }

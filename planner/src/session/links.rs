@@ -205,6 +205,9 @@ impl PlannerSession {
                             call.0
                         ),
                         call_id: Some(call.0),
+                        session: None,
+                        turn: None,
+                        run: None,
                     }),
                 }
             }

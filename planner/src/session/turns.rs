@@ -37,17 +37,29 @@ impl PlannerSession {
     /// visibly. A refused reply never releases the session (P2).
     pub fn handle_reply(&mut self, turn: &str, text: String, now: Millis) -> Step {
         self.step(|session, step| {
+            let of = session.state.id.clone();
             if text.len() > MAX_CHAT_BYTES {
-                step.send(refusal(
-                    RefusalCode::MalformedMessage,
-                    format!("a reply is at most {MAX_CHAT_BYTES} bytes"),
-                ));
+                step.send(
+                    refusal(
+                        RefusalCode::MalformedMessage,
+                        format!("a reply is at most {MAX_CHAT_BYTES} bytes"),
+                    )
+                    .answering_reply(&of, turn),
+                );
                 return;
             }
             let Some(current) = session.state.turn.as_ref().filter(|t| t.id.0 == turn) else {
-                step.send(session.unknown_turn(turn, None));
+                // Also a reply sent again after it was committed: its turn
+                // has ended, and it is never posted twice (L10).
+                step.send(session.unknown_turn(turn, None).answering_reply(&of, turn));
                 return;
             };
+            // Acknowledged before the next turn's `invoke`, once committed
+            // (L10); every verdict below ends this turn.
+            step.send(ServerMessage::ReplyReceived {
+                session: of,
+                turn: turn.to_owned(),
+            });
             let id = current.id.clone();
             let (withheld, captured) = (current.repair.len(), current.cards.len());
             if withheld == 0 {
@@ -141,6 +153,9 @@ impl PlannerSession {
                 self.state.id
             ),
             call_id: call,
+            session: None,
+            turn: None,
+            run: None,
         }
     }
 }
@@ -151,5 +166,8 @@ pub(super) fn refusal(code: RefusalCode, message: impl Into<String>) -> ServerMe
         code,
         message: message.into(),
         call_id: None,
+        session: None,
+        turn: None,
+        run: None,
     }
 }

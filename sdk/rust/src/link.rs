@@ -363,6 +363,9 @@ impl<H: Handler> Serving<H> {
                 code,
                 message,
                 call_id: Some(call_id),
+                session: None,
+                turn: None,
+                run: None,
             } => self.calls.settle(
                 &call_id,
                 Err(ToolError::Refused(ToolRefusal {
@@ -375,6 +378,7 @@ impl<H: Handler> Serving<H> {
             ServerMessage::Refusal { code, message, .. } => {
                 warn!(%code, %message, "the server refused a message");
             }
+            ServerMessage::ReplyReceived { .. } | ServerMessage::RunReceived { .. } => {}
             ServerMessage::Welcome { .. } => warn!("a second welcome ignored"),
             // Kept by the read loop before it dispatches anything else.
             ServerMessage::Credential { .. } => {}

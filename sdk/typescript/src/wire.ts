@@ -281,7 +281,49 @@ export type ServerMessage =
        * Names the problem.
        */
       message: string;
+      /**
+       * The run whose report this refusal answers (SPEC L10).
+       */
+      run?: string | null;
+      /**
+       * The session of the `reply` or `run` report this refusal answers,
+       * when it answers one (SPEC L10).
+       */
+      session?: string | null;
+      /**
+       * The turn whose `reply` this refusal answers: the machine stops
+       * sending that reply, unless the code is `session_busy`, which
+       * asks it to send it again shortly (SPEC L10).
+       */
+      turn?: string | null;
       type: 'refusal';
+    }
+  | {
+      /**
+       * The session.
+       */
+      session: string;
+      /**
+       * The turn the reply ended.
+       */
+      turn: string;
+      type: 'reply-received';
+    }
+  | {
+      /**
+       * The attempt the report was about.
+       */
+      attempt: number;
+      /**
+       * The run.
+       */
+      run: string;
+      /**
+       * The session.
+       */
+      session: string;
+      status: RunStatus;
+      type: 'run-received';
     };
 /**
  * Who wrote a Chat line.

@@ -108,8 +108,10 @@ pub(crate) fn frame(next: Option<Result<Message, Error>>) -> Frame {
     }
 }
 
-/// The next message that is not a heartbeat (heartbeats are answered) or a
-/// credential renewal (a bench links well within a credential's life).
+/// The next message that is not a heartbeat (heartbeats are answered), a
+/// credential renewal (a bench links well within a credential's life) or an
+/// acknowledgement of a reply or run report (a bench keeps nothing to send
+/// again).
 pub(crate) async fn next_message<S>(
     ws: &mut WebSocketStream<S>,
 ) -> Result<(ServerMessage, usize), String>
@@ -122,7 +124,13 @@ where
                 Frame::Message(ServerMessage::Heartbeat { seq }, _) => {
                     send(ws, &ClientMessage::HeartbeatAck { seq }).await?;
                 }
-                Frame::Message(ServerMessage::Credential { .. }, _) | Frame::Other => {}
+                Frame::Message(
+                    ServerMessage::Credential { .. }
+                    | ServerMessage::ReplyReceived { .. }
+                    | ServerMessage::RunReceived { .. },
+                    _,
+                )
+                | Frame::Other => {}
                 Frame::Message(message, bytes) => return Ok((message, bytes)),
                 Frame::Closed(why) => return Err(format!("link closed: {why}")),
             }
@@ -240,6 +248,8 @@ impl Machine {
                         if acks.lock().await.send(Message::text(ack)).await.is_err() {
                             return;
                         }
+                    }
+                    Ok(ServerMessage::ReplyReceived { .. } | ServerMessage::RunReceived { .. }) => {
                     }
                     Ok(message) => {
                         let _ = queue.send(message);

@@ -294,5 +294,8 @@ pub(crate) fn refusal(code: RefusalCode, message: impl Into<String>) -> ServerMe
         code,
         message: message.into(),
         call_id: None,
+        session: None,
+        turn: None,
+        run: None,
     }
 }

@@ -170,6 +170,9 @@ mod tests {
             code: RefusalCode::Internal,
             message: "m".into(),
             call_id: None,
+            session: None,
+            turn: None,
+            run: None,
         };
         assert_eq!(
             encoded(&other).unwrap(),

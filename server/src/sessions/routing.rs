@@ -211,6 +211,9 @@ impl Sessions {
                 code: RefusalCode::MalformedMessage,
                 message: format!("session, turn and call_id are 1 to {MAX_ID_BYTES} bytes"),
                 call_id: (!call.is_empty() && call.len() <= MAX_ID_BYTES).then_some(call),
+                session: None,
+                turn: None,
+                run: None,
             });
         }
         let missing = || unknown_turn(&session, &turn, Some(&call));
@@ -244,13 +247,15 @@ impl Sessions {
         turn: String,
         text: String,
     ) -> Option<ServerMessage> {
-        let missing = || unknown_turn(session, &turn, None);
+        // Refusals name the reply's turn, so the machine knows which reply
+        // to stop sending — or, when busy, to send again (SPEC L10).
+        let missing = || unknown_turn(session, &turn, None).answering_reply(session, &turn);
+        let busy = |message| session_busy(message).answering_reply(session, &turn);
         let input = Input::Reply {
             turn: turn.clone(),
             text,
         };
-        self.route(link, session, input, missing, session_busy)
-            .await
+        self.route(link, session, input, missing, busy).await
     }
 
     /// The machine reported a run of `session` (SPEC R1).
@@ -265,18 +270,26 @@ impl Sessions {
     ) -> Option<ServerMessage> {
         if run.is_empty() || run.len() > MAX_ID_BYTES || name.trim().is_empty() || name.len() > 200
         {
-            return Some(refusal(
+            let refused = refusal(
                 RefusalCode::MalformedMessage,
                 "a run has an id of 1 to 128 bytes and a name of 1 to 200 bytes",
-            ));
+            );
+            let nameable = !run.is_empty() && run.len() <= MAX_ID_BYTES;
+            return Some(if nameable {
+                refused.answering_run(session, &run)
+            } else {
+                refused
+            });
         }
+        let missing = || unknown_session(session).answering_run(session, &run);
+        let busy = |message| session_busy(message).answering_run(session, &run);
         let input = Input::Run {
-            run: RunId(run),
+            run: RunId(run.clone()),
             name,
             status,
             attempt: attempt.unwrap_or(1),
         };
-        self.route_to_session(link, session, input).await
+        self.route(link, session, input, missing, busy).await
     }
 
     /// The machine confirmed a Stop (SPEC P3, P4). A `stopped` for a
@@ -427,5 +440,8 @@ pub(super) fn unknown_turn(session: &str, turn: &str, call: Option<&str>) -> Ser
         code: RefusalCode::UnknownTurn,
         message: format!("turn {turn:?} of session {session:?} is not running on this machine"),
         call_id: call.map(str::to_owned),
+        session: None,
+        turn: None,
+        run: None,
     }
 }

@@ -3,6 +3,7 @@
 
 mod harness;
 
+mod acknowledged;
 mod archive;
 mod assets;
 mod bounds;

@@ -63,7 +63,7 @@ impl Away {
 
     /// A new link that resumes `sessions` (session, questions) and gets
     /// `resumed`.
-    async fn resume(&self, sessions: serde_json::Value) -> (LinkClient, ServerMessage) {
+    pub(crate) async fn resume(&self, sessions: serde_json::Value) -> (LinkClient, ServerMessage) {
         let mut link = self.link().await;
         link.send_text(&json!({"type": "resume", "sessions": sessions}).to_string())
             .await;
@@ -133,7 +133,7 @@ impl Away {
         (link, session, card)
     }
 
-    async fn view(&self) -> serde_json::Value {
+    pub(crate) async fn view(&self) -> serde_json::Value {
         self.s
             .server
             .get(
@@ -145,7 +145,7 @@ impl Away {
     }
 
     /// Waits until the Planner view says `disconnected`.
-    async fn until_disconnected(&self) -> serde_json::Value {
+    pub(crate) async fn until_disconnected(&self) -> serde_json::Value {
         for _ in 0..500 {
             let view = self.view().await;
             if view["disconnected"] == json!(true) {

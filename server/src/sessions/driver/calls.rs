@@ -155,6 +155,9 @@ impl Driver {
                         call.0
                     ),
                     call_id: Some(call.0),
+                    session: None,
+                    turn: None,
+                    run: None,
                 }
             }
         };

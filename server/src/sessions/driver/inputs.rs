@@ -45,6 +45,9 @@ impl Driver {
                     message: "the server could not record this and changed nothing; send it again"
                         .into(),
                     call_id: None,
+                    session: None,
+                    turn: None,
+                    run: None,
                 };
                 self.send(&message);
             }

@@ -20,6 +20,10 @@ pub struct LinkClient {
     /// (credential, expires_at). [`LinkClient::next`] and the readers built
     /// on it set them aside here (SPEC L8); [`LinkClient::next_raw`] does not.
     pub credentials: Vec<(String, i64)>,
+    /// Every `reply-received` and `run-received`, in order (SPEC L10):
+    /// kept here, like credentials, so tests that read a link's work see
+    /// the work.
+    pub acks: Vec<ServerMessage>,
 }
 
 /// How the server refused an upgrade at `/machine`: HTTP status and the
@@ -54,6 +58,7 @@ impl LinkClient {
                 ws,
                 closed: None,
                 credentials: Vec::new(),
+                acks: Vec::new(),
             }),
             Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
                 let body: serde_json::Value = response
@@ -127,6 +132,8 @@ impl LinkClient {
                         credential,
                         expires_at,
                     } => self.credentials.push((credential, expires_at)),
+                    ack @ (ServerMessage::ReplyReceived { .. }
+                    | ServerMessage::RunReceived { .. }) => self.acks.push(ack),
                     other => return Some(other),
                 }
             }
@@ -219,6 +226,8 @@ impl LinkClient {
                             credential,
                             expires_at,
                         } => self.credentials.push((credential, expires_at)),
+                        ack @ (ServerMessage::ReplyReceived { .. }
+                        | ServerMessage::RunReceived { .. }) => self.acks.push(ack),
                         other => got.push(other),
                     }
                 }

@@ -1,0 +1,121 @@
+//! What a machine sends that changes state survives a link that died
+//! silently (SPEC L10): a `reply` is answered with `reply-received` once
+//! committed, a `run` report with `run-received`, and a copy sent again
+//! after `resume` is posted at most once and never revives an ended run.
+
+use margin_protocol::chat::ChatKind;
+use margin_protocol::link::RunStatus::{Completed, Running};
+use margin_protocol::link::{RunStatus, ServerMessage};
+use margin_protocol::RefusalCode;
+use serde_json::json;
+
+use crate::harness::LinkClient;
+use crate::on_both_backends;
+use crate::resume::Away;
+use crate::turns::{invoked, reply, report};
+
+/// Reads `link` until `wanted` is among its acknowledgements.
+async fn until_ack(link: &mut LinkClient, wanted: &ServerMessage) {
+    for _ in 0..200 {
+        if link.acks.contains(wanted) {
+            return;
+        }
+        let other = link.work_within(std::time::Duration::from_millis(25)).await;
+        assert!(
+            other.is_none() || link.acks.contains(wanted),
+            "expected {wanted:?}, got {other:?}"
+        );
+    }
+    panic!("never acknowledged: {wanted:?}; acks {:?}", link.acks);
+}
+
+fn reply_received(session: &str, turn: &str) -> ServerMessage {
+    ServerMessage::ReplyReceived {
+        session: session.into(),
+        turn: turn.into(),
+    }
+}
+
+fn run_received(session: &str, run: &str, status: RunStatus) -> ServerMessage {
+    ServerMessage::RunReceived {
+        session: session.into(),
+        run: run.into(),
+        attempt: 1,
+        status,
+    }
+}
+
+/// The Planner's lines in Chat.
+async fn planner_lines(a: &Away) -> Vec<String> {
+    a.s.chat()
+        .await
+        .into_iter()
+        .filter(|(kind, _)| *kind == ChatKind::Planner)
+        .map(|(_, text)| text)
+        .collect()
+}
+
+on_both_backends! {
+    async fn a_reply_whose_acknowledgement_was_lost_is_refused_when_sent_again_and_posted_once(db) {
+        let a = Away::new(&db).await;
+        let mut link = a.link().await;
+        a.s.say("@planner draft it").await;
+        let (session, turn, _, _) = invoked(&mut link).await;
+        reply(&mut link, &session, &turn, "Drafted.").await;
+        until_ack(&mut link, &reply_received(&session, &turn)).await;
+        // The machine never read the acknowledgement: it still names the
+        // turn and sends its reply again.
+        drop(link);
+        a.until_disconnected().await;
+        let (mut back, _) = a
+            .resume(json!([{"session": session, "turn": turn}]))
+            .await;
+        reply(&mut back, &session, &turn, "Drafted.").await;
+        match back.next_work().await {
+            Some(ServerMessage::Refusal { code: RefusalCode::UnknownTurn, session: Some(s), turn: Some(t), call_id: None, .. }) => {
+                assert_eq!((s, t), (session.clone(), turn.clone()));
+            }
+            other => panic!("expected unknown_turn naming the turn, got {other:?}"),
+        }
+        assert_eq!(planner_lines(&a).await, ["Drafted."], "posted once");
+        let system = a.s.chat().await;
+        assert!(!system.iter().any(|(_, t)| t.contains("without the turn")), "{system:?}");
+    }
+
+    async fn a_reply_that_never_arrived_is_posted_once_when_sent_again_after_resume(db) {
+        let a = Away::new(&db).await;
+        let mut link = a.link().await;
+        a.s.say("@planner draft it").await;
+        let (session, turn, _, _) = invoked(&mut link).await;
+        // The reply was written into a link that had already died.
+        drop(link);
+        a.until_disconnected().await;
+        let (mut back, _) = a
+            .resume(json!([{"session": session, "turn": turn}]))
+            .await;
+        reply(&mut back, &session, &turn, "Drafted.").await;
+        until_ack(&mut back, &reply_received(&session, &turn)).await;
+        assert_eq!(planner_lines(&a).await, ["Drafted."]);
+    }
+
+    async fn a_run_report_sent_again_after_resume_is_answered_and_revives_no_ended_run(db) {
+        let a = Away::new(&db).await;
+        let mut link = a.link().await;
+        a.s.say("@planner build it").await;
+        let (session, turn, _, _) = invoked(&mut link).await;
+        report(&mut link, &session, "build", 1, Running).await;
+        until_ack(&mut link, &run_received(&session, "build", Running)).await;
+        report(&mut link, &session, "build", 1, Completed).await;
+        until_ack(&mut link, &run_received(&session, "build", Completed)).await;
+        reply(&mut link, &session, &turn, "Built.").await;
+        until_ack(&mut link, &reply_received(&session, &turn)).await;
+        drop(link);
+        let (mut back, _) = a.resume(json!([{"session": session}])).await;
+        for status in [Completed, Running] {
+            report(&mut back, &session, "build", 1, status).await;
+            until_ack(&mut back, &run_received(&session, "build", status)).await;
+        }
+        let view = a.view().await;
+        assert_eq!(view["runs"][0]["status"], json!("completed"), "{view}");
+    }
+}
