@@ -33,6 +33,7 @@ const USED = [
   'UpdatePlanInput',
   'ToolRefusal',
   'RefusalCode',
+  'KeptSessions',
 ];
 
 const wire = await wireTypes({

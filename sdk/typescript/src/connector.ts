@@ -37,10 +37,13 @@ export interface ConnectorOptions {
    */
   credentialFile?: string;
   /**
-   * A file that keeps the sessions this machine holds and the questions each
-   * waits on (private, replaced atomically on each change), so after the
-   * machine itself restarts `run`'s first `resume` names them again (SPEC
-   * L3, W2). A turn or call running when it stopped is not kept.
+   * A file that keeps the sessions this machine holds, the questions each
+   * waits on, and each reply and run report the server has not yet
+   * acknowledged (private, replaced atomically on each change; the format
+   * every Margin SDK writes, margin_protocol::kept), so after the machine
+   * itself restarts `run`'s first `resume` names them again and the
+   * replies and reports go again after `resumed` (SPEC L3, L10, W2). A
+   * turn or call running when it stopped is not kept.
    */
   heldFile?: string;
   /** Ask for `resumable-sessions` (default true, SPEC L1); false: a drop ends the link's sessions. */

@@ -7,7 +7,7 @@ import type { Calls } from './calls.js';
 import { ToolError } from './errors.js';
 import type { Held } from './held.js';
 import type { Logger } from './log.js';
-import type { Outbox } from './outbox.js';
+import type { Owed } from './owed.js';
 import type { ToolName } from './tools.js';
 import type {
   AnswerBody,
@@ -74,8 +74,8 @@ export interface Handler {
 /** What a turn or session handle needs from the link that serves it. */
 export interface Services {
   readonly calls: Calls;
-  readonly outbox: Outbox;
   readonly held: Held;
+  readonly owed: Owed;
   readonly log: Logger;
 }
 
@@ -91,7 +91,9 @@ export class SessionHandle {
    * Reports a run of this session and its status now (SPEC R1). A live
    * (running or paused) run keeps the session in use. A report over the
    * declared run capacity is refused by the server (`run_capacity`, logged).
-   * Resolves once the report is queued for the link.
+   * Resolves once the report is queued for the link; the run's latest
+   * report is kept, and sent again after a drop, until the server
+   * acknowledges it (SPEC L10).
    */
   run(run: string, name: string, status: RunStatus): Promise<void> {
     return this.#report(run, undefined, name, status);
@@ -107,14 +109,7 @@ export class SessionHandle {
   }
 
   #report(run: string, attempt: number | undefined, name: string, status: RunStatus): Promise<void> {
-    return this.services.outbox.push({
-      type: 'run',
-      session: this.id,
-      run,
-      name,
-      status,
-      ...(attempt === undefined ? {} : { attempt }),
-    });
+    return this.services.owed.run(this.id, run, name, status, attempt);
   }
 
   /** Never shows the link's internals. */

@@ -3,8 +3,9 @@
 // for Rust. It owns the link's mechanics — hello (resumable by default,
 // SPEC L1), heartbeats, credential renewal (L8), one turn per invoke with
 // typed tool calls, the reply, answers acknowledged and delivered once
-// (L5), Stop (L4), and resume after a drop (L3, W1) — so a Planner writes
-// only its work. It knows only the wire schemas (src/wire.ts, generated).
+// (L5), Stop (L4), resume after a drop (L3, W1), and replies and run
+// reports kept and sent again until acknowledged (L10) — so a Planner
+// writes only its work. It knows only the wire schemas (src/wire.ts, generated).
 
 export { Connector, Linked } from './connector.js';
 export type { ConnectorOptions, ServeOptions, Welcome } from './connector.js';

@@ -3,7 +3,8 @@
 // the next message, SPEC L8), runs one turn per `invoke`, delivers answers
 // once and acknowledges them (L5), carries out Stops (L4), and keeps what
 // the next `resume` names — the sessions and questions held, each session's
-// running turn and its calls still waiting (L3, W1).
+// running turn and its calls still waiting (L3, W1), and each reply and run
+// report until the server acknowledges it (L10, src/owed.ts).
 
 import { Calls } from './calls.js';
 import { plausibleCredential, type CredentialKeeper } from './credential.js';
@@ -13,6 +14,7 @@ import { Answer, Handler, SessionHandle, Turn, type Services } from './handler.j
 import { Held } from './held.js';
 import type { Logger } from './log.js';
 import { Outbox } from './outbox.js';
+import { Owed } from './owed.js';
 import { MAX_HELD_CALLS, MAX_HELD_QUESTIONS, MAX_RESUME_SESSIONS } from './protocol.js';
 import type { LinkSocket } from './socket.js';
 import type { ClientMessage, HeldSession, ServerMessage } from './wire.js';
@@ -45,6 +47,7 @@ export class Serving {
   readonly #outbox = new Outbox();
   readonly #calls: Calls;
   readonly #held: Held;
+  readonly #owed: Owed;
   readonly #services: Services;
   /** Each session's turn the SDK runs, to abort on Stop and name in `resume`. */
   readonly #turns = new Map<string, Running>();
@@ -59,7 +62,8 @@ export class Serving {
     this.#silenceMs = options.silenceMs;
     this.#calls = new Calls(this.#outbox, this.#log);
     this.#held = new Held(options.heldFile, this.#log);
-    this.#services = { calls: this.#calls, outbox: this.#outbox, held: this.#held, log: this.#log };
+    this.#owed = new Owed(this.#outbox, this.#held, this.#log);
+    this.#services = { calls: this.#calls, held: this.#held, owed: this.#owed, log: this.#log };
   }
 
   /**
@@ -67,10 +71,12 @@ export class Serving {
    * `resume`, the first message is `resume`, and a drop keeps running turns
    * and their calls in flight for the next link: its `resume` names them,
    * and each call gets its result — or `interrupted` — after `resumed`
-   * (SPEC W1). Without it, or when the end is final, everything ends with
-   * the link.
+   * (SPEC W1); replies and run reports not yet acknowledged are sent again
+   * after `resumed` (L10). Without it, or when the end is final, everything
+   * ends with the link.
    */
   async drive(socket: LinkSocket, keeper: CredentialKeeper, signal: AbortSignal | undefined, resume: boolean): Promise<Ended> {
+    this.#owed.linked();
     if (resume) socket.send(this.#resumeMessage());
     this.#outbox.open((message) => {
       if (!socket.send(message)) return false;
@@ -123,11 +129,13 @@ export class Serving {
     this.#turns.clear();
     this.#calls.failAll(gone);
     this.#held.forgetAll();
+    this.#owed.stop();
     this.#outbox.clear();
   }
 
   /** No link will come: every send from now on fails. */
   close(why: string): void {
+    this.#owed.stop();
     this.#outbox.close(why);
   }
 
@@ -197,8 +205,16 @@ export class Serving {
             this.#spawn('withdrawn', () => this.#handler.withdrawn?.(question));
           }
         }
+        this.#owed.resend();
+        return null;
+      case 'reply-received':
+        this.#owed.replyReceived(message.session, message.turn);
+        return null;
+      case 'run-received':
+        this.#owed.runReceived(message.session, message.run, message.attempt, message.status);
         return null;
       case 'refusal':
+        if (this.#owed.refused(message)) return null;
         if (message.call_id) {
           this.#calls.settle(message.call_id, {
             error: ToolError.refused({ code: message.code, message: message.message, read_again: false, retry: false }),
@@ -222,9 +238,19 @@ export class Serving {
     }
   }
 
-  /** Starts a turn; an earlier turn of the session still running is aborted. */
+  /**
+   * Starts a turn; an earlier turn of the session still running is aborted
+   * and an earlier turn's reply settled. An invoke of the turn the SDK
+   * runs, or has replied to, is one sent again: the handler sees each turn
+   * once.
+   */
   #invoke(message: Extract<ServerMessage, { type: 'invoke' }>): void {
     const { session, turn: id } = message;
+    if (this.#turns.get(session)?.id === id || this.#held.reply(session)?.turn === id) {
+      this.#log.debug?.('an invoke of a turn already taken ignored', { session, turn: id });
+      return;
+    }
+    this.#owed.invoked(session, id);
     this.#held.holdSession(session);
     const controller = new AbortController();
     const turn = new Turn(
@@ -269,7 +295,7 @@ export class Serving {
       }
     }
     if (signal.aborted) return;
-    await this.#outbox.push({ type: 'reply', session: turn.session.id, turn: turn.id, text }).catch(() => {});
+    await this.#owed.reply(turn.session.id, turn.id, text).catch(() => {});
   }
 
   /**
@@ -309,21 +335,25 @@ export class Serving {
 
   /**
    * The `resume` naming what this machine holds: each session's questions,
-   * its running turn and that turn's calls still waiting. A turn whose
-   * reply is not yet written still counts: a reply queued while the link
-   * was down goes out after `resume`, to a turn the server must still hold.
+   * its running turn and that turn's calls still waiting — or, with no turn
+   * running, the turn whose reply is not yet acknowledged (SPEC L10). A
+   * turn whose reply is not yet written still counts as running: a reply
+   * queued while the link was down goes out after `resume`, to a turn the
+   * server must still hold.
    */
   #resumeMessage(): ClientMessage {
     const held = this.#held.entries();
     if (held.length > MAX_RESUME_SESSIONS) {
       this.#log.warn('more sessions held than a resume may name; the rest end', { held: held.length });
     }
-    const sessions: HeldSession[] = held.slice(0, MAX_RESUME_SESSIONS).map(([session, questions]) => {
+    const sessions: HeldSession[] = held.slice(0, MAX_RESUME_SESSIONS).map(([session, kept]) => {
       const turn = this.#turns.get(session)?.id;
-      const entry: HeldSession = { session, questions: questions.slice(0, MAX_HELD_QUESTIONS) };
+      const entry: HeldSession = { session, questions: (kept.questions ?? []).slice(0, MAX_HELD_QUESTIONS) };
       if (turn !== undefined) {
         entry.turn = turn;
         entry.calls = this.#calls.waiting(session, turn).slice(0, MAX_HELD_CALLS);
+      } else if (kept.reply) {
+        entry.turn = kept.reply.turn;
       }
       return entry;
     });
@@ -333,6 +363,7 @@ export class Serving {
   /** `message` went out on the link. */
   #written(message: ClientMessage): void {
     if (message.type === 'tool-call') this.#calls.written(message.call_id);
+    this.#owed.written(message);
     if (message.type === 'reply' && this.#turns.get(message.session)?.id === message.turn) {
       this.#turns.delete(message.session);
     }

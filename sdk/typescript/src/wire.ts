@@ -501,6 +501,13 @@ export type EditInput =
       at: PassageAddress;
       op: 'delete';
     };
+/**
+ * One session in the held file, as this or an older SDK wrote it.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "KeptEntry".
+ */
+export type KeptEntry = KeptSession | string[];
 
 /**
  * A Planner's manifest, sent in `hello` (SPEC U1). Unknown fields are
@@ -947,4 +954,69 @@ export interface UpdatePlanInput {
    * The list that replaces the plan; `[]` clears it.
    */
   steps: PlanStep[];
+}
+/**
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "KeptSessions".
+ */
+export interface KeptSessions {
+  [k: string]: KeptEntry;
+}
+/**
+ * A session the machine holds, and what it still owes the server.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "KeptSession".
+ */
+export interface KeptSession {
+  /**
+   * The questions (`ask` card ids) it waits on, sorted.
+   */
+  questions?: string[];
+  /**
+   * A turn's reply not yet acknowledged: its turn is named in `resume`
+   * and the reply sent again after `resumed`.
+   */
+  reply?: KeptReply | null;
+  /**
+   * The latest report of each run not yet acknowledged, sorted by run.
+   */
+  runs?: KeptRun[];
+}
+/**
+ * A reply sent and not yet acknowledged.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "KeptReply".
+ */
+export interface KeptReply {
+  /**
+   * Its text.
+   */
+  text: string;
+  /**
+   * The turn it ends.
+   */
+  turn: string;
+}
+/**
+ * A run's latest report, sent and not yet acknowledged.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "KeptRun".
+ */
+export interface KeptRun {
+  /**
+   * The attempt reported about.
+   */
+  attempt: number;
+  /**
+   * Its name.
+   */
+  name: string;
+  /**
+   * The run's id.
+   */
+  run: string;
+  status: RunStatus;
 }
