@@ -13,12 +13,12 @@ from typing import Any
 LOGGER = logging.getLogger("margin_connector")
 
 
-def warn(log: logging.Logger, message: str, **fields: Any) -> None:
-    log.warning("%s%s", message, _fields(fields))
+def warn(log: logging.Logger, text: str, /, **fields: Any) -> None:
+    log.warning("%s%s", text, _fields(fields))
 
 
-def debug(log: logging.Logger, message: str, **fields: Any) -> None:
-    log.debug("%s%s", message, _fields(fields))
+def debug(log: logging.Logger, text: str, /, **fields: Any) -> None:
+    log.debug("%s%s", text, _fields(fields))
 
 
 def _fields(fields: dict[str, Any]) -> str:
