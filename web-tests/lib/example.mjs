@@ -5,11 +5,12 @@
 import { execFile, spawn } from 'node:child_process';
 import { promisify } from 'node:util';
 
-/** Starts `script` with `args` (and `env` added); `{ child, output, exited }`. */
-export function startExample(script, args, onCleanup, env = {}) {
+/** Starts `script` with `args` (and `env` added, in folder `cwd`); `{ child, output, exited }`. */
+export function startExample(script, args, onCleanup, env = {}, cwd = undefined) {
   const child = spawn(process.execPath, [script, ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, ...env },
+    cwd,
   });
   const example = { child, output: '' };
   for (const stream of [child.stdout, child.stderr]) stream.on('data', (d) => (example.output += d));

@@ -1,27 +1,26 @@
-// TypeScript types from the JSON Schemas beside this file (generated from the
-// margin-protocol crate), shared by every TypeScript package that speaks
-// Margin's wire: the editor (server/web/types.mjs) and the connector SDK
-// (sdk/typescript/types.mjs). The wire shapes are defined once, in Rust;
-// this module only turns their schemas into types, the same way for both.
+// TypeScript types from Margin's JSON Schemas (docs/protocol/, generated
+// from the margin-protocol crate), shared by every TypeScript package that
+// speaks Margin's wire: the connector SDK (types.mjs here, from its copies
+// in schemas/) and the editor (server/web/types.mjs, from docs/protocol/).
+// The wire shapes are defined once, in Rust; this module only turns their
+// schemas into types, the same way for both. It lives in the SDK's package
+// so that the package, copied on its own, still generates and checks its
+// types.
 //
 // It imports nothing outside Node: each caller passes the `compile` of its
-// own json-schema-to-typescript (a dev dependency of that package), because
-// a bare import here would be resolved from docs/, which has no
-// node_modules.
+// own json-schema-to-typescript (a dev dependency of that package), and the
+// folder its schemas are in.
 import { readFile, writeFile } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-
-/** The folder holding the committed schemas. */
-export const SCHEMAS = dirname(fileURLToPath(import.meta.url));
+import { join } from 'node:path';
 
 /**
  * The TypeScript source declaring each schema of `names` (e.g.
- * `['ErrorBody', 'ServerMessage']`) and every definition they refer to,
- * each once. `banner` opens the file. A definition two schemas spell
- * differently is an error: one name must mean one shape.
+ * `['ErrorBody', 'ServerMessage']`, read from `NAME.schema.json` in the
+ * folder `schemas`) and every definition they refer to, each once. `banner`
+ * opens the file. A definition two schemas spell differently is an error:
+ * one name must mean one shape.
  */
-export async function wireTypes({ compile, names, banner }) {
+export async function wireTypes({ compile, schemas, names, banner }) {
   // One root schema whose definitions are every named schema and everything
   // they refer to: shared definitions (Role, RunView, …) come out once.
   const defs = {};
@@ -35,7 +34,7 @@ export async function wireTypes({ compile, names, banner }) {
   };
   for (const name of names) {
     const file = `${name}.schema.json`;
-    const schema = bareRefs(JSON.parse(await readFile(join(SCHEMAS, file), 'utf8')));
+    const schema = bareRefs(JSON.parse(await readFile(join(schemas, file), 'utf8')));
     const { $defs = {}, $schema: _, ...own } = schema;
     for (const [key, value] of Object.entries($defs)) define(key, value, file);
     define(name, { ...own, title: name }, file);
@@ -101,13 +100,14 @@ export async function writeOrCheck({ out, label, text, check, fix }) {
 
 /**
  * The TypeScript source of the constants of `module` (`link` or `sync`) in
- * `constants.json` (generated from `margin_protocol::constants`): each
+ * `constants.json` in the folder `schemas` (generated from
+ * `margin_protocol::constants`): each
  * scalar as an `export const` of its Rust name, each nested module
  * (`close`, `refused`) as a frozen object named in PascalCase (`Close`).
  * `banner` opens the file.
  */
-export async function constantsModule({ module, banner }) {
-  const all = JSON.parse(await readFile(join(SCHEMAS, 'constants.json'), 'utf8'));
+export async function constantsModule({ schemas, module, banner }) {
+  const all = JSON.parse(await readFile(join(schemas, 'constants.json'), 'utf8'));
   const table = all[module];
   if (!table) throw new Error(`constants.json has no module ${module}`);
   // A string as the packages quote theirs.
