@@ -14,6 +14,11 @@
 //! (mode 0600) that each renewal replaces atomically, so a Planner backend
 //! that restarts re-attaches with a credential that is still valid.
 //!
+//! A reply or run report written into a link that had already died is lost
+//! with it, so the connector keeps each until the server acknowledges it
+//! (`reply-received`, `run-received`, SPEC L10) and sends it again after
+//! the next `resumed`: posted once, never twice.
+//!
 //! ```no_run
 //! use margin_sdk::{Connector, Handler, Turn, ToolError};
 //!
@@ -38,6 +43,7 @@
 
 mod credential;
 mod handler;
+mod kept;
 mod link;
 
 pub use credential::write_credential_file;
@@ -76,6 +82,8 @@ pub struct Connector {
     planning: bool,
     /// Where the sessions a `resume` names are kept across restarts.
     held_file: Option<PathBuf>,
+    /// A link this long without a frame from the server counts as dropped.
+    silence: Duration,
     on_link: Option<OnLink>,
 }
 
@@ -88,6 +96,7 @@ impl std::fmt::Debug for Connector {
             .field("run_capacity", &self.run_capacity)
             .field("planning", &self.planning)
             .field("held_file", &self.held_file)
+            .field("silence", &self.silence)
             .finish_non_exhaustive()
     }
 }
@@ -96,6 +105,9 @@ impl std::fmt::Debug for Connector {
 const FIRST_PAUSE: Duration = Duration::from_millis(250);
 /// The longest pause between attempts to link again.
 const MAX_PAUSE: Duration = Duration::from_secs(30);
+/// How long a link may stay silent before it counts as dropped: three of
+/// the server's heartbeats.
+const SILENCE: Duration = Duration::from_secs(45);
 
 /// Why a link could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -161,6 +173,7 @@ impl Connector {
             run_capacity: None,
             planning: false,
             held_file: None,
+            silence: SILENCE,
             on_link: None,
         }
     }
@@ -185,15 +198,30 @@ impl Connector {
         self
     }
 
-    /// Keeps the sessions this machine holds, and the questions each waits
-    /// on, in the file at `path` too (private, replaced atomically on each
-    /// change), so that after the machine itself restarts its first
-    /// `resume` names them again and the server carries them on (SPEC L3,
-    /// W2). A turn or a call that was running when it stopped is not kept:
-    /// the server ends such a turn saying so, or sends it again if nothing
-    /// was done in it yet.
+    /// Keeps the sessions this machine holds, the questions each waits on,
+    /// and the replies and run reports the server has not acknowledged, in
+    /// the file at `path` too (`margin_protocol::kept`; private, replaced
+    /// atomically on each change), so that after the machine itself
+    /// restarts its first `resume` names them again — a kept reply's turn
+    /// included — the server carries them on, and the kept reply and
+    /// reports go again after `resumed` (SPEC L3, L10, W2). A turn or a
+    /// call that was running when it stopped is not kept: the server ends
+    /// such a turn saying so, or sends it again if nothing was done in it
+    /// yet.
     pub fn held_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.held_file = Some(path.into());
+        self
+    }
+
+    /// Counts a link that brings nothing from the server for `silence`
+    /// (default 45 s, three heartbeats) as dropped — a socket can die
+    /// without either end being told, and what is written into it is then
+    /// lost. The connector pings the server every third of it, so a quiet
+    /// but healthy link is never taken for a dead one; [`Connector::run`]
+    /// links again and resumes, sending again what was not acknowledged
+    /// (SPEC L10). Waiting for `welcome` is bounded by it too.
+    pub fn silence_timeout(mut self, silence: Duration) -> Self {
+        self.silence = silence.max(Duration::from_millis(10));
         self
     }
 
@@ -232,6 +260,7 @@ impl Connector {
                             &linked.credential,
                             until.as_mut(),
                             self.resumable,
+                            self.silence,
                         )
                         .await;
                     if ended.is_final() {
@@ -240,7 +269,7 @@ impl Connector {
                     tracing::warn!(%ended, "link ended; linking again");
                 }
                 Err(e) if e.is_final() => {
-                    serving.finish();
+                    serving.finish(self.resumable);
                     return Ended::Refused(e.to_string());
                 }
                 Err(e) => tracing::warn!(error = %e, "cannot link; trying again"),
@@ -249,7 +278,7 @@ impl Connector {
             failures = failures.saturating_add(1);
             tokio::select! {
                 () = &mut until => {
-                    serving.finish();
+                    serving.finish(self.resumable);
                     return Ended::Detached;
                 }
                 () = tokio::time::sleep(pause) => {}
@@ -339,6 +368,17 @@ impl Connector {
             manifest: self.planning.then_some(Manifest { planning: true }),
         };
         ws.send(Message::Text(link::encode(&hello).into())).await?;
+        match tokio::time::timeout(self.silence, self.welcomed(ws)).await {
+            Ok(linked) => linked,
+            Err(_) => Err(ConnectError::NoWelcome(format!(
+                "no answer to hello in {} ms",
+                self.silence.as_millis()
+            ))),
+        }
+    }
+
+    /// Waits for `welcome` on a link that sent `hello`.
+    async fn welcomed(&self, mut ws: link::Socket) -> Result<Linked, ConnectError> {
         loop {
             let answer = match ws.next().await {
                 Some(Ok(Message::Text(text))) => serde_json::from_str::<ServerMessage>(&text)
@@ -365,6 +405,7 @@ impl Connector {
                     machine,
                     capabilities,
                     self.credential.clone(),
+                    self.silence,
                 )),
                 ServerMessage::Refusal { code, message, .. } => {
                     Err(ConnectError::Hello { code, message })

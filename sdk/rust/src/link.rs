@@ -2,19 +2,22 @@
 //! each fresh credential (SPEC L8), runs one task per turn, answer and
 //! Stop, matches tool results to their calls, writes what the tasks send,
 //! and keeps what a `resume` needs — the sessions and questions this
-//! machine holds — across links.
+//! machine holds, and the replies and run reports not yet acknowledged
+//! (`crate::kept`) — across links.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use margin_protocol::decisions::ToolRefusal;
-use margin_protocol::link::{Capabilities, ClientMessage, HeldSession, ServerMessage};
+use margin_protocol::link::{Capabilities, ClientMessage, HeldSession, RunStatus, ServerMessage};
+use margin_protocol::RefusalCode;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
@@ -24,6 +27,7 @@ use tracing::{debug, warn, Instrument};
 
 use crate::credential::Keeper;
 use crate::handler::{Answer, Handler, SessionHandle, ToolError, Turn};
+use crate::kept::{Invoked, Kept};
 use crate::Welcome;
 
 pub(super) type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
@@ -41,8 +45,6 @@ struct InFlight {
     written: bool,
     waiting: oneshot::Sender<Result<serde_json::Value, ToolError>>,
 }
-/// Sessions this machine holds, with the questions each waits on.
-type Held = BTreeMap<String, BTreeSet<String>>;
 
 /// Messages the tasks may queue before they wait for the socket.
 const OUTBOX: usize = 256;
@@ -52,6 +54,8 @@ pub struct Linked {
     pub(super) socket: Socket,
     welcome: Welcome,
     pub(super) credential: Keeper,
+    /// How long the link may bring nothing before it counts as dropped.
+    silence: Duration,
 }
 
 /// How a link ended.
@@ -107,6 +111,7 @@ impl Linked {
         machine: String,
         capabilities: Capabilities,
         credential: Keeper,
+        silence: Duration,
     ) -> Self {
         Linked {
             socket,
@@ -115,6 +120,7 @@ impl Linked {
                 capabilities,
             },
             credential,
+            silence,
         }
     }
 
@@ -133,9 +139,15 @@ impl Linked {
         let mut serving = Serving::new(handler, None);
         tokio::pin!(until);
         let ended = serving
-            .drive(self.socket, &self.credential, until.as_mut(), false)
+            .drive(
+                self.socket,
+                &self.credential,
+                until.as_mut(),
+                false,
+                self.silence,
+            )
             .await;
-        serving.finish();
+        serving.finish(false);
         ended
     }
 }
@@ -176,15 +188,22 @@ impl<H: Handler> Serving<H> {
     /// Runs one link until it ends or `until` completes. With `resume`, the
     /// first message is `resume` and the link's end keeps running turns and
     /// their calls in flight: the next `resume` names them, and each call
-    /// gets its result — or `interrupted` — after `resumed` (SPEC W1).
+    /// gets its result — or `interrupted` — after `resumed` (SPEC W1). A
+    /// link that brings nothing for `silence` has dropped; it is pinged
+    /// every third of that, so only a dead one stays silent.
     pub(super) async fn drive<F: Future<Output = ()>>(
         &mut self,
         socket: Socket,
         keeper: &Keeper,
         mut until: Pin<&mut F>,
         resume: bool,
+        silence: Duration,
     ) -> Ended {
         let (mut sink, mut stream) = socket.split();
+        let mut ping = tokio::time::interval(silence / 3);
+        ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let quiet = tokio::time::sleep(silence);
+        tokio::pin!(quiet);
         if resume {
             let held = self.resume_message();
             if let Err(e) = sink.send(Message::Text(encode(&held).into())).await {
@@ -192,6 +211,7 @@ impl<H: Handler> Serving<H> {
             }
         }
         let ended = loop {
+            let retry = self.calls.next_retry();
             tokio::select! {
                 () = &mut until => {
                     let _ = sink.send(Message::Text(encode(&ClientMessage::Detach {}).into())).await;
@@ -205,55 +225,90 @@ impl<H: Handler> Serving<H> {
                     self.written(&message);
                 }
                 Some(_) = self.tasks.join_next(), if !self.tasks.is_empty() => {}
-                frame = stream.next() => match frame {
-                    Some(Ok(Message::Text(text))) => match serde_json::from_str(&text) {
-                        Ok(ServerMessage::Credential { credential, expires_at }) => {
-                            keep(keeper, credential, expires_at).await;
-                        }
-                        Ok(message) => {
-                            if let Some(answer) = self.dispatch(message) {
-                                if let Err(e) = sink.send(Message::Text(encode(&answer).into())).await {
+                () = sleep_until(retry), if retry.is_some() => {
+                    if let Err(e) = self.write_all(&mut sink, self.calls.due(Instant::now())).await {
+                        break Ended::Dropped(e.to_string());
+                    }
+                }
+                _ = ping.tick() => {
+                    if let Err(e) = sink.send(Message::Ping(Vec::new().into())).await {
+                        break Ended::Dropped(e.to_string());
+                    }
+                }
+                () = &mut quiet => {
+                    break Ended::Dropped(format!("no frame from the server in {} ms", silence.as_millis()));
+                }
+                frame = stream.next() => {
+                    // Any frame, a pong included, is a sign of life.
+                    quiet.as_mut().reset(tokio::time::Instant::now() + silence);
+                    match frame {
+                        Some(Ok(Message::Text(text))) => match serde_json::from_str(&text) {
+                            Ok(ServerMessage::Credential { credential, expires_at }) => {
+                                keep(keeper, credential, expires_at).await;
+                            }
+                            Ok(message) => {
+                                let answers = self.dispatch(message);
+                                if let Err(e) = self.write_all(&mut sink, answers).await {
                                     break Ended::Dropped(e.to_string());
                                 }
                             }
+                            Err(e) => warn!(error = %e, "unreadable server message ignored"),
+                        },
+                        Some(Ok(Message::Close(frame))) => {
+                            break match frame {
+                                Some(frame) => Ended::Closed { code: frame.code.into(), reason: frame.reason.to_string() },
+                                None => Ended::Closed { code: 1005, reason: String::new() },
+                            };
                         }
-                        Err(e) => warn!(error = %e, "unreadable server message ignored"),
-                    },
-                    Some(Ok(Message::Close(frame))) => {
-                        break match frame {
-                            Some(frame) => Ended::Closed { code: frame.code.into(), reason: frame.reason.to_string() },
-                            None => Ended::Closed { code: 1005, reason: String::new() },
-                        };
+                        Some(Ok(_)) => {}
+                        Some(Err(e)) => break Ended::Dropped(e.to_string()),
+                        None => break Ended::Dropped("connection closed".into()),
                     }
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => break Ended::Dropped(e.to_string()),
-                    None => break Ended::Dropped("connection closed".into()),
-                },
+                }
             }
         };
         if !resume || ended.is_final() {
-            // Nothing will be resumed: a result that was on its way is lost
-            // with the link.
-            self.finish();
+            // Nothing will be resumed on this link: a result that was on its
+            // way is lost with it.
+            self.finish(resume);
         }
         ended
     }
 
+    /// Writes `messages` in order, each noted as written.
+    async fn write_all<S>(
+        &mut self,
+        sink: &mut S,
+        messages: Vec<ClientMessage>,
+    ) -> Result<(), S::Error>
+    where
+        S: futures_util::Sink<Message> + Unpin,
+    {
+        for message in messages {
+            sink.send(Message::Text(encode(&message).into())).await?;
+            self.written(&message);
+        }
+        Ok(())
+    }
+
     /// Ends everything: running turns and tasks, calls in flight, and what
-    /// a resume would name.
-    pub(super) fn finish(&mut self) {
+    /// a resume would name — but for a resumable machine, a reply or run
+    /// report the server has not acknowledged, which a later `resume`
+    /// (after a restart, with a held file) sends again (SPEC L10).
+    pub(super) fn finish(&mut self, resumable: bool) {
         self.tasks.abort_all();
         for (_, turn) in self.turns.values() {
             turn.abort();
         }
         self.calls.fail_in_flight();
-        self.calls.forget_all();
+        self.calls.forget(resumable);
     }
 
-    /// Handles one server message; returns an answer to send at once.
-    fn dispatch(&mut self, message: ServerMessage) -> Option<ClientMessage> {
+    /// Handles one server message; returns the answers to send at once, in
+    /// order.
+    fn dispatch(&mut self, message: ServerMessage) -> Vec<ClientMessage> {
         match message {
-            ServerMessage::Heartbeat { seq } => return Some(ClientMessage::HeartbeatAck { seq }),
+            ServerMessage::Heartbeat { seq } => return vec![ClientMessage::HeartbeatAck { seq }],
             ServerMessage::Invoke {
                 session,
                 turn,
@@ -263,6 +318,19 @@ impl<H: Handler> Serving<H> {
                 plan,
             } => {
                 let span = tracing::info_span!("turn", %session, %turn, %document);
+                // The handler sees each turn once: an `invoke` sent again
+                // for a turn still running here, or whose reply is kept,
+                // starts nothing.
+                if self.turns.get(&session).is_some_and(|(id, _)| *id == turn) {
+                    span.in_scope(|| debug!("an invoke of a turn already running ignored"));
+                    return Vec::new();
+                }
+                if let Invoked::Replied(again) = self.calls.invoked(&session, &turn) {
+                    span.in_scope(|| {
+                        debug!("an invoke of a turn already replied to: the reply goes again")
+                    });
+                    return vec![again];
+                }
                 self.calls.hold_session(&session);
                 let id = turn.clone();
                 let turn = Turn {
@@ -316,7 +384,7 @@ impl<H: Handler> Serving<H> {
                     self.tasks
                         .spawn(async move { handler.answered(answer).await });
                 }
-                return Some(received);
+                return vec![received];
             }
             ServerMessage::Stop { session } => {
                 let turn = self.turns.remove(&session).map(|(_, turn)| turn);
@@ -336,7 +404,7 @@ impl<H: Handler> Serving<H> {
                         .await
                         .is_ok()
                     {
-                        calls.forget_session(&session);
+                        calls.stopped(&session);
                     }
                 });
             }
@@ -351,13 +419,15 @@ impl<H: Handler> Serving<H> {
                         turn.abort();
                     }
                     self.calls.fail_session(&session);
-                    self.calls.forget_session(&session);
+                    self.calls.ended(&session);
                 }
                 for carried in sessions {
                     for request in carried.withdrawn {
                         self.calls.settle_question(&carried.session, &request);
                     }
                 }
+                // What the last link may have swallowed goes again.
+                return self.calls.resumed();
             }
             ServerMessage::Refusal {
                 code,
@@ -375,15 +445,46 @@ impl<H: Handler> Serving<H> {
                     retry: false,
                 })),
             ),
+            ServerMessage::Refusal {
+                code,
+                message,
+                session: Some(session),
+                turn,
+                run,
+                ..
+            } if turn.is_some() || run.is_some() => {
+                let span = tracing::info_span!("refused", %session, turn = turn.as_deref(), run = run.as_deref());
+                let _entered = span.enter();
+                if code == RefusalCode::SessionBusy {
+                    debug!(%message, "the server was busy; sending it again shortly");
+                } else {
+                    warn!(%code, %message, "the server refused a reply or run report; it is not sent again");
+                }
+                self.calls.refused(
+                    &session,
+                    turn.as_deref(),
+                    run.as_deref(),
+                    code,
+                    Instant::now(),
+                );
+            }
             ServerMessage::Refusal { code, message, .. } => {
                 warn!(%code, %message, "the server refused a message");
             }
-            ServerMessage::ReplyReceived { .. } | ServerMessage::RunReceived { .. } => {}
+            ServerMessage::ReplyReceived { session, turn } => {
+                self.calls.reply_received(&session, &turn);
+            }
+            ServerMessage::RunReceived {
+                session,
+                run,
+                attempt,
+                status,
+            } => self.calls.run_received(&session, &run, attempt, status),
             ServerMessage::Welcome { .. } => warn!("a second welcome ignored"),
             // Kept by the read loop before it dispatches anything else.
             ServerMessage::Credential { .. } => {}
         }
-        None
+        Vec::new()
     }
 
     /// The `resume` naming what this machine holds: each session's
@@ -406,7 +507,10 @@ impl<H: Handler> Serving<H> {
     fn written(&mut self, message: &ClientMessage) {
         match message {
             ClientMessage::ToolCall { call_id, .. } => self.calls.mark_written(call_id),
+            ClientMessage::Run { .. } => self.calls.sent(message),
             ClientMessage::Reply { session, turn, .. } => {
+                // Kept until the server acknowledges it (SPEC L10).
+                self.calls.sent(message);
                 self.replied.insert((session.clone(), turn.clone()));
                 self.turns
                     .retain(|s, (t, task)| !(s == session && t == turn && task.is_finished()));
@@ -419,6 +523,15 @@ impl<H: Handler> Serving<H> {
         SessionHandle {
             id: id.to_owned(),
             calls: self.calls.clone(),
+        }
+    }
+}
+
+impl<H> Drop for Serving<H> {
+    /// A machine that stops serving stops its turns too.
+    fn drop(&mut self) {
+        for (_, turn) in self.turns.values() {
+            turn.abort();
         }
     }
 }
@@ -467,7 +580,7 @@ async fn run_turn<H: Handler>(handler: Arc<H>, calls: Calls, turn: Turn) {
 pub(super) struct Calls {
     out: mpsc::Sender<ClientMessage>,
     pending: Arc<Mutex<Pending>>,
-    held: Arc<Mutex<Held>>,
+    held: Arc<Mutex<Kept>>,
     /// Where `held` is kept across the machine's restarts, if anywhere.
     file: Option<Arc<PathBuf>>,
     next: Arc<AtomicU64>,
@@ -530,74 +643,122 @@ impl Calls {
 
     /// Remembers a question `session` asked, for the next `resume`.
     pub(super) fn hold_question(&self, session: &str, request: &str) {
-        self.change_held(|held| {
-            held.entry(session.to_owned())
-                .or_default()
-                .insert(request.to_owned())
-        });
+        self.change_held(|held| held.hold_question(session, request));
     }
 
     fn hold_session(&self, session: &str) {
-        self.change_held(|held| {
-            let new = !held.contains_key(session);
-            held.entry(session.to_owned()).or_default();
-            new
-        });
+        self.change_held(|held| held.hold_session(session));
     }
 
     fn settle_question(&self, session: &str, request: &str) {
-        self.change_held(|held| {
-            held.get_mut(session)
-                .is_some_and(|questions| questions.remove(request))
-        });
+        self.change_held(|held| held.settle_question(session, request));
     }
 
-    fn forget_session(&self, session: &str) {
-        self.change_held(|held| held.remove(session).is_some());
+    /// `stopped` went out for `session`.
+    fn stopped(&self, session: &str) {
+        self.change_held(|held| held.stopped(session));
     }
 
-    fn forget_all(&self) {
-        self.change_held(|held| {
-            let any = !held.is_empty();
-            held.clear();
-            any
-        });
+    /// The server no longer has `session`.
+    fn ended(&self, session: &str) {
+        self.change_held(|held| held.ended(session));
     }
 
-    /// Changes what a `resume` names; `change` says whether it changed
-    /// anything, and then the held file (if any) is written again.
-    fn change_held(&self, change: impl FnOnce(&mut Held) -> bool) {
+    /// Nothing will be resumed; with `owed`, what the sessions still owe
+    /// the server is kept for a later `resume` all the same.
+    fn forget(&self, owed: bool) {
+        if owed {
+            self.change_held(Kept::forget_settled);
+        } else {
+            self.change_held(Kept::forget_all);
+        }
+    }
+
+    /// Changes what is kept; `change` says whether it changed anything, and
+    /// then the held file (if any) is written again.
+    fn change_held(&self, change: impl FnOnce(&mut Kept) -> bool) {
+        self.with_held(|held| ((), change(held)));
+    }
+
+    /// Like [`Calls::change_held`], with a result besides.
+    fn with_held<R>(&self, change: impl FnOnce(&mut Kept) -> (R, bool)) -> R {
         let mut held = self.held();
-        if change(&mut held) {
+        let (result, changed) = change(&mut held);
+        if changed {
             if let Some(file) = &self.file {
                 write_held(file, &held);
             }
         }
+        result
+    }
+
+    /// A reply or run report went out: kept until settled.
+    fn sent(&self, message: &ClientMessage) {
+        self.change_held(|held| held.sent(message));
+    }
+
+    fn reply_received(&self, session: &str, turn: &str) {
+        self.change_held(|held| held.reply_received(session, turn));
+    }
+
+    fn run_received(&self, session: &str, run: &str, attempt: u32, status: RunStatus) {
+        self.change_held(|held| held.run_received(session, run, attempt, status));
+    }
+
+    fn refused(
+        &self,
+        session: &str,
+        turn: Option<&str>,
+        run: Option<&str>,
+        code: RefusalCode,
+        now: Instant,
+    ) {
+        self.change_held(|held| held.refused(session, turn, run, code, now));
+    }
+
+    fn invoked(&self, session: &str, turn: &str) -> Invoked {
+        self.with_held(|held| held.invoked(session, turn))
+    }
+
+    /// What to send again after `resumed`.
+    fn resumed(&self) -> Vec<ClientMessage> {
+        self.held().resumed()
+    }
+
+    fn next_retry(&self) -> Option<Instant> {
+        self.held().next_retry()
+    }
+
+    /// The replies and reports refused as busy that are due again.
+    fn due(&self, now: Instant) -> Vec<ClientMessage> {
+        self.held().due(now)
     }
 
     /// The `resume` naming what this machine holds; `turn_of` gives each
-    /// session's running turn.
+    /// session's running turn, else the turn of its reply still kept.
+    /// What is kept goes out again after its `resumed`.
     fn resume(&self, turn_of: impl Fn(&str) -> Option<String>) -> ClientMessage {
         let mut pending = self.pending();
         // A call whose turn was aborted has nobody waiting any more.
         pending.retain(|_, call| !call.waiting.is_closed());
+        let mut held = self.held();
+        held.resuming();
         ClientMessage::Resume {
-            sessions: self
-                .held()
-                .iter()
-                .map(|(session, questions)| {
-                    let turn = turn_of(session);
+            sessions: held
+                .sessions()
+                .map(|(session, questions, replied)| {
+                    let turn = turn_of(session).or_else(|| replied.map(str::to_owned));
                     let calls = pending
                         .iter()
                         .filter(|(_, c)| {
-                            c.written && c.session == *session && Some(&c.turn) == turn.as_ref()
+                            c.written && c.session == session && Some(&c.turn) == turn.as_ref()
                         })
                         .map(|(call, _)| call.clone())
                         .take(margin_protocol::link::MAX_HELD_CALLS)
                         .collect();
                     HeldSession {
-                        session: session.clone(),
-                        questions: questions.iter().cloned().collect(),
+                        session: session.to_owned(),
+                        questions,
                         turn,
                         calls,
                     }
@@ -636,27 +797,32 @@ impl Calls {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+    fn held(&self) -> std::sync::MutexGuard<'_, Kept> {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-/// What a held file says: each session this machine holds, with the
-/// questions it waits on. A missing or unreadable file holds nothing.
-fn read_held(path: &std::path::Path) -> Held {
+/// What a held file says: each session this machine holds, the questions
+/// it waits on, and what it owes the server (`margin_protocol::kept`; the
+/// older bare lists of questions read too). A missing or unreadable file
+/// holds nothing.
+fn read_held(path: &std::path::Path) -> Kept {
     match std::fs::read_to_string(path) {
-        Ok(text) => serde_json::from_str(&text).unwrap_or_else(|error| {
-            warn!(path = %path.display(), %error, "the held sessions file is unreadable; resuming none");
-            Held::default()
-        }),
-        Err(_) => Held::default(),
+        Ok(text) => match serde_json::from_str(&text) {
+            Ok(file) => Kept::from_file(file),
+            Err(error) => {
+                warn!(path = %path.display(), %error, "the held sessions file is unreadable; resuming none");
+                Kept::default()
+            }
+        },
+        Err(_) => Kept::default(),
     }
 }
 
 /// Replaces the held file, atomically and privately; a failure is logged
-/// (the sessions are still named while this process lives).
-fn write_held(path: &std::path::Path, held: &Held) {
-    let json = serde_json::to_string(held).unwrap_or_default();
+/// (what it holds is still kept while this process lives).
+fn write_held(path: &std::path::Path, held: &Kept) {
+    let json = serde_json::to_string(&held.file()).unwrap_or_default();
     if let Err(error) = crate::credential::write_private_file(path, &json) {
         warn!(path = %path.display(), %error, "cannot save the held sessions");
     }
@@ -666,4 +832,12 @@ fn write_held(path: &std::path::Path, held: &Held) {
 /// (string keys, no non-finite floats); an empty frame would be refused.
 pub(super) fn encode(message: &ClientMessage) -> String {
     serde_json::to_string(message).unwrap_or_default()
+}
+
+/// Sleeps until `at` (forever without one).
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
+        None => std::future::pending().await,
+    }
 }

@@ -1,9 +1,11 @@
 //! The Rust connector SDK (`margin_sdk`) against a real server over real
 //! sockets: turns with typed tool calls and replies, Stop, answers to
-//! questions, refused calls; and the demo Planner built on it, including
-//! `margin serve --demo-planner` as the README runs it.
+//! questions, refused calls; replies and run reports written into a link
+//! that had died, sent again after `resume` (SPEC L10); and the demo
+//! Planner built on it, including `margin serve --demo-planner` as the
+//! README runs it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -65,8 +67,45 @@ impl Scene {
         detach
     }
 
+    /// Serves `handler` through `connector`, linking again after drops;
+    /// returns once it has linked. Cancel the token to detach.
+    async fn run(
+        &self,
+        connector: Connector,
+        handler: impl Handler,
+    ) -> (
+        CancellationToken,
+        tokio::task::JoinHandle<margin_sdk::Ended>,
+    ) {
+        let (linked, mut has_linked) = mpsc::unbounded_channel();
+        let connector = connector.on_link(move |_| {
+            let _ = linked.send(());
+        });
+        let detach = CancellationToken::new();
+        let until = detach.clone().cancelled_owned();
+        let running = tokio::spawn(async move { connector.run(handler, until).await });
+        tokio::time::timeout(PATIENCE, has_linked.recv())
+            .await
+            .expect("the connector linked");
+        (detach, running)
+    }
+
     async fn say(&self, text: &str) {
         self.server.say(&self.token, &self.doc, text).await;
+    }
+
+    /// The Chat lines the server wrote itself.
+    async fn system_lines(&self) -> Vec<String> {
+        let (_, body) = self
+            .server
+            .get(Some(&self.token), &format!("/documents/{}/chat", self.doc))
+            .await;
+        let list: ChatList = serde_json::from_value(body).unwrap();
+        list.messages
+            .into_iter()
+            .filter(|m| m.kind == ChatKind::System)
+            .map(|m| m.text)
+            .collect()
     }
 
     async fn planner_view(&self) -> PlannerView {
@@ -242,8 +281,11 @@ async fn scripted_server(
         ws.send(text(&invoke)).await.unwrap();
         let (mut results, mut calls) = (results.into_iter(), 0);
         loop {
-            let Some(Ok(Message::Text(frame))) = ws.next().await else {
-                panic!("the machine went away")
+            let frame = match ws.next().await {
+                Some(Ok(Message::Text(frame))) => frame,
+                // The connector pings a quiet link.
+                Some(Ok(Message::Ping(_))) => continue,
+                _ => panic!("the machine went away"),
             };
             match serde_json::from_str::<ClientMessage>(&frame).unwrap() {
                 ClientMessage::ToolCall { call_id, .. } => {
@@ -471,6 +513,95 @@ on_both_backends! {
         assert_eq!(running.await.unwrap(), margin_sdk::Ended::Detached);
     }
 
+    async fn connector_posts_a_reply_written_into_a_dead_link_once_after_it_resumes(db) {
+        let s = Scene::new(&db, &["Launch in March."]).await;
+        let proxy = Arc::new(Proxy::to(s.server.addr).await);
+        let turns = Arc::new(AtomicUsize::new(0));
+        let handler = DiesBeforeReplying { proxy: proxy.clone(), turns: turns.clone(), reports: false };
+        let (detach, running) = s.run(Connector::new(format!("http://{}", proxy.addr), &s.credential).silence_timeout(Duration::from_secs(1)), handler).await;
+        s.say("@planner read it").await;
+
+        let replies = chat_until(&s.server, &s.token, &s.doc, 1, planner_replies).await;
+        assert_eq!(replies, ["Read 1 blocks."]);
+        // Acknowledged now: a later drop sends it no more.
+        proxy.cut();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(chat_until(&s.server, &s.token, &s.doc, 1, planner_replies).await, ["Read 1 blocks."], "posted once");
+        let ended: Vec<_> = s.system_lines().await.into_iter().filter(|line| line.contains("without")).collect();
+        assert_eq!(ended, Vec::<String>::new(), "the turn was handed back, not ended");
+        assert_eq!(turns.load(Ordering::SeqCst), 1, "the handler saw the turn once");
+        detach.cancel();
+        assert_eq!(running.await.unwrap(), margin_sdk::Ended::Detached);
+    }
+
+    async fn connector_sends_a_run_report_lost_with_a_dead_link_again_after_it_resumes(db) {
+        let s = Scene::new(&db, &["Launch in March."]).await;
+        let proxy = Arc::new(Proxy::to(s.server.addr).await);
+        let turns = Arc::new(AtomicUsize::new(0));
+        let handler = DiesBeforeReplying { proxy: proxy.clone(), turns: turns.clone(), reports: true };
+        let (detach, running) = s.run(Connector::new(format!("http://{}", proxy.addr), &s.credential).silence_timeout(Duration::from_secs(1)), handler).await;
+        s.say("@planner read it").await;
+
+        let replies = chat_until(&s.server, &s.token, &s.doc, 1, planner_replies).await;
+        assert_eq!(replies, ["Read 1 blocks."]);
+        let mut view = s.planner_view().await;
+        for _ in 0..500 {
+            if view.runs.first().is_some_and(|run| run.status == RunStatus::Completed) { break; }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            view = s.planner_view().await;
+        }
+        let runs: Vec<_> = view.runs.iter().map(|run| (run.run.as_str(), run.status)).collect();
+        assert_eq!(runs, [("review", RunStatus::Completed)]);
+        assert_eq!(turns.load(Ordering::SeqCst), 1, "the handler saw the turn once");
+        detach.cancel();
+        assert_eq!(running.await.unwrap(), margin_sdk::Ended::Detached);
+    }
+
+    async fn a_new_connector_with_the_held_file_sends_the_kept_reply_once(db) {
+        let s = Scene::new(&db, &["Launch in March."]).await;
+        let proxy = Arc::new(Proxy::to(s.server.addr).await);
+        let held = db.data_dir().join("laptop.sessions.json");
+        let turns = Arc::new(AtomicUsize::new(0));
+        let handler = DiesBeforeReplying { proxy: proxy.clone(), turns: turns.clone(), reports: false };
+        // The first machine never notices the link died: it is killed first.
+        let first = Connector::new(format!("http://{}", proxy.addr), &s.credential)
+            .held_file(&held)
+            .silence_timeout(Duration::from_secs(600));
+        let (_detach, running) = s.run(first, handler).await;
+        s.say("@planner read it").await;
+        let mut kept = String::new();
+        for _ in 0..1000 {
+            kept = std::fs::read_to_string(&held).unwrap_or_default();
+            if kept.contains("Read 1 blocks.") { break; }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let kept: serde_json::Value = serde_json::from_str(&kept).unwrap_or_default();
+        let session = s.planner_view().await.session.expect("a session");
+        let reply = &kept[&session]["reply"];
+        assert_eq!(reply["text"], "Read 1 blocks.", "the unacknowledged reply is kept on disk: {kept}");
+        running.abort();
+        let _ = running.await;
+
+        let again = Arc::new(AtomicUsize::new(0));
+        let second = Connector::new(format!("http://{}", proxy.addr), &s.credential).held_file(&held);
+        let (detach, running) = s.run(second, Counts(again.clone())).await;
+        let replies = chat_until(&s.server, &s.token, &s.doc, 1, planner_replies).await;
+        assert_eq!(replies, ["Read 1 blocks."]);
+        for _ in 0..500 {
+            let kept = std::fs::read_to_string(&held).unwrap_or_default();
+            if !kept.contains("reply") { break; }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let kept: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&held).unwrap()).unwrap();
+        assert_eq!(kept, json!({ session.clone(): {"questions": []} }), "acknowledged, so no longer kept");
+        assert_eq!(chat_until(&s.server, &s.token, &s.doc, 1, planner_replies).await, ["Read 1 blocks."], "posted once");
+        let ended: Vec<_> = s.system_lines().await.into_iter().filter(|line| line.contains("without")).collect();
+        assert_eq!(ended, Vec::<String>::new(), "the turn was handed back, not ended");
+        assert_eq!((turns.load(Ordering::SeqCst), again.load(Ordering::SeqCst)), (1, 0), "the turn ran once");
+        detach.cancel();
+        assert_eq!(running.await.unwrap(), margin_sdk::Ended::Detached);
+    }
+
     async fn serve_with_demo_planner_pairs_links_and_opens_cards_in_its_sample_plan(db) {
         let (server, token) = Server::start_with_demo(&db, "ada").await;
         let (status, body) = server.get(Some(&token), "/documents").await;
@@ -579,5 +710,39 @@ impl Handler for ReadsOnce {
             Err(ToolError::Refused(refusal)) => format!("read: {}", refusal.code),
             Err(other) => format!("read failed: {other}"),
         })
+    }
+}
+
+/// Reads the document; then the link dies under the turn — partitioned,
+/// so neither end is told — before it reports its run completed (with
+/// `reports`) and replies: both are written into the dead link.
+struct DiesBeforeReplying {
+    proxy: Arc<Proxy>,
+    turns: Arc<AtomicUsize>,
+    reports: bool,
+}
+
+impl Handler for DiesBeforeReplying {
+    async fn turn(&self, turn: Turn) -> Result<String, ToolError> {
+        self.turns.fetch_add(1, Ordering::SeqCst);
+        if self.reports {
+            turn.run("review", "Review", RunStatus::Running).await?;
+        }
+        let read = turn.read_document().await?;
+        self.proxy.partition();
+        if self.reports {
+            turn.run("review", "Review", RunStatus::Completed).await?;
+        }
+        Ok(format!("Read {} blocks.", read.outline.len()))
+    }
+}
+
+/// Counts its turns and replies at once.
+struct Counts(Arc<AtomicUsize>);
+
+impl Handler for Counts {
+    async fn turn(&self, _: Turn) -> Result<String, ToolError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok("Counted.".into())
     }
 }
