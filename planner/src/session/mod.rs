@@ -323,6 +323,21 @@ impl PlannerSession {
         self.state.away.is_some()
     }
 
+    /// Whether the machine has answered nothing in this session yet: its
+    /// first turn runs and has made no call, and no run, question or plan
+    /// came from it. Its `invoke` may have died with the link before the
+    /// machine read it, so a `resume` that leaves the session out carries
+    /// it on and sends the `invoke` again rather than ending it (SPEC L10).
+    pub fn unheard(&self) -> bool {
+        let state = &self.state;
+        state.turns == 1
+            && state.turn.as_ref().is_some_and(|turn| turn.made == 0)
+            && state.runs.is_empty()
+            && state.requests.is_empty()
+            && state.answers.is_empty()
+            && state.plan.is_none()
+    }
+
     /// Whether it is replying, owns a live run or waits on a person (P1).
     pub fn in_use(&self) -> bool {
         self.state.in_use()
@@ -388,7 +403,11 @@ impl PlannerSession {
     /// ages brought to a reader's clock by [`Shown::view`]) and whether it
     /// ended.
     pub fn shown(&self) -> Shown {
-        Shown::new(self.view_as_committed(), self.state.released)
+        Shown::new(
+            self.view_as_committed(),
+            self.state.released,
+            self.unheard(),
+        )
     }
 
     /// The view with each run's age as of its last report.

@@ -14,11 +14,16 @@ pub struct Shown {
     /// [`Shown::view`].
     view: PlannerView,
     released: Option<ReleaseReason>,
+    unheard: bool,
 }
 
 impl Shown {
-    pub(super) fn new(view: PlannerView, released: Option<ReleaseReason>) -> Self {
-        Shown { view, released }
+    pub(super) fn new(view: PlannerView, released: Option<ReleaseReason>, unheard: bool) -> Self {
+        Shown {
+            view,
+            released,
+            unheard,
+        }
     }
 
     /// The view at `now`: a run's true age runs on with the clock until it
@@ -35,6 +40,12 @@ impl Shown {
     /// Whether the machine is away.
     pub fn is_away(&self) -> bool {
         self.view.disconnected
+    }
+
+    /// Whether the machine has answered nothing in it yet (see
+    /// [`super::PlannerSession::unheard`]).
+    pub fn is_unheard(&self) -> bool {
+        self.unheard
     }
 
     /// Why the session ended, once it has.

@@ -15,6 +15,7 @@ use crate::auth;
 use crate::cluster::ClusterSettings;
 use crate::demo::{self, Demo};
 use crate::http::{Cidr, TrustedProxies};
+use crate::link::LinkSettings;
 use crate::serve::{start, wait_for_signal, Running, ServeOptions};
 
 /// `margin serve`'s flags.
@@ -54,6 +55,12 @@ pub(super) struct ServeArgs {
     /// How long a request body may take to arrive, in ms.
     #[arg(long, env = "MARGIN_BODY_TIMEOUT_MS", default_value_t = Limits::default().body_timeout.as_millis() as u64, value_parser = clap::value_parser!(u64).range(1..))]
     body_timeout_ms: u64,
+    /// How often each machine link is sent a heartbeat, in ms; a link that
+    /// leaves three unanswered is closed as unresponsive (SPEC L2). Shorter
+    /// finds a dead link sooner, and lets a machine use a shorter silence
+    /// limit (behind a proxy that closes idle connections, say).
+    #[arg(long, env = "MARGIN_HEARTBEAT_MS", default_value_t = LinkSettings::default().heartbeat.as_millis() as u64, value_parser = clap::value_parser!(u64).range(100..))]
+    heartbeat_ms: u64,
     /// Run as one node of a cluster sharing this PostgreSQL database
     /// with other `--cluster` nodes (SPEC C1–C4; docs/operations.md,
     /// "Running several servers").
@@ -131,6 +138,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), CliError> {
         max_connections_per_address,
         header_timeout_ms,
         body_timeout_ms,
+        heartbeat_ms,
         cluster,
         advertise,
         lease_ttl_ms,
@@ -157,6 +165,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), CliError> {
         header_timeout: std::time::Duration::from_millis(header_timeout_ms),
         body_timeout: std::time::Duration::from_millis(body_timeout_ms),
     };
+    options.links.heartbeat = std::time::Duration::from_millis(heartbeat_ms);
     options.cluster = cluster.then(|| ClusterSettings {
         advertise,
         lease_ttl: std::time::Duration::from_millis(lease_ttl_ms),

@@ -342,6 +342,35 @@ impl Sessions {
         }
     }
 
+    /// This machine's sessions away here that `held` leaves out and the
+    /// machine has answered nothing in: their first `invoke` may have died
+    /// with the link unread, so they are carried on as if named with
+    /// nothing — the `invoke` is sent again — rather than ended (SPEC L10).
+    fn unheard_away(&self, link: &Link, held: &[HeldSession]) -> Vec<HeldSession> {
+        let registry = self.shared.lock();
+        registry
+            .machines
+            .get(&link.machine.id)
+            .into_iter()
+            .flatten()
+            .filter(|id| !held.iter().any(|h| &h.session == *id))
+            .filter(|id| {
+                registry.sessions.get(*id).is_some_and(|live| {
+                    live.shown
+                        .borrow()
+                        .as_ref()
+                        .is_some_and(|s| s.is_away() && s.is_unheard() && s.released().is_none())
+                })
+            })
+            .map(|id| HeldSession {
+                session: id.clone(),
+                questions: Vec::new(),
+                turn: None,
+                calls: Vec::new(),
+            })
+            .collect()
+    }
+
     /// `resume` from `link` (SPEC L3, W1): each named session of the
     /// account moves to this link — taking it over from a link the server
     /// had not yet noticed was dead — and `resumed` says what carries on;
@@ -361,6 +390,8 @@ impl Sessions {
         if let Some(refused) = resume_refusal(&held) {
             return Err(refused);
         }
+        let mut held = held;
+        held.extend(self.unheard_away(link, &held));
         let named: HashSet<String> = held.iter().map(|h| h.session.clone()).collect();
         let mut underway = ResumeUnderway {
             sessions: self.clone(),

@@ -118,4 +118,42 @@ on_both_backends! {
         let view = a.view().await;
         assert_eq!(view["runs"][0]["status"], json!("completed"), "{view}");
     }
+
+    async fn an_invoke_lost_with_the_link_is_sent_again_to_a_machine_that_never_answered_in_its_session(db) {
+        let a = Away::new(&db).await;
+        let link = a.link().await;
+        a.s.say("@planner draft it").await;
+        // The invoke went into a link that died before the machine read it:
+        // the machine knows nothing of the session, and resumes without it.
+        drop(link);
+        a.until_disconnected().await;
+        let (mut back, resumed) = a.resume(json!([])).await;
+        let ServerMessage::Resumed { ended, .. } = resumed else { unreachable!() };
+        assert!(ended.is_empty(), "{ended:?}");
+        let (session, turn, messages, _) = invoked(&mut back).await;
+        assert_eq!((turn.as_str(), messages), ("t1", vec!["@planner draft it".to_owned()]));
+        reply(&mut back, &session, &turn, "Drafted.").await;
+        until_ack(&mut back, &reply_received(&session, &turn)).await;
+        assert_eq!(planner_lines(&a).await, ["Drafted."]);
+    }
+
+    async fn a_session_the_machine_answered_in_and_left_out_of_resume_still_ends(db) {
+        let a = Away::new(&db).await;
+        let mut link = a.link().await;
+        a.s.say("@planner build it").await;
+        let (session, _, _, _) = invoked(&mut link).await;
+        report(&mut link, &session, "build", 1, Running).await;
+        until_ack(&mut link, &run_received(&session, "build", Running)).await;
+        drop(link);
+        a.until_disconnected().await;
+        let (mut back, _) = a.resume(json!([])).await;
+        assert!(back.work_within(std::time::Duration::from_millis(300)).await.is_none());
+        for _ in 0..500 {
+            if a.view().await["session"].is_null() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("a session left out of resume did not end: {}", a.view().await);
+    }
 }
