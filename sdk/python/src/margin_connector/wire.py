@@ -267,7 +267,10 @@ class ResumeMessage(TypedDict):
     """Sent first on a new link, after `welcome`, by a machine that asked
     for `resumable-sessions`: the sessions and questions it still holds
     (SPEC L3). The server answers `resumed`. A session this machine ran
-    that the list leaves out has ended on the machine, and ends here.
+    that the list leaves out has ended on the machine, and ends here —
+    unless the machine has answered nothing in it yet: then its
+    `invoke` may have been lost unread, and it is carried on and
+    invoked again (SPEC L10).
     """
     # At most 256 sessions.
     sessions: list[HeldSession]
