@@ -108,6 +108,51 @@ class Link(unittest.IsolatedAsyncioTestCase):
         await peer.send({"type": "refusal", "code": "unknown_call", "message": "never ran", "call_id": "c1"})
         self.assertEqual((await peer.recv_type("reply"))["text"], "error unknown_call")
 
+    async def test_a_call_named_in_resume_and_answered_unknown_call_is_sent_again(self):
+        # The call was written into a link that had already died: the server
+        # never recorded it, so it never ran and calling it again is safe
+        # (docs §8, SPEC W1) — the handler's call gets the call's result.
+        handler = Reader()
+        self.start(handler)
+        peer = await self.server.accept()
+        await peer.welcome()
+        await peer.send(invoke())
+        call = await peer.recv_type("tool-call")
+        peer.cut()
+        again = await self.server.accept()
+        await again.welcome()
+        self.assertEqual(again.resume["sessions"][0]["calls"], [call["call_id"]])
+        await again.send({"type": "refusal", "code": "unknown_call", "message": "never ran", "call_id": call["call_id"]})
+        resent = await again.recv_type("tool-call")
+        self.assertEqual({k: v for k, v in resent.items() if k != "call_id"}, {k: v for k, v in call.items() if k != "call_id"})
+        await again.send(
+            {"type": "tool-result", "session": "s1", "turn": "t1", "call_id": resent["call_id"], "output": {"revision": 4, "outline": []}}
+        )
+        self.assertEqual((await again.recv_type("reply"))["text"], "revision 4")
+        self.assertEqual(handler.turns, ["t1"])
+
+    async def test_a_call_sent_again_after_unknown_call_is_named_in_the_next_resume(self):
+        handler = Reader()
+        self.start(handler)
+        peer = await self.server.accept()
+        await peer.welcome()
+        await peer.send(invoke())
+        call = await peer.recv_type("tool-call")
+        peer.cut()
+        again = await self.server.accept()
+        await again.welcome()
+        await again.send({"type": "refusal", "code": "unknown_call", "message": "never ran", "call_id": call["call_id"]})
+        resent = await again.recv_type("tool-call")
+        again.cut()
+        third = await self.server.accept()
+        await third.welcome()
+        self.assertEqual(third.resume["sessions"][0]["calls"], [resent["call_id"]])
+        await third.send(
+            {"type": "tool-result", "session": "s1", "turn": "t1", "call_id": resent["call_id"], "output": {"revision": 5, "outline": []}}
+        )
+        self.assertEqual((await third.recv_type("reply"))["text"], "revision 5")
+        self.assertEqual(handler.turns, ["t1"])
+
     async def test_a_refusal_marked_retry_is_tried_again_under_a_new_call_id(self):
         self.start(Reader())
         peer = await self.server.accept()

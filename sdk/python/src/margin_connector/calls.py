@@ -2,8 +2,9 @@
 
 A call stays waiting across a resumable drop: once its frame went out it is
 named in the next `resume`, and what the server sends after `resumed` — its
-result, or `interrupted`, `result_not_kept`, `unknown_call` — settles it
-(SPEC W1). Call ids are `c1`, `c2`, … for this machine's life.
+result, or `interrupted`, `result_not_kept` — settles it (SPEC W1);
+`unknown_call` to a call the `resume` named means it never reached the
+server, so it never ran: it is sent again. Call ids are `c1`, `c2`, … for this machine's life.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ class _InFlight:
     # the `resume`, and gets its result then).
     written: bool
     result: asyncio.Future[Any]
+    # The `tool-call` itself, to send again when the server never recorded it.
+    message: dict[str, Any]
+    # Whether a `resume` named it since it was last written: only then does
+    # `unknown_call` mean it never reached the server.
+    named: bool = False
 
 
 class Calls:
@@ -41,11 +47,10 @@ class Calls:
         """Calls tool `name` for `turn` of `session` and waits for its output."""
         call_id = f"c{next(self._ids)}"
         result: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[call_id] = _InFlight(session, turn, False, result)
+        message = {"type": "tool-call", "session": session, "turn": turn, "call_id": call_id, "name": name, "arguments": arguments}
+        self._pending[call_id] = _InFlight(session, turn, False, result, message)
         try:
-            await self._outbox.push(
-                {"type": "tool-call", "session": session, "turn": turn, "call_id": call_id, "name": name, "arguments": arguments}
-            )
+            await self._outbox.push(message)
             return await result
         finally:
             # Answered, failed, or the turn was cancelled: nothing waits for it now.
@@ -60,6 +65,25 @@ class Calls:
     def waiting(self, session: str, turn: str) -> list[str]:
         """The calls of `turn` in `session` whose frames went out, oldest first."""
         return [cid for cid, call in self._pending.items() if call.written and call.session == session and call.turn == turn]
+
+    def named(self, call_ids: list[str]) -> None:
+        """A `resume` named `call_ids`: each gets one answer after `resumed`."""
+        for call_id in call_ids:
+            call = self._pending.get(call_id)
+            if call is not None:
+                call.named = True
+
+    def again(self, call_id: str) -> dict[str, Any] | None:
+        """The `tool-call` to send again when the server answered `unknown_call`
+        to `call_id` named in a `resume`: it never reached the server, so it
+        never ran and calling it again is safe (SPEC W1). None when the call
+        waits no more or was not named (then the refusal is its answer)."""
+        call = self._pending.get(call_id)
+        if call is None or call.result.done() or not call.named:
+            return None
+        call.named = False
+        call.written = False
+        return call.message
 
     def settle(self, call_id: str, output: Any = None, error: ToolError | None = None) -> None:
         """The server answered `call_id`: its output, or `error`."""

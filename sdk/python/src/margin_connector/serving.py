@@ -383,6 +383,13 @@ class Serving:
         code, why = message["code"], message["message"]
         call_id, session = message.get("call_id"), message.get("session")
         if isinstance(call_id, str):
+            again = self._calls.again(call_id) if code == "unknown_call" else None
+            if again is not None:
+                # Named in `resume`, never recorded: it died with the old link
+                # before reaching the server. It never ran; send it again.
+                debug(self._log, "a call the server never recorded sent again", call_id=call_id)
+                self._push_kept(again)
+                return
             refusal = {"code": code, "message": why, "read_again": False, "retry": False}
             self._calls.settle(call_id, error=ToolError.refused(refusal))
         elif isinstance(session, str) and isinstance(message.get("turn"), str):
@@ -455,6 +462,7 @@ class Serving:
                 # settled the earlier reply anyway.
                 entry["turn"] = running.id
                 entry["calls"] = self._calls.waiting(session, running.id)[:MAX_HELD_CALLS]
+                self._calls.named(entry["calls"])
             elif kept is not None:
                 entry["turn"] = kept[0]
                 entry["calls"] = []
