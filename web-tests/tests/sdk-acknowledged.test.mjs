@@ -253,3 +253,42 @@ test('a held file in the older questions-only format still names its sessions an
   keepLinked(t, server, reporting([]), { heldFile: held });
   assert.deepEqual(await server.done(1), { type: 'resume', sessions: [{ session: 's', questions: ['c1', 'c9'] }] });
 });
+
+test('an invoke of a turn whose reply is kept sends the reply again and starts nothing', { timeout: 30000 }, async (t) => {
+  const turns = [];
+  const server = await scriptedServer(t, async (link) => {
+    await welcomeAndInvoke(link, { turn: 't2' });
+    await resumeWith(link);
+    const first = await link.next();
+    link.send({ type: 'invoke', session: 's', turn: 't2', document: 'd', messages: [] });
+    return [first, await link.next()];
+  });
+  keepLinked(t, server, reporting(turns));
+  assert.deepEqual(await server.done(1), [reply('t2'), reply('t2')]);
+  assert.deepEqual(turns, ['t2']);
+});
+
+test('a machine that detaches keeps in its held file only the sessions that still owe a reply or report', { timeout: 30000 }, async (t) => {
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'margin-sdk-kept-'));
+  t.after(() => rm(dir, { recursive: true, force: true }));
+  const held = path.join(dir, 'laptop.sessions.json');
+  const server = await scriptedServer(t, async (link) => {
+    await welcomeAndInvoke(link, { turn: 't2' });
+    await resumeWith(link);
+    await link.next();
+    link.send({ type: 'invoke', session: 'settled', turn: 't1', document: 'd', messages: [] });
+    assert.deepEqual(await link.next(), { type: 'reply', session: 'settled', turn: 't1', text: 'Done t1.' });
+    link.send({ type: 'reply-received', session: 'settled', turn: 't1' });
+    link.send({ type: 'heartbeat', seq: 1 });
+  });
+  const { detach, running } = keepLinked(t, server, reporting([]), { heldFile: held });
+  const owing = { s: { questions: [], reply: { turn: 't2', text: 'Done t2.' } } };
+  await waitFor(
+    async () => (await readFile(held, 'utf8').catch(() => '')) === JSON.stringify({ ...owing, settled: { questions: [] } }),
+    PATIENCE,
+    'both sessions held, one owing its reply',
+  );
+  detach.abort();
+  assert.deepEqual(await withTimeout(running, PATIENCE, 'the machine to detach'), { kind: 'detached' });
+  assert.deepEqual(JSON.parse(await readFile(held, 'utf8')), owing);
+});

@@ -162,7 +162,7 @@ export class Connector {
     try {
       for (;;) {
         if (signal?.aborted) {
-          serving.finish();
+          serving.finish(this.resumable);
           return { kind: 'detached' };
         }
         try {
@@ -176,7 +176,7 @@ export class Connector {
           if (!(error instanceof ConnectError)) throw error;
           if (signal?.aborted) continue;
           if (error.final) {
-            serving.finish();
+            serving.finish(this.resumable);
             return { kind: 'refused', reason: error.message };
           }
           this.#log.warn('cannot link; trying again', { error: error.message });
@@ -251,7 +251,7 @@ export class Linked {
   async serve(handler: Handler, options: ServeOptions = {}): Promise<Ended> {
     const serving = this.connector.serving(handler);
     const ended = await serving.drive(this.socket, this.connector.keeper, options.signal, false);
-    serving.finish();
+    serving.finish(false);
     serving.close('the link has ended');
     await serving.saved();
     return ended;

@@ -136,6 +136,19 @@ export class Held {
     this.#change(() => this.#sessions.delete(session));
   }
 
+  /** Lets go of the sessions that owe the server nothing; the others stay, with their questions. */
+  forgetSettled(): void {
+    this.#change(() => {
+      let any = false;
+      for (const [session, entry] of this.#sessions) {
+        if (entry.reply || entry.runs.size > 0) continue;
+        this.#sessions.delete(session);
+        any = true;
+      }
+      return any;
+    });
+  }
+
   forgetAll(): void {
     this.#change(() => {
       const any = this.#sessions.size > 0;

@@ -50,6 +50,12 @@ export class Owed {
     return this.#send({ type: 'run', session, run, name, status, ...(attempt === undefined ? {} : { attempt }) });
   }
 
+  /** Sends the session's kept reply again: the server asked for its turn again. */
+  replyAgain(session: string): void {
+    const kept = this.held.reply(session);
+    if (kept) void this.#send(replyMessage(session, kept)).catch(() => {});
+  }
+
   /** A new link is being driven. */
   linked(): void {
     this.#link++;

@@ -117,18 +117,24 @@ export class Serving {
     }
     this.#outbox.pause();
     // Nothing will be resumed: a result that was on its way is lost with the link.
-    if (!resume || isFinal(ended)) this.finish();
+    if (!resume || isFinal(ended)) this.finish(resume);
     return ended;
   }
 
-  /** Ends everything: running turns, calls in flight, and what a resume would name. */
-  finish(): void {
+  /**
+   * Ends everything: running turns, calls in flight, and what a resume
+   * would name — but with `keepOwed` (a resumable machine), the sessions
+   * that owe the server a reply or run report stay held, so a later
+   * `resume` (after a restart, with a held file) sends them again (SPEC L10).
+   */
+  finish(keepOwed: boolean): void {
     this.#generation++;
     const gone = ToolError.linkClosed();
     for (const [session, running] of this.#turns) this.#abort(session, running, gone);
     this.#turns.clear();
     this.#calls.failAll(gone);
-    this.#held.forgetAll();
+    if (keepOwed) this.#held.forgetSettled();
+    else this.#held.forgetAll();
     this.#owed.stop();
     this.#outbox.clear();
   }
@@ -241,13 +247,18 @@ export class Serving {
   /**
    * Starts a turn; an earlier turn of the session still running is aborted
    * and an earlier turn's reply settled. An invoke of the turn the SDK
-   * runs, or has replied to, is one sent again: the handler sees each turn
-   * once.
+   * runs starts nothing, and one of a turn whose reply is kept sends the
+   * reply again: the handler sees each turn once.
    */
   #invoke(message: Extract<ServerMessage, { type: 'invoke' }>): void {
     const { session, turn: id } = message;
-    if (this.#turns.get(session)?.id === id || this.#held.reply(session)?.turn === id) {
-      this.#log.debug?.('an invoke of a turn already taken ignored', { session, turn: id });
+    if (this.#turns.get(session)?.id === id) {
+      this.#log.debug?.('an invoke of a turn already running ignored', { session, turn: id });
+      return;
+    }
+    if (this.#held.reply(session)?.turn === id) {
+      this.#log.debug?.('an invoke of a turn already replied to: the reply goes again', { session, turn: id });
+      this.#owed.replyAgain(session);
       return;
     }
     this.#owed.invoked(session, id);
