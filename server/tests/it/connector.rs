@@ -348,6 +348,80 @@ async fn connector_tries_again_only_a_call_the_server_could_not_decide() {
     );
 }
 
+/// A scripted link server that sends the same `invoke` again while the
+/// turn runs, and once more after its reply (never acknowledged): yields
+/// the replies it got.
+async fn invokes_twice() -> (String, tokio::task::JoinHandle<Vec<String>>) {
+    use futures_util::{SinkExt, StreamExt};
+    use margin_protocol::link::{Capabilities, ClientMessage, ServerMessage};
+    use tokio_tungstenite::tungstenite::Message;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+        let text = |m: &ServerMessage| Message::Text(serde_json::to_string(m).unwrap().into());
+        let _hello = ws.next().await;
+        let welcome = ServerMessage::Welcome {
+            protocol_version: 1,
+            machine: "m".into(),
+            capabilities: Capabilities::default(),
+        };
+        ws.send(text(&welcome)).await.unwrap();
+        let invoke = ServerMessage::Invoke {
+            session: "s".into(),
+            turn: "t".into(),
+            document: "d".into(),
+            messages: vec![],
+            repair: vec![],
+            plan: None,
+        };
+        ws.send(text(&invoke)).await.unwrap();
+        ws.send(text(&invoke)).await.unwrap();
+        let mut replies = Vec::new();
+        while replies.len() < 2 {
+            let frame = match ws.next().await {
+                Some(Ok(Message::Text(frame))) => frame,
+                Some(Ok(Message::Ping(_))) => continue,
+                _ => panic!("the machine went away"),
+            };
+            if let ClientMessage::Reply { text: reply, .. } = serde_json::from_str(&frame).unwrap()
+            {
+                replies.push(reply);
+                ws.send(text(&invoke)).await.unwrap();
+            }
+        }
+        replies
+    });
+    (format!("http://{addr}"), task)
+}
+
+/// Counts its turns and replies after a pause.
+struct CountsSlowly(Arc<AtomicUsize>);
+
+impl Handler for CountsSlowly {
+    async fn turn(&self, _: Turn) -> Result<String, ToolError> {
+        let n = self.0.fetch_add(1, Ordering::SeqCst) + 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Ok(format!("Turn {n}."))
+    }
+}
+
+#[tokio::test]
+async fn connector_runs_an_invoke_sent_again_once_and_answers_it_with_the_kept_reply() {
+    let (server, seen) = invokes_twice().await;
+    let turns = Arc::new(AtomicUsize::new(0));
+    let linked = Connector::new(server, "mgm_x").connect().await.unwrap();
+    tokio::spawn(linked.serve(CountsSlowly(turns.clone()), std::future::pending()));
+    let replies = tokio::time::timeout(PATIENCE, seen).await.unwrap().unwrap();
+    assert_eq!(replies, ["Turn 1.", "Turn 1."]);
+    assert_eq!(
+        turns.load(Ordering::SeqCst),
+        1,
+        "the handler saw the turn once"
+    );
+}
+
 on_both_backends! {
     async fn connector_serves_the_demo_planner_which_opens_cards_and_replays_them_on_the_next_turn(db) {
         let s = Scene::new(&db, &["We launch in March.", "Which region first?", "Pricing: TBD."]).await;
