@@ -160,3 +160,46 @@ test('server addresses become the link url, and resumable sessions are asked for
   assert.deepEqual(new Connector({ server: 'http://h', credential: 'c' }).features(), [RESUMABLE_SESSIONS]);
   assert.deepEqual(new Connector({ server: 'http://h', credential: 'c', resumable: false }).features(), []);
 });
+
+test('a call named in resume that the server never recorded is sent again, and only such a call', { timeout: 30000 }, async (t) => {
+  const unknown = (callId) => ({ type: 'refusal', code: 'unknown_call', message: 'never ran', call_id: callId });
+  const server = await scriptedServer(t, async (link, n) => {
+    if (n === 1) {
+      await welcomeAndInvoke(link);
+      await link.next();
+      link.send({ type: 'resumed', sessions: [], ended: [] });
+      await link.next();
+      // The call dies with the link.
+      link.ws.terminate();
+      return null;
+    }
+    await welcomeAndInvoke(link, { invoke: false });
+    const resume = await link.next();
+    link.send({ type: 'resumed', sessions: [{ session: 's', document: 'd', withdrawn: [] }], ended: [] });
+    link.send(unknown('c1'));
+    const again = await link.next();
+    link.send({ type: 'tool-result', session: 's', turn: 't', call_id: 'c1', output: { revision: 1, outline: [] } });
+    // A second call, never named in a resume: unknown_call is its answer.
+    const second = await link.next();
+    link.send(unknown(second.call_id));
+    return [resume.sessions, again, (await link.next()).text];
+  });
+  const handler = {
+    async turn(turn) {
+      const read = await turn.readDocument();
+      const second = await turn.readDocument().then(() => 'read', (e) => e.code);
+      return `${read.outline.length} blocks; then ${second}.`;
+    },
+  };
+  const detach = new AbortController();
+  const running = new Connector({ server: server.url, credential: 'mgm_x', logger: silentLogger }).run(handler, { signal: detach.signal });
+  t.after(() => {
+    detach.abort();
+    return running;
+  });
+  assert.deepEqual(await server.done(2), [
+    [{ session: 's', questions: [], turn: 't', calls: ['c1'] }],
+    { type: 'tool-call', session: 's', turn: 't', call_id: 'c1', name: 'read_document', arguments: {} },
+    '0 blocks; then unknown_call.',
+  ]);
+});

@@ -219,8 +219,16 @@ export class Serving {
       case 'run-received':
         this.#owed.runReceived(message.session, message.run, message.attempt, message.status);
         return null;
-      case 'refusal':
+      case 'refusal': {
         if (this.#owed.refused(message)) return null;
+        const again = message.code === 'unknown_call' && message.call_id ? this.#calls.again(message.call_id) : null;
+        if (again) {
+          // Named in `resume`, never recorded: it died with the old link
+          // before reaching the server, so it never ran. Sent again.
+          this.#log.debug?.('a call the server never recorded sent again', { call_id: message.call_id });
+          this.#outbox.push(again).catch(() => {});
+          return null;
+        }
         if (message.call_id) {
           this.#calls.settle(message.call_id, {
             error: ToolError.refused({ code: message.code, message: message.message, read_again: false, retry: false }),
@@ -229,6 +237,7 @@ export class Serving {
           this.#log.warn('the server refused a message', { code: message.code, message: message.message });
         }
         return null;
+      }
       case 'welcome':
         this.#log.warn('a second welcome ignored');
         return null;
@@ -363,6 +372,7 @@ export class Serving {
       if (turn !== undefined) {
         entry.turn = turn;
         entry.calls = this.#calls.waiting(session, turn).slice(0, MAX_HELD_CALLS);
+        this.#calls.named(entry.calls);
       } else if (kept.reply) {
         entry.turn = kept.reply.turn;
       }
