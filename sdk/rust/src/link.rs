@@ -43,6 +43,12 @@ struct InFlight {
     /// have it, and only then is it named in `resume` (one still queued
     /// goes out after it, and gets its result then).
     written: bool,
+    /// Whether the last `resume` named it: only then does `unknown_call`
+    /// mean it died with the old link before reaching the server — it
+    /// never ran, and goes again (SPEC W1).
+    named: bool,
+    /// Its `tool-call`, to send again.
+    message: ClientMessage,
     waiting: oneshot::Sender<Result<serde_json::Value, ToolError>>,
 }
 
@@ -188,7 +194,8 @@ impl<H: Handler> Serving<H> {
     /// Runs one link until it ends or `until` completes. With `resume`, the
     /// first message is `resume` and the link's end keeps running turns and
     /// their calls in flight: the next `resume` names them, and each call
-    /// gets its result — or `interrupted` — after `resumed` (SPEC W1). A
+    /// gets its result — or `interrupted` — after `resumed`; one answered
+    /// `unknown_call` never reached the server, and goes again (SPEC W1). A
     /// link that brings nothing for `silence` has dropped; it is pinged
     /// every third of that, so only a dead one stays silent.
     pub(super) async fn drive<F: Future<Output = ()>>(
@@ -436,15 +443,23 @@ impl<H: Handler> Serving<H> {
                 session: None,
                 turn: None,
                 run: None,
-            } => self.calls.settle(
-                &call_id,
-                Err(ToolError::Refused(ToolRefusal {
-                    code,
-                    message,
-                    read_again: false,
-                    retry: false,
-                })),
-            ),
+            } => {
+                if code == RefusalCode::UnknownCall {
+                    if let Some(again) = self.calls.again(&call_id) {
+                        debug!(%call_id, "a resumed call the server never recorded goes again");
+                        return vec![again];
+                    }
+                }
+                self.calls.settle(
+                    &call_id,
+                    Err(ToolError::Refused(ToolRefusal {
+                        code,
+                        message,
+                        read_again: false,
+                        retry: false,
+                    })),
+                );
+            }
             ServerMessage::Refusal {
                 code,
                 message,
@@ -616,24 +631,25 @@ impl Calls {
     ) -> Result<serde_json::Value, ToolError> {
         let call_id = format!("c{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
         let (result, waiting) = oneshot::channel();
+        let message = ClientMessage::ToolCall {
+            session: session.to_owned(),
+            turn: turn.to_owned(),
+            call_id: call_id.clone(),
+            name: name.to_owned(),
+            arguments,
+        };
         self.pending().insert(
             call_id.clone(),
             InFlight {
                 session: session.to_owned(),
                 turn: turn.to_owned(),
                 written: false,
+                named: false,
+                message: message.clone(),
                 waiting: result,
             },
         );
-        let sent = self
-            .send(ClientMessage::ToolCall {
-                session: session.to_owned(),
-                turn: turn.to_owned(),
-                call_id: call_id.clone(),
-                name: name.to_owned(),
-                arguments,
-            })
-            .await;
+        let sent = self.send(message).await;
         if let Err(e) = sent {
             self.pending().remove(&call_id);
             return Err(e);
@@ -743,18 +759,24 @@ impl Calls {
         pending.retain(|_, call| !call.waiting.is_closed());
         let mut held = self.held();
         held.resuming();
+        for call in pending.values_mut() {
+            call.named = false;
+        }
         ClientMessage::Resume {
             sessions: held
                 .sessions()
                 .map(|(session, questions, replied)| {
                     let turn = turn_of(session).or_else(|| replied.map(str::to_owned));
                     let calls = pending
-                        .iter()
+                        .iter_mut()
                         .filter(|(_, c)| {
                             c.written && c.session == session && Some(&c.turn) == turn.as_ref()
                         })
-                        .map(|(call, _)| call.clone())
                         .take(margin_protocol::link::MAX_HELD_CALLS)
+                        .map(|(call, c)| {
+                            c.named = true;
+                            call.clone()
+                        })
                         .collect();
                     HeldSession {
                         session: session.to_owned(),
@@ -774,6 +796,18 @@ impl Calls {
             }
             None => warn!(%call_id, "a result for no call in flight ignored"),
         }
+    }
+
+    /// The `tool-call` to send again for `call_id`, answered `unknown_call`:
+    /// only if the last `resume` named it — then it died with the old link
+    /// before reaching the server, so it never ran and calling it again is
+    /// safe (SPEC W1). Otherwise the refusal is its answer (`None`).
+    fn again(&self, call_id: &str) -> Option<ClientMessage> {
+        let mut pending = self.pending();
+        let call = pending.get_mut(call_id).filter(|call| call.named)?;
+        call.named = false;
+        call.written = false;
+        Some(call.message.clone())
     }
 
     /// Fails the calls in flight of a session that ended.

@@ -422,6 +422,143 @@ async fn connector_runs_an_invoke_sent_again_once_and_answers_it_with_the_kept_r
     );
 }
 
+/// What [`loses_a_call`]'s second link saw: the calls its `resume` named,
+/// the tool calls that came after `resumed` (by id), and the reply.
+#[derive(Debug, PartialEq)]
+struct AfterResume {
+    named: Vec<String>,
+    calls: Vec<String>,
+    reply: String,
+}
+
+/// A scripted link server whose first link dies under the turn's first
+/// tool call, which it never records (written into a dead socket); on the
+/// next link it answers `resumed`, then `unknown_call` naming each call the
+/// `resume` named (SPEC W1), then each tool call with an empty outline.
+async fn loses_a_call() -> (String, tokio::task::JoinHandle<AfterResume>) {
+    use futures_util::{SinkExt, StreamExt};
+    use margin_protocol::link::{Capabilities, ClientMessage, ResumedSession, ServerMessage};
+    use tokio_tungstenite::tungstenite::Message;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let text = |m: &ServerMessage| Message::Text(serde_json::to_string(m).unwrap().into());
+        let welcome = ServerMessage::Welcome {
+            protocol_version: 1,
+            machine: "m".into(),
+            capabilities: Capabilities::default(),
+        };
+        let next = |frame: Option<Result<Message, _>>| match frame {
+            Some(Ok(Message::Text(frame))) => {
+                Some(serde_json::from_str::<ClientMessage>(&frame).unwrap())
+            }
+            Some(Ok(_)) => None,
+            other => panic!("the machine went away: {other:?}"),
+        };
+
+        let (tcp, _) = listener.accept().await.unwrap();
+        let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+        let _hello = ws.next().await;
+        ws.send(text(&welcome)).await.unwrap();
+        let invoke = ServerMessage::Invoke {
+            session: "s".into(),
+            turn: "t".into(),
+            document: "d".into(),
+            messages: vec![],
+            repair: vec![],
+            plan: None,
+        };
+        ws.send(text(&invoke)).await.unwrap();
+        while !matches!(next(ws.next().await), Some(ClientMessage::ToolCall { .. })) {}
+        // The link dies with the call: the server never saw it.
+        drop(ws);
+
+        let (tcp, _) = listener.accept().await.unwrap();
+        let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+        let _hello = ws.next().await;
+        ws.send(text(&welcome)).await.unwrap();
+        let named = loop {
+            if let Some(ClientMessage::Resume { sessions }) = next(ws.next().await) {
+                break sessions
+                    .into_iter()
+                    .flat_map(|s| s.calls)
+                    .collect::<Vec<_>>();
+            }
+        };
+        let resumed = ServerMessage::Resumed {
+            sessions: vec![ResumedSession {
+                session: "s".into(),
+                document: "d".into(),
+                withdrawn: vec![],
+            }],
+            ended: vec![],
+        };
+        ws.send(text(&resumed)).await.unwrap();
+        for call in &named {
+            let unknown = ServerMessage::Refusal {
+                code: RefusalCode::UnknownCall,
+                message: format!("no record of call {call:?} in this turn: it never ran, and calling it again is safe"),
+                call_id: Some(call.clone()),
+                session: None,
+                turn: None,
+                run: None,
+            };
+            ws.send(text(&unknown)).await.unwrap();
+        }
+        let mut calls = Vec::new();
+        loop {
+            match next(ws.next().await) {
+                Some(ClientMessage::ToolCall { call_id, .. }) => {
+                    calls.push(call_id.clone());
+                    let answer = ServerMessage::ToolResult {
+                        session: "s".into(),
+                        turn: "t".into(),
+                        call_id,
+                        output: Some(
+                            serde_json::from_value(json!({"revision": 1, "outline": []})).unwrap(),
+                        ),
+                        error: None,
+                    };
+                    ws.send(text(&answer)).await.unwrap();
+                }
+                Some(ClientMessage::Reply { text: reply, .. }) => {
+                    return AfterResume {
+                        named,
+                        calls,
+                        reply,
+                    };
+                }
+                _ => {}
+            }
+        }
+    });
+    (format!("http://{addr}"), task)
+}
+
+#[tokio::test]
+async fn connector_sends_again_a_resumed_call_the_server_never_recorded() {
+    let (server, seen) = loses_a_call().await;
+    let connector = Connector::new(server, "mgm_x").silence_timeout(Duration::from_secs(1));
+    let detach = CancellationToken::new();
+    let running = tokio::spawn({
+        let until = detach.clone().cancelled_owned();
+        async move { connector.run(Reads, until).await }
+    });
+    let after = tokio::time::timeout(PATIENCE, seen).await.unwrap().unwrap();
+    // Named in `resume`, answered `unknown_call`: it never ran, so it goes
+    // again (the same call) and the turn carries on with its result.
+    assert_eq!(
+        after,
+        AfterResume {
+            named: vec!["c1".into()],
+            calls: vec!["c1".into()],
+            reply: "0 blocks.".into(),
+        }
+    );
+    detach.cancel();
+    let _ = tokio::time::timeout(PATIENCE, running).await;
+}
+
 on_both_backends! {
     async fn connector_serves_the_demo_planner_which_opens_cards_and_replays_them_on_the_next_turn(db) {
         let s = Scene::new(&db, &["We launch in March.", "Which region first?", "Pricing: TBD."]).await;
