@@ -153,7 +153,7 @@ class L10(unittest.IsolatedAsyncioTestCase):
         await again.silent(0.3)
         self.assertEqual(json.loads(self.held.read_text()), {})
 
-    async def test_the_same_invoke_again_never_runs_the_turn_twice(self):
+    async def test_the_same_invoke_again_while_the_turn_runs_starts_nothing(self):
         handler = Replier()
         handler.gate = asyncio.Event()
         self.start(handler)
@@ -162,11 +162,33 @@ class L10(unittest.IsolatedAsyncioTestCase):
         await peer.send(invoke())
         await peer.recv_type("run")
         await peer.send(invoke())
+        # Read in order: once the heartbeat is answered, the second invoke was handled while t1 ran.
+        await peer.send({"type": "heartbeat", "seq": 1})
+        await peer.recv_type("heartbeat-ack")
         handler.gate.set()
         await peer.recv_type("run")
         await peer.recv_type("reply")
-        await peer.send(invoke())
         await peer.silent(0.3)
+        self.assertEqual(handler.turns, ["t1"])
+
+    async def test_an_invoke_of_a_turn_whose_reply_is_kept_sends_the_reply_again_and_starts_nothing(self):
+        handler = Replier()
+        peer = await self.first_turn(handler)
+        await peer.send({"type": "run-received", "session": "s1", "run": "review", "attempt": 1, "status": "completed"})
+        # The server sends the turn again: the reply it lacks goes again, the turn does not run again.
+        await peer.send(invoke())
+        self.assertEqual(
+            await peer.recv_type("reply"), {"type": "reply", "session": "s1", "turn": "t1", "text": "Reviewed t1."}
+        )
+        await peer.silent(0.3)
+        self.assertEqual(handler.turns, ["t1"])
+        # Still kept until acknowledged: a second invoke sends it once more.
+        await peer.send(invoke())
+        self.assertEqual((await peer.recv_type("reply"))["turn"], "t1")
+        await peer.send({"type": "reply-received", "session": "s1", "turn": "t1"})
+        await peer.send({"type": "heartbeat", "seq": 1})
+        await peer.recv_type("heartbeat-ack")
+        self.assertEqual(json.loads(self.held.read_text()), {"s1": {"questions": []}})
         self.assertEqual(handler.turns, ["t1"])
 
     async def test_a_restarted_machine_names_the_kept_reply_and_sends_it_again(self):

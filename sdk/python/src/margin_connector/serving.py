@@ -256,14 +256,23 @@ class Serving:
         return None
 
     def _invoke(self, message: dict[str, Any]) -> None:
-        """Starts a turn; an earlier turn of the session still running is aborted."""
+        """Starts a turn; an earlier turn of the session still running is
+        aborted and an earlier turn's reply settled. An invoke of the turn the
+        SDK runs starts nothing, and one of a turn whose reply is kept sends
+        the reply again (SPEC L10): the handler sees each turn once."""
         session, turn_id = message["session"], message["turn"]
         running = self._turns.get(session)
-        kept = self._held.reply(session)
-        if (running is not None and running.id == turn_id) or (kept is not None and kept[0] == turn_id):
+        if running is not None and running.id == turn_id:
             # The same turn again (sent again after a resume that did not reach
-            # the server, say): it runs, or its reply is kept; never twice.
-            debug(self._log, "an invoke of a turn this machine holds ignored", session=session, turn=turn_id)
+            # the server, say): it runs already.
+            debug(self._log, "an invoke of a turn already running ignored", session=session, turn=turn_id)
+            return
+        kept = self._held.reply(session)
+        if kept is not None and kept[0] == turn_id:
+            # The server asks for a turn this machine has replied to: the reply
+            # did not reach it. It goes again; the turn does not run again.
+            debug(self._log, "an invoke of a turn already replied to: the reply goes again", session=session, turn=turn_id)
+            self._push_kept({"type": "reply", "session": session, "turn": turn_id, "text": kept[1]})
             return
         # A later turn settles the earlier reply: turns run one at a time.
         self._held.settle_reply(session)
