@@ -81,6 +81,26 @@ class HeldFile(unittest.TestCase):
         held.forget_session("s1")
         self.assertEqual(json.loads(self.path.read_text()), {})
 
+    def test_letting_go_of_the_settled_keeps_the_sessions_that_still_owe(self):
+        held = Held(self.path)
+        held.hold_question("asks", "c1")
+        held.keep_reply("replies", "t1", "Done.")
+        held.keep_run("reports", KeptRun("review", "Review", "completed", 1))
+        held.hold_question("reports", "c2")
+        held.forget_settled()
+        self.assertEqual(
+            json.loads(self.path.read_text()),
+            {
+                "replies": {"questions": [], "reply": {"turn": "t1", "text": "Done."}},
+                "reports": {
+                    "questions": ["c2"],
+                    "runs": [{"run": "review", "name": "Review", "status": "completed", "attempt": 1}],
+                },
+            },
+        )
+        held.forget_all()
+        self.assertEqual(json.loads(self.path.read_text()), {})
+
     def test_without_a_file_it_keeps_in_memory(self):
         held = Held(None)
         held.keep_reply("s1", "t1", "x")

@@ -7,7 +7,7 @@ import tempfile
 import unittest
 from pathlib import Path
 
-from margin_connector import Connector, Handler
+from margin_connector import Connector, Ended, Handler
 
 from .scripted import ScriptedServer, invoke
 
@@ -219,6 +219,77 @@ class L10(unittest.IsolatedAsyncioTestCase):
         )
         self.assertEqual((await again.recv_type("reply"))["text"], "Reviewed t1.")
         self.assertEqual(handler.turns, [])
+
+    async def owing_and_settled(self, handler, *, until=None, resumable=True):
+        """Links; leaves session s1 owing its reply of t1 and session `settled`
+        owing nothing, both held. Returns the link and the machine's task."""
+        connector = Connector(self.server.url, credential="mgm_test", held_file=self.held, resumable=resumable)
+        task = asyncio.create_task(connector.run(handler, until=until))
+        self.tasks.append(task)
+        peer = await self.server.accept()
+        await peer.welcome()
+        for session in ("s1", "settled"):
+            await peer.send(invoke(session=session))
+            await peer.recv_type("run")
+            await peer.recv_type("run")
+            await peer.recv_type("reply")
+            await peer.send({"type": "run-received", "session": session, "run": "review", "attempt": 1, "status": "completed"})
+        await peer.send({"type": "reply-received", "session": "settled", "turn": "t1"})
+        await peer.send({"type": "heartbeat", "seq": 1})
+        await peer.recv_type("heartbeat-ack")
+        self.assertEqual(
+            json.loads(self.held.read_text()),
+            {"s1": {"questions": [], "reply": {"turn": "t1", "text": "Reviewed t1."}}, "settled": {"questions": []}},
+        )
+        return peer, task
+
+    OWING = {"s1": {"questions": [], "reply": {"turn": "t1", "text": "Reviewed t1."}}}
+
+    async def test_a_machine_that_detaches_keeps_in_its_held_file_only_the_sessions_that_still_owe(self):
+        until = asyncio.Event()
+        peer, task = await self.owing_and_settled(Replier(), until=until)
+        until.set()
+        self.assertEqual(await peer.recv_type("detach"), {"type": "detach"})
+        self.assertEqual(await asyncio.wait_for(task, 5), Ended.detached())
+        self.assertEqual(json.loads(self.held.read_text()), self.OWING)
+        # Started again, it names the turn and sends the reply again; nothing runs.
+        handler = Replier()
+        self.start(handler)
+        again = await self.server.accept()
+        await again.welcome()
+        self.assertEqual(
+            again.resume, {"type": "resume", "sessions": [{"session": "s1", "questions": [], "turn": "t1", "calls": []}]}
+        )
+        self.assertEqual(
+            await again.recv_type("reply"), {"type": "reply", "session": "s1", "turn": "t1", "text": "Reviewed t1."}
+        )
+        await again.silent(0.3)
+        self.assertEqual(handler.turns, [])
+
+    async def test_a_machine_cancelled_detaches_and_keeps_the_sessions_that_still_owe(self):
+        peer, task = await self.owing_and_settled(Replier())
+        task.cancel()
+        self.assertEqual(await peer.recv_type("detach"), {"type": "detach"})
+        with self.assertRaises(asyncio.CancelledError):
+            await task
+        self.assertEqual(json.loads(self.held.read_text()), self.OWING)
+
+    async def test_a_machine_cancelled_between_links_keeps_the_sessions_that_still_owe(self):
+        peer, task = await self.owing_and_settled(Replier())
+        await peer.close(1011, "going away")
+        again = await self.server.accept()
+        task.cancel()
+        with self.assertRaises(asyncio.CancelledError):
+            await task
+        self.assertEqual(json.loads(self.held.read_text()), self.OWING)
+
+    async def test_a_machine_that_is_not_resumable_forgets_everything_when_it_detaches(self):
+        until = asyncio.Event()
+        peer, task = await self.owing_and_settled(Replier(), until=until, resumable=False)
+        until.set()
+        self.assertEqual(await peer.recv_type("detach"), {"type": "detach"})
+        self.assertEqual(await asyncio.wait_for(task, 5), Ended.detached())
+        self.assertEqual(json.loads(self.held.read_text()), {})
 
     async def test_an_old_format_held_file_resumes_its_questions(self):
         self.held.write_text('{"s1":["c2","c1"]}')

@@ -141,20 +141,23 @@ class Connector:
         running turns carry on, their calls in flight get their answers after
         `resumed`, held answers and Stops arrive, and what the server has not
         acknowledged is sent again (SPEC L3, L5, W1, L10). Cancelling the task
-        running this detaches, then raises CancelledError.
+        running this detaches, then raises CancelledError. Detaching (either
+        way) lets go of the sessions that owe the server nothing; those still
+        owing a reply or run report stay held (in `held_file` too), for the
+        next start to name and send again — unless `resumable` is off.
         """
         serving = self.serving(handler)
         failures = 0
         try:
             while True:
                 if until is not None and until.is_set():
-                    serving.finish()
+                    serving.finish(keep_owed=self.resumable)
                     return Ended.detached()
                 try:
                     linked = await self.connect()
                 except ConnectError as error:
                     if error.final:
-                        serving.finish()
+                        serving.finish(keep_owed=self.resumable)
                         return Ended.refused(str(error))
                     warn(self._log, "cannot link; trying again", error=str(error))
                 else:
@@ -168,6 +171,11 @@ class Connector:
                 if await _pause(backoff(failures), until):
                     continue
                 failures += 1
+        except asyncio.CancelledError:
+            # Cancelled between links (a link being served detached already):
+            # what is still owed stays held for the next start.
+            serving.finish(keep_owed=self.resumable)
+            raise
         finally:
             serving.close("the connector stopped serving")
             await serving.settle()
@@ -217,7 +225,7 @@ class Linked:
         try:
             return await serving.drive(self.socket, self._connector.keeper, until, False)
         finally:
-            serving.finish()
+            serving.finish(keep_owed=False)
             serving.close("the link has ended")
             await serving.settle()
 

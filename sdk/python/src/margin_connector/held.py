@@ -140,6 +140,16 @@ class Held:
         if self._sessions.pop(session, None) is not None:
             self._save()
 
+    def forget_settled(self) -> None:
+        """Lets go of the sessions that owe the server nothing; those that
+        still owe a reply or run report stay held, with their questions, so a
+        restarted machine names them and sends again what they owe (SPEC L10)."""
+        settled = [session for session, kept in self._sessions.items() if kept.reply is None and not kept.runs]
+        if settled:
+            for session in settled:
+                del self._sessions[session]
+            self._save()
+
     def forget_all(self) -> None:
         if self._sessions:
             self._sessions.clear()

@@ -142,13 +142,13 @@ class Serving:
             self._outbox.pause()
             socket.send(encode({"type": "detach"}))
             await socket.close(1000)
-            self.finish()
+            self.finish(keep_owed=resume)
             raise
         self._link = None
         self._outbox.pause()
         # Nothing will be resumed: a result that was on its way is lost with the link.
         if not resume or is_final(ended):
-            self.finish()
+            self.finish(keep_owed=resume)
         return ended
 
     async def _serve(self, link: _Link, keeper: CredentialKeeper, until: asyncio.Event | None) -> Ended:
@@ -182,14 +182,21 @@ class Serving:
             if answer is not None:
                 socket.send(encode(answer))
 
-    def finish(self) -> None:
-        """Ends everything: running turns, calls in flight, and what a resume would name."""
+    def finish(self, keep_owed: bool = False) -> None:
+        """Ends everything: running turns, calls in flight, and what a resume
+        would name — but with `keep_owed` (a resumable machine), the sessions
+        that still owe the server a reply or run report stay held, so a later
+        `resume` (after a restart, with a held file) names them and sends
+        again what they owe (SPEC L10)."""
         gone = ToolError.link_closed()
         for session, running in list(self._turns.items()):
             self._abort(session, running, gone)
         self._turns.clear()
         self._calls.fail_all(gone)
-        self._held.forget_all()
+        if keep_owed:
+            self._held.forget_settled()
+        else:
+            self._held.forget_all()
         self._written.clear()
         self._outbox.clear()
 
