@@ -445,7 +445,14 @@ impl<H: Handler> Serving<H> {
                 run: None,
             } => {
                 if code == RefusalCode::UnknownCall {
-                    if let Some(again) = self.calls.again(&call_id) {
+                    // Not for a turn a Stop (first after `resumed`) ended.
+                    let turns = &self.turns;
+                    let running = |session: &str, turn: &str| {
+                        turns
+                            .get(session)
+                            .is_some_and(|(id, task)| id == turn && !task.is_finished())
+                    };
+                    if let Some(again) = self.calls.again(&call_id, running) {
                         debug!(%call_id, "a resumed call the server never recorded goes again");
                         return vec![again];
                     }
@@ -801,10 +808,13 @@ impl Calls {
     /// The `tool-call` to send again for `call_id`, answered `unknown_call`:
     /// only if the last `resume` named it — then it died with the old link
     /// before reaching the server, so it never ran and calling it again is
-    /// safe (SPEC W1). Otherwise the refusal is its answer (`None`).
-    fn again(&self, call_id: &str) -> Option<ClientMessage> {
+    /// safe (SPEC W1) — and its turn is still `running` (session, turn).
+    /// Otherwise the refusal is its answer (`None`).
+    fn again(&self, call_id: &str, running: impl Fn(&str, &str) -> bool) -> Option<ClientMessage> {
         let mut pending = self.pending();
-        let call = pending.get_mut(call_id).filter(|call| call.named)?;
+        let call = pending
+            .get_mut(call_id)
+            .filter(|call| call.named && running(&call.session, &call.turn))?;
         call.named = false;
         call.written = false;
         Some(call.message.clone())

@@ -423,7 +423,8 @@ async fn connector_runs_an_invoke_sent_again_once_and_answers_it_with_the_kept_r
 }
 
 /// What [`loses_a_call`]'s second link saw: the calls its `resume` named,
-/// the tool calls that came after `resumed` (by id), and the reply.
+/// the tool calls that came after `resumed` (by id), and the reply — or
+/// `stopped` when the script held a Stop.
 #[derive(Debug, PartialEq)]
 struct AfterResume {
     named: Vec<String>,
@@ -433,9 +434,10 @@ struct AfterResume {
 
 /// A scripted link server whose first link dies under the turn's first
 /// tool call, which it never records (written into a dead socket); on the
-/// next link it answers `resumed`, then `unknown_call` naming each call the
-/// `resume` named (SPEC W1), then each tool call with an empty outline.
-async fn loses_a_call() -> (String, tokio::task::JoinHandle<AfterResume>) {
+/// next link it answers `resumed`, then (with `stop`) a Stop held for the
+/// session, then `unknown_call` naming each call the `resume` named (SPEC
+/// W1), then each tool call with an empty outline.
+async fn loses_a_call(stop: bool) -> (String, tokio::task::JoinHandle<AfterResume>) {
     use futures_util::{SinkExt, StreamExt};
     use margin_protocol::link::{Capabilities, ClientMessage, ResumedSession, ServerMessage};
     use tokio_tungstenite::tungstenite::Message;
@@ -494,6 +496,12 @@ async fn loses_a_call() -> (String, tokio::task::JoinHandle<AfterResume>) {
             ended: vec![],
         };
         ws.send(text(&resumed)).await.unwrap();
+        if stop {
+            let stop = ServerMessage::Stop {
+                session: "s".into(),
+            };
+            ws.send(text(&stop)).await.unwrap();
+        }
         for call in &named {
             let unknown = ServerMessage::Refusal {
                 code: RefusalCode::UnknownCall,
@@ -528,6 +536,26 @@ async fn loses_a_call() -> (String, tokio::task::JoinHandle<AfterResume>) {
                         reply,
                     };
                 }
+                Some(ClientMessage::Stopped { .. }) => {
+                    // Anything sent again would have come before `stopped`;
+                    // give a late one time to show all the same.
+                    let late = tokio::time::timeout(Duration::from_millis(300), async {
+                        loop {
+                            if let Some(ClientMessage::ToolCall { call_id, .. }) =
+                                next(ws.next().await)
+                            {
+                                break call_id;
+                            }
+                        }
+                    })
+                    .await;
+                    calls.extend(late);
+                    return AfterResume {
+                        named,
+                        calls,
+                        reply: "stopped".into(),
+                    };
+                }
                 _ => {}
             }
         }
@@ -537,7 +565,7 @@ async fn loses_a_call() -> (String, tokio::task::JoinHandle<AfterResume>) {
 
 #[tokio::test]
 async fn connector_sends_again_a_resumed_call_the_server_never_recorded() {
-    let (server, seen) = loses_a_call().await;
+    let (server, seen) = loses_a_call(false).await;
     let connector = Connector::new(server, "mgm_x").silence_timeout(Duration::from_secs(1));
     let detach = CancellationToken::new();
     let running = tokio::spawn({
@@ -553,6 +581,30 @@ async fn connector_sends_again_a_resumed_call_the_server_never_recorded() {
             named: vec!["c1".into()],
             calls: vec!["c1".into()],
             reply: "0 blocks.".into(),
+        }
+    );
+    detach.cancel();
+    let _ = tokio::time::timeout(PATIENCE, running).await;
+}
+
+#[tokio::test]
+async fn connector_does_not_send_again_a_call_of_a_turn_stopped_after_resume() {
+    let (server, seen) = loses_a_call(true).await;
+    let connector = Connector::new(server, "mgm_x").silence_timeout(Duration::from_secs(1));
+    let detach = CancellationToken::new();
+    let running = tokio::spawn({
+        let until = detach.clone().cancelled_owned();
+        async move { connector.run(Reads, until).await }
+    });
+    let after = tokio::time::timeout(PATIENCE, seen).await.unwrap().unwrap();
+    // The held Stop came first after `resumed` and ended the turn: its call
+    // answered `unknown_call` next belongs to no turn, and is not made.
+    assert_eq!(
+        after,
+        AfterResume {
+            named: vec!["c1".into()],
+            calls: vec![],
+            reply: "stopped".into(),
         }
     );
     detach.cancel();
