@@ -226,10 +226,9 @@ impl<H: Handler> Serving<H> {
                     break Ended::Detached;
                 }
                 Some(message) = self.outbox.recv() => {
-                    if let Err(e) = sink.send(Message::Text(encode(&message).into())).await {
+                    if let Err(e) = self.write_all(&mut sink, vec![message]).await {
                         break Ended::Dropped(e.to_string());
                     }
-                    self.written(&message);
                 }
                 Some(_) = self.tasks.join_next(), if !self.tasks.is_empty() => {}
                 () = sleep_until(retry), if retry.is_some() => {
@@ -282,7 +281,11 @@ impl<H: Handler> Serving<H> {
         ended
     }
 
-    /// Writes `messages` in order, each noted as written.
+    /// Writes `messages` in order, each noted as written — even when the
+    /// write fails: the link is then gone, and what it took may have
+    /// reached the server or not, so each is settled by the next `resume`
+    /// (a call is named in it, a reply or run report kept and sent again
+    /// after `resumed`) instead of being lost with the link (SPEC L10, W1).
     async fn write_all<S>(
         &mut self,
         sink: &mut S,
@@ -291,11 +294,16 @@ impl<H: Handler> Serving<H> {
     where
         S: futures_util::Sink<Message> + Unpin,
     {
+        let mut failed = None;
         for message in messages {
-            sink.send(Message::Text(encode(&message).into())).await?;
+            if failed.is_none() {
+                if let Err(e) = sink.send(Message::Text(encode(&message).into())).await {
+                    failed = Some(e);
+                }
+            }
             self.written(&message);
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
     }
 
     /// Ends everything: running turns and tasks, calls in flight, and what
@@ -883,5 +891,115 @@ async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    /// Reads the document, and replies with what it came to.
+    struct Reads;
+
+    impl Handler for Reads {
+        async fn turn(&self, turn: Turn) -> Result<String, ToolError> {
+            let read = turn.read_document().await?;
+            Ok(format!("{} blocks.", read.outline.len()))
+        }
+    }
+
+    /// A socket that broke: every write fails (a reset connection, a
+    /// broken pipe).
+    struct Broken;
+
+    impl futures_util::Sink<Message> for Broken {
+        type Error = std::io::Error;
+
+        fn poll_ready(
+            self: Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Self::Error>> {
+            std::task::Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()))
+        }
+
+        fn start_send(self: Pin<&mut Self>, _: Message) -> Result<(), Self::Error> {
+            Err(std::io::ErrorKind::BrokenPipe.into())
+        }
+
+        fn poll_flush(
+            self: Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Self::Error>> {
+            std::task::Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()))
+        }
+
+        fn poll_close(
+            self: Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Result<(), Self::Error>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    fn invoke(session: &str, turn: &str) -> ServerMessage {
+        ServerMessage::Invoke {
+            session: session.into(),
+            turn: turn.into(),
+            document: "d".into(),
+            messages: vec![],
+            repair: vec![],
+            plan: None,
+        }
+    }
+
+    fn held(resume: ClientMessage) -> Vec<HeldSession> {
+        match resume {
+            ClientMessage::Resume { sessions } => sessions,
+            other => panic!("not a resume: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_whose_write_failed_is_named_in_the_next_resume() {
+        let mut serving = Serving::new(Reads, None);
+        assert_eq!(serving.dispatch(invoke("s", "t")), []);
+        let call = serving.outbox.recv().await.expect("the turn calls");
+        assert!(matches!(call, ClientMessage::ToolCall { .. }), "{call:?}");
+
+        // The socket broke under the call: it may have reached the server
+        // or not; the next `resume` names it, so it gets one answer either
+        // way (its result, or `unknown_call` and it goes again).
+        assert!(serving.write_all(&mut Broken, vec![call]).await.is_err());
+        assert_eq!(
+            held(serving.resume_message()),
+            [HeldSession {
+                session: "s".into(),
+                questions: vec![],
+                turn: Some("t".into()),
+                calls: vec!["c1".into()],
+            }]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reply_whose_write_failed_goes_again_after_resumed() {
+        let mut serving = Serving::new(Reads, None);
+        let reply = ClientMessage::Reply {
+            session: "s".into(),
+            turn: "t".into(),
+            text: "Done.".into(),
+        };
+        assert!(serving
+            .write_all(&mut Broken, vec![reply.clone()])
+            .await
+            .is_err());
+        let resume = held(serving.resume_message());
+        assert_eq!(resume[0].turn.as_deref(), Some("t"));
+        let resumed = ServerMessage::Resumed {
+            sessions: vec![],
+            ended: vec![],
+        };
+        assert_eq!(serving.dispatch(resumed), [reply]);
     }
 }
