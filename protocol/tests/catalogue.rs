@@ -4,14 +4,15 @@
 //! These tests keep it true to the code:
 //!
 //! - every ID the code cites (`SPEC` followed by a list such as `W1`,
-//!   `L2, L4`, `D6–D9` or a bare letter, in `*.rs`, `*.ts` and `*.mjs`
-//!   files outside `target` and `node_modules`) has an entry, or a group
-//!   for a bare letter;
+//!   `L2, L4`, `D6–D9` or a bare letter, in `*.rs`, `*.ts`, `*.mjs` and
+//!   `*.py` files outside `target`, `node_modules` and hidden folders) has
+//!   an entry, or a group for a bare letter;
 //! - every test the catalogue names exists: a Rust test
 //!   `` `path/file.rs::name` `` (or `` `path/file.rs::tests::name` `` for a
 //!   unit test) is a test function of that file, and a web test
 //!   `` `web-tests/tests/file.test.mjs`: "title" `` is a test of that file
-//!   with that title;
+//!   with that title, and a Python test `` `path/test_file.py::name` `` is
+//!   a `def name(` (or `async def`) of that file;
 //! - every entry names a test that pins it, and no ID has two.
 //!
 //! Each failure prints what is missing and where it was cited or named.
@@ -99,7 +100,7 @@ enum Cite {
     Group(char),
 }
 
-/// The source files cites are looked for in: `*.rs`, `*.ts` and `*.mjs`
+/// The source files cites are looked for in: `*.rs`, `*.ts`, `*.mjs` and `*.py`
 /// under `dir`, outside hidden folders, `target` and `node_modules` (this
 /// file aside: its samples are not cites).
 fn sources(dir: &Path, found: &mut Vec<PathBuf>) {
@@ -117,7 +118,9 @@ fn sources(dir: &Path, found: &mut Vec<PathBuf>) {
                 sources(&item.path(), found);
             }
         } else if kind.is_file()
-            && [".rs", ".ts", ".mjs"].iter().any(|ext| name.ends_with(ext))
+            && [".rs", ".ts", ".mjs", ".py"]
+                .iter()
+                .any(|ext| name.ends_with(ext))
             && !item.path().ends_with(file!())
         {
             found.push(item.path());
@@ -307,6 +310,8 @@ enum Named {
     },
     /// `web-tests/tests/file.test.mjs`: "title".
     Web { file: String, title: String },
+    /// `path/test_file.py::name` (or `::Class::name`): the file, the name.
+    Python { file: String, name: String },
 }
 
 /// Every test the catalogue names, anywhere in it, with its line.
@@ -330,6 +335,10 @@ fn named_tests(catalogue: &str) -> Vec<(Named, usize)> {
                     },
                     number + 1,
                 ));
+            } else if let Some((file, path)) = span.split_once(".py::") {
+                let name = path.rsplit("::").next().unwrap_or_default().to_string();
+                let file = format!("{file}.py");
+                found.push((Named::Python { file, name }, number + 1));
             } else if span.starts_with("web-tests/tests/") && span.ends_with(".mjs") {
                 let title = after.strip_prefix(": \"").and_then(|t| t.split_once('"'));
                 if let Some((title, _)) = title {
@@ -448,6 +457,13 @@ fn every_test_the_catalogue_names_exists() {
                     }
                 }
             }
+            Named::Python { file, name } => match fs::read_to_string(root.join(file)) {
+                Err(_) => missing.push(format!("  line {line}: no file {file}")),
+                Ok(text) if !text.contains(&format!("def {name}(")) => missing.push(format!(
+                    "  line {line}: `{file}::{name}`: {file} has no `def {name}(`"
+                )),
+                Ok(_) => {}
+            },
             Named::Web { file, title } => {
                 let titles = web.entry(file.clone()).or_insert_with(|| {
                     fs::read_to_string(root.join(file))

@@ -45,7 +45,7 @@ fn committed_tool_catalogue_matches_the_tool_table() {
 }
 
 /// The link's and the sync socket's constants, for the TypeScript packages
-/// to generate theirs from (`docs/protocol/typescript.mjs`).
+/// to generate theirs from (`sdk/typescript/codegen.mjs`).
 #[test]
 fn committed_constants_match_the_protocol() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/protocol/constants.json");
