@@ -233,6 +233,14 @@ fn describe_self(addr: SocketAddr) -> String {
 }
 
 impl Running {
+    /// Begins a stop that load balancers can see (SPEC C4, O1): `/readyz`
+    /// answers 503 from now on, while everything is still served; the
+    /// caller waits out its drain period, then calls [`Running::stop`].
+    pub fn begin_draining(&self) {
+        self.hub.begin_draining();
+        tracing::info!("draining: /readyz answers 503; serving until the stop");
+    }
+
     /// Stops gracefully and waits until everything is flushed.
     pub async fn stop(self) -> Result<(), ServeError> {
         if let Some(cluster) = &self.cluster {

@@ -61,6 +61,11 @@ pub(super) struct ServeArgs {
     /// limit (behind a proxy that closes idle connections, say).
     #[arg(long, env = "MARGIN_HEARTBEAT_MS", default_value_t = LinkSettings::default().heartbeat.as_millis() as u64, value_parser = clap::value_parser!(u64).range(100..))]
     heartbeat_ms: u64,
+    /// How long, after SIGTERM, the server keeps serving with `/readyz`
+    /// answering 503, so a load balancer stops sending it new connections
+    /// before it stops (SPEC C4, O1); a second signal ends the wait.
+    #[arg(long, env = "MARGIN_DRAIN_SECONDS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(0..=600))]
+    drain_seconds: u64,
     /// Run as one node of a cluster sharing this PostgreSQL database
     /// with other `--cluster` nodes (SPEC C1–C4; docs/operations.md,
     /// "Running several servers").
@@ -139,6 +144,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), CliError> {
         header_timeout_ms,
         body_timeout_ms,
         heartbeat_ms,
+        drain_seconds,
         cluster,
         advertise,
         lease_ttl_ms,
@@ -186,6 +192,11 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), CliError> {
         None => None,
     };
     wait_for_signal().await;
+    running.begin_draining();
+    tokio::select! {
+        () = tokio::time::sleep(std::time::Duration::from_secs(drain_seconds)) => {}
+        () = wait_for_signal() => {}
+    }
     if let Some(demo) = demo {
         demo.stop().await;
     }

@@ -133,8 +133,31 @@ pub fn router(state: AppState) -> Router {
             internal::to_owner,
         ))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(request_span)
+                .on_failure(on_failure),
+        )
         .with_state(state)
+}
+
+/// Logs a failed response. A 503 says the server is draining or its
+/// database is slow — what a load balancer's checks are for, not an error
+/// of the server's (SPEC C4, O1) — so it is logged at INFO; the handler
+/// that gave it already said why.
+fn on_failure(
+    class: tower_http::classify::ServerErrorsFailureClass,
+    latency: std::time::Duration,
+    _span: &tracing::Span,
+) {
+    use tower_http::classify::ServerErrorsFailureClass::StatusCode as Status;
+    let latency_ms = latency.as_millis() as u64;
+    match class {
+        Status(status) if status == axum::http::StatusCode::SERVICE_UNAVAILABLE => {
+            tracing::info!(%status, latency_ms, "unavailable");
+        }
+        other => tracing::error!(classification = %other, latency_ms, "response failed"),
+    }
 }
 
 /// The Planner's tools, whose bodies may be larger than other requests'.

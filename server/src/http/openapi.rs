@@ -109,7 +109,7 @@ pub const ROUTES: &[Route] = &[
     route("get", "/assets/{file}", "editor", Auth::None, "An editor file under its content-hashed name (cached for a year; br or gzip as asked)", File("application/octet-stream")),
     route("get", "/favicon.ico", "editor", Auth::None, "The icon", File("image/x-icon")),
     route("get", "/healthz", "operations", Auth::None, "The server runs and its database answers", File("application/json")),
-    route("get", "/readyz", "operations", Auth::None, "The server can take traffic (in a cluster: registered, not draining)", File("application/json")),
+    route("get", "/readyz", "operations", Auth::None, "The server can take traffic: not draining after SIGTERM, and in a cluster registered", File("application/json")),
     route("get", "/metrics", "operations", Auth::None, "Counters and gauges in the Prometheus text format", File("text/plain")),
     route("get", "/openapi.json", "operations", Auth::None, "This description", File("application/json")),
     route("get", "/internal/documents/{id}/sync", "cluster", Node, "A sync socket forwarded from another node to the document's owner", Upgrade),

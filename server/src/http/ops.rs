@@ -21,10 +21,18 @@ pub async fn healthz(State(state): State<AppState>) -> Result<Json<serde_json::V
     Ok(Json(json!({ "status": "ok" })))
 }
 
-/// Whether this server can take traffic (SPEC O1): its database answers
-/// and, in a cluster, it holds a live registration and is not draining. A
-/// load balancer sends new connections only to a node that says so.
+/// Whether this server can take traffic (SPEC O1): it is not stopping, its
+/// database answers and, in a cluster, it holds a live registration and is
+/// not draining. A load balancer sends new connections only to a node that
+/// says so; once SIGTERM came it says no at once, while the server still
+/// serves for its drain period (C4).
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<serde_json::Value>, AppError> {
+    if state.hub.is_draining() {
+        return Err(AppError::Unavailable(
+            "this server is draining: it is stopping, and serves what it has until then; send new connections elsewhere"
+                .into(),
+        ));
+    }
     tokio::time::timeout(Duration::from_secs(5), state.hub.store().ping())
         .await
         .map_err(|_| AppError::Unavailable("the database did not answer within 5 s".into()))?

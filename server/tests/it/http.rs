@@ -6,6 +6,30 @@ use crate::harness::{Server, SyncClient};
 use crate::on_both_backends;
 
 on_both_backends! {
+    async fn on_sigterm_readyz_says_503_at_once_while_the_server_serves_out_its_drain(db) {
+        let mut server = Server::start_limited(&db, None, &["--drain-seconds", "2"]).await;
+        assert_eq!(server.get(None, "/readyz").await.0, 200);
+        let signalled = std::time::Instant::now();
+        server.signal_term().await;
+        // New connections are still accepted: a balancer checking with a
+        // fresh connection each time sees 503, never a refusal (SPEC C4, O1).
+        let mut draining = None;
+        for _ in 0..200 {
+            let (status, body) = server.get(None, "/readyz").await;
+            if status == 503 {
+                draining = Some(body);
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let body = draining.expect("/readyz never said 503 after SIGTERM");
+        assert_eq!(body["error"]["code"], "unavailable", "{body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains("draining"), "{body}");
+        assert_eq!(server.get(None, "/healthz").await.0, 200, "it still serves");
+        server.exits_cleanly().await;
+        assert!(signalled.elapsed() >= std::time::Duration::from_secs(2), "it served out its drain period");
+    }
+
     async fn documents_are_created_listed_and_shown_to_members_only(db) {
         let server = Server::start(&db).await;
         let ada = Server::account(&db, "ada").await;

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use margin_decisions::DEFAULT_READS;
@@ -89,6 +89,9 @@ struct Inner {
     outbox_frames: usize,
     outbox_bytes: usize,
     next_conn: AtomicU64,
+    /// SIGTERM came: `/readyz` answers 503 while the server still serves
+    /// for its drain period (SPEC C4, O1).
+    draining: AtomicBool,
 }
 
 impl Hub {
@@ -115,8 +118,20 @@ impl Hub {
                 outbox_frames: settings.outbox_frames,
                 outbox_bytes: settings.outbox_bytes,
                 next_conn: AtomicU64::new(1),
+                draining: AtomicBool::new(false),
             }),
         }
+    }
+
+    /// From now on `/readyz` says this server is draining.
+    pub fn begin_draining(&self) {
+        self.inner.draining.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a stop is under way: the server serves, but a load balancer
+    /// should send new connections elsewhere.
+    pub fn is_draining(&self) -> bool {
+        self.inner.draining.load(Ordering::Relaxed)
     }
 
     /// The store documents load from.

@@ -144,6 +144,12 @@ impl Server {
 
     /// SIGTERM, then waits for a clean exit.
     pub async fn terminate(&mut self) {
+        self.signal_term().await;
+        self.exits_cleanly().await;
+    }
+
+    /// Sends SIGTERM and returns at once: the server drains, then stops.
+    pub async fn signal_term(&self) {
         let pid = self.child.id().unwrap().to_string();
         let status = Command::new("kill")
             .args(["-TERM", &pid])
@@ -151,6 +157,10 @@ impl Server {
             .await
             .unwrap();
         assert!(status.success());
+    }
+
+    /// Waits for the process to exit, which it must do cleanly.
+    pub async fn exits_cleanly(&mut self) {
         let exit = tokio::time::timeout(Duration::from_secs(30), self.child.wait())
             .await
             .expect("margin did not stop within 30 s of SIGTERM")
