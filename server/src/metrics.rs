@@ -110,8 +110,10 @@ impl Counters {
 pub struct Gauges {
     /// Documents with a task on this server.
     pub documents_loaded: usize,
-    /// Open sync connections.
+    /// Open sync connections served here.
     pub sync_connections: usize,
+    /// Sync connections this node took and carries to another node.
+    pub sync_connections_forwarded: usize,
     /// Open machine links (relayed ones included, in a cluster).
     pub machine_links: usize,
     /// Planner sessions running here, by the state their view names.
@@ -139,8 +141,13 @@ pub fn render(gauges: &Gauges) -> String {
     );
     gauge(
         "margin_sync_connections",
-        "Open sync (y-websocket) connections.",
+        "Open sync (y-websocket) connections served on this node's documents.",
         gauges.sync_connections.to_string(),
+    );
+    gauge(
+        "margin_sync_connections_forwarded",
+        "Sync connections this node took and carries to the document's owner (counted in the owner's margin_sync_connections).",
+        gauges.sync_connections_forwarded.to_string(),
     );
     gauge(
         "margin_machine_links",

@@ -227,7 +227,10 @@ async fn serve_sync(ws: Box<WebSocket>, hub: Hub, id: String, account: String, r
     };
     match routed {
         Ok(SyncRoute::Here(joined)) => socket::serve(ws, &id, &account, joined).await,
-        Ok(SyncRoute::There(upstream, node)) => forward::pipe(ws, upstream, id, node).await,
+        Ok(SyncRoute::There(upstream, node)) => {
+            let _counted = hub.forwarding();
+            forward::pipe(ws, upstream, id, node).await;
+        }
         Err(refused) => {
             tracing::warn!(document = %id, %refused, "join refused");
             let mut ws = ws;

@@ -64,6 +64,7 @@ pub async fn metrics(State(state): State<AppState>) -> Result<impl IntoResponse,
     let gauges = Gauges {
         documents_loaded,
         sync_connections,
+        sync_connections_forwarded: state.hub.forwarded(),
         machine_links: state.links.count(),
         sessions: state.sessions.states(),
         open_decisions,

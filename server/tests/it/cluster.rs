@@ -178,7 +178,55 @@ macro_rules! on_postgres {
     };
 }
 
+/// The value `node`'s `/metrics` gives `gauge`.
+async fn gauge(node: &Server, gauge: &str) -> f64 {
+    let text = reqwest::get(format!("http://{}/metrics", node.addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|line| {
+            line.strip_prefix(gauge)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no gauge {gauge} in:\n{text}"))
+}
+
 on_postgres! {
+    async fn each_node_counts_the_sockets_it_serves_and_those_it_forwards_apart(db) {
+        let (nodes, token) = nodes(&db, 2).await;
+        let doc = nodes[0].create_document(&token, "Plan").await;
+        let mut direct = SyncClient::connect(&nodes[0].sync_url(&doc, &token)).await;
+        direct.append_paragraph("held by node 0").await;
+        let store = db.open().await;
+        assert_eq!(until_held(&store, &nodes, &doc, None).await, 0);
+        let mut forwarded = SyncClient::connect(&nodes[1].sync_url(&doc, &token)).await;
+        assert!(forwarded.until(|c| c.texts().len() == 1).await);
+        let counts = || async {
+            (
+                gauge(&nodes[0], "margin_sync_connections").await,
+                gauge(&nodes[0], "margin_sync_connections_forwarded").await,
+                gauge(&nodes[1], "margin_sync_connections").await,
+                gauge(&nodes[1], "margin_sync_connections_forwarded").await,
+            )
+        };
+        // The owner serves both; node 1 carries one to it (SPEC C2, O1).
+        assert_eq!(counts().await, (2.0, 0.0, 0.0, 1.0));
+        drop(forwarded);
+        for _ in 0..200 {
+            if counts().await == (1.0, 0.0, 0.0, 0.0) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("a closed forwarded socket is still counted: {:?}", counts().await);
+    }
+
     async fn edits_made_through_every_node_converge_on_one_owner(db) {
         let (nodes, token) = nodes(&db, 3).await;
         let doc = nodes[0].create_document(&token, "Plan").await;

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use margin_decisions::DEFAULT_READS;
@@ -62,6 +62,15 @@ impl Default for HubSettings {
     }
 }
 
+/// One forwarded sync socket, counted while it lives.
+pub struct Forwarding(Hub);
+
+impl Drop for Forwarding {
+    fn drop(&mut self) {
+        self.0.inner.forwarded.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Shared handle to the loaded documents.
 #[derive(Clone)]
 pub struct Hub {
@@ -92,6 +101,10 @@ struct Inner {
     /// SIGTERM came: `/readyz` answers 503 while the server still serves
     /// for its drain period (SPEC C4, O1).
     draining: AtomicBool,
+    /// Sync sockets this node took and carries to their document's owner
+    /// (SPEC C2): the owner counts them among its connections, this node
+    /// here.
+    forwarded: AtomicUsize,
 }
 
 impl Hub {
@@ -119,6 +132,7 @@ impl Hub {
                 outbox_bytes: settings.outbox_bytes,
                 next_conn: AtomicU64::new(1),
                 draining: AtomicBool::new(false),
+                forwarded: AtomicUsize::new(0),
             }),
         }
     }
@@ -132,6 +146,18 @@ impl Hub {
     /// should send new connections elsewhere.
     pub fn is_draining(&self) -> bool {
         self.inner.draining.load(Ordering::Relaxed)
+    }
+
+    /// Counts a sync socket carried to another node until the returned
+    /// guard drops.
+    pub fn forwarding(&self) -> Forwarding {
+        self.inner.forwarded.fetch_add(1, Ordering::Relaxed);
+        Forwarding(self.clone())
+    }
+
+    /// How many sync sockets this node carries to other nodes now.
+    pub fn forwarded(&self) -> usize {
+        self.inner.forwarded.load(Ordering::Relaxed)
     }
 
     /// The store documents load from.
