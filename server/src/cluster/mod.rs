@@ -11,12 +11,14 @@
 //! [`leases`] holds the document leases themselves; [`calls`] carries an
 //! HTTP call that reached a node which does not own its document to the
 //! node that does (a sync socket goes through `sync::forward`), and
-//! [`notice`] what one node tells every other.
+//! [`notice`] what one node tells every other; [`watch`] sees to it that
+//! no client carried to another node waits on one that lost its hold.
 
 pub mod calls;
 pub mod notice;
 
 mod leases;
+mod watch;
 
 use leases::Held;
 pub use leases::{Lease, Ownership, TakeRefused};
@@ -104,6 +106,8 @@ struct Inner {
     draining: AtomicBool,
     /// Woken when another node let documents go ([`notice`]).
     wakeup: tokio::sync::Notify,
+    /// What the clients carried to other nodes wait on ([`watch`]).
+    watches: watch::Watches,
 }
 
 /// One registration of this node: its id, and a token cancelled when it
@@ -161,6 +165,7 @@ impl Cluster {
                 holds: Mutex::new(HashMap::new()),
                 draining: AtomicBool::new(false),
                 wakeup: tokio::sync::Notify::new(),
+                watches: watch::Watches::default(),
             }),
         };
         Ok(cluster)
@@ -247,8 +252,10 @@ impl Cluster {
     }
 
     /// Renews the registration every `renew_every` until `shutdown`; when
-    /// it finds it lapsed, drops what it held and registers anew.
+    /// it finds it lapsed, drops what it held and registers anew. Watches
+    /// the nodes it carries clients to meanwhile ([`watch`]).
     pub async fn keep_live(self, shutdown: CancellationToken) {
+        tokio::spawn(self.clone().poll_watches(shutdown.clone()));
         let settings = self.inner.settings.clone();
         let mut tick = tokio::time::interval(settings.renew_every);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);

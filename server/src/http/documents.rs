@@ -227,9 +227,9 @@ async fn serve_sync(ws: Box<WebSocket>, hub: Hub, id: String, account: String, r
     };
     match routed {
         Ok(SyncRoute::Here(joined)) => socket::serve(ws, &id, &account, joined).await,
-        Ok(SyncRoute::There(upstream, node)) => {
+        Ok(SyncRoute::There(upstream, node, cluster)) => {
             let _counted = hub.forwarding();
-            forward::pipe(ws, upstream, id, node).await;
+            forward::pipe(cluster, ws, upstream, id, node).await;
         }
         Err(refused) => {
             tracing::warn!(document = %id, %refused, "join refused");

@@ -3,12 +3,14 @@
 //! secret so only nodes of this cluster reach it (a server alone answers
 //! 404) — and [`to_owner`], which relays a call on a document to its owner.
 
+use axum::body::Body;
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{FromRequestParts, Path, Request, State};
-use axum::http::header::AUTHORIZATION;
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
 use margin_protocol::sync::MAX_MESSAGE_BYTES;
 use margin_protocol::ErrorCode;
 
@@ -128,9 +130,22 @@ pub async fn to_owner(State(state): State<AppState>, request: Request, next: Nex
     };
     parts.headers.insert(ACCOUNT_HEADER, name);
     match calls::relay(cluster, &owner, Request::from_parts(parts, body)).await {
+        Ok(answer) if is_event_stream(&answer) => {
+            // A feed carried from a node that then loses the document ends,
+            // and its reader follows it again where it went (SPEC C5).
+            let moved = cluster.until_moved(&id, &owner.id);
+            answer.map(|body| Body::from_stream(body.into_data_stream().take_until(moved)))
+        }
         Ok(answer) => answer,
         Err(error) => AppError::Unavailable(format!("{error}; try again")).into_response(),
     }
+}
+
+fn is_event_stream(answer: &Response) -> bool {
+    answer
+        .headers()
+        .get(CONTENT_TYPE)
+        .is_some_and(|kind| kind.as_bytes().starts_with(b"text/event-stream"))
 }
 
 /// What a call acts on, for the routes its owner serves.

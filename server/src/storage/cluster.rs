@@ -160,6 +160,37 @@ impl Store {
             .collect()
     }
 
+    /// Which live node holds each of `documents`, as (document, node); a
+    /// document no live node holds is left out.
+    pub async fn live_holders(
+        &self,
+        documents: &[String],
+    ) -> Result<Vec<(String, String)>, StorageError> {
+        self.cluster_only()?;
+        // A bounded statement per chunk: the driver binds no arrays.
+        const CHUNK: usize = 256;
+        let mut held = Vec::new();
+        for chunk in documents.chunks(CHUNK) {
+            let places = (1..=chunk.len())
+                .map(|i| format!("${i}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let sql = format!(
+                "SELECT l.document_id, n.id FROM document_leases l \
+                 JOIN cluster_nodes n ON n.id = l.node \
+                 WHERE l.document_id IN ({places}) AND n.expires_at >= {DB_NOW}"
+            );
+            let mut query = sqlx::query(&sql);
+            for id in chunk {
+                query = query.bind(id);
+            }
+            for row in query.fetch_all(&self.pool).await? {
+                held.push((row.try_get("document_id")?, row.try_get("id")?));
+            }
+        }
+        Ok(held)
+    }
+
     /// The secret nodes show each other on their internal channel: the
     /// one stored, or `fresh` if this is the first node.
     pub async fn cluster_secret(&self, fresh: &str) -> Result<String, StorageError> {

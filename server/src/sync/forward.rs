@@ -8,9 +8,10 @@
 //! shows the cluster's secret ([`crate::cluster::SECRET_HEADER`]), and joins the
 //! member with the role named. Nothing is forwarded twice: an owner that
 //! no longer owns the document answers 409 and the first node looks again.
-//! When the owner stops answering (it crashed), the connection waits for
+//! When the owner stops answering (it crashed), a new connection waits for
 //! its lease to lapse and joins wherever the document goes next, itself
-//! included.
+//! included; a connection already carried to it is closed once its lease
+//! lapses or moves (SPEC C5), and its client reconnects the same way.
 
 use std::time::Duration;
 
@@ -47,6 +48,15 @@ const RETRY_EVERY: Duration = Duration::from_millis(50);
 /// the limit on what members send).
 const MAX_OWNER_FRAME: usize = 256 * 1024 * 1024;
 
+/// How long a close frame may wait behind a member that is not reading.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a member is told to reconnect when its owner vanished.
+const STOPPED: &str = "the server holding the document stopped; reconnect";
+
+/// Why a member is told to reconnect when its owner lost the document.
+const LOST: &str = "the server holding the document lost it (it stopped answering); reconnect";
+
 /// A connection to the owner's internal sync endpoint.
 pub type Upstream = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -54,8 +64,9 @@ pub type Upstream = WebSocketStream<MaybeTlsStream<TcpStream>>;
 pub enum SyncRoute {
     /// On this node: it joined the document's task here.
     Here(Joined),
-    /// On the owner node, through this connection.
-    There(Box<Upstream>, Node),
+    /// On the owner node, through this connection, watched by this
+    /// node's cluster.
+    There(Box<Upstream>, Node, Cluster),
 }
 
 /// Why a connection could not be routed.
@@ -87,7 +98,9 @@ pub async fn route_sync(
             .map_err(|e| RouteError::Unavailable(e.to_string()))?;
         match owner {
             Some(node) => match connect(cluster, &node, id, account, role).await {
-                Ok(upstream) => return Ok(SyncRoute::There(Box::new(upstream), node)),
+                Ok(upstream) => {
+                    return Ok(SyncRoute::There(Box::new(upstream), node, cluster.clone()))
+                }
                 Err(error) => {
                     debug!(%error, node = %node.id, "owner did not take the connection");
                     last = error.to_string();
@@ -161,59 +174,77 @@ async fn connect(
 
 /// Carries frames between the member's `client` socket and the owner's
 /// `upstream` until either closes; a close on one side is passed to the
-/// other with its code and reason. An owner that vanishes (a crash) closes
-/// the member with "going away", so it reconnects and finds the next owner.
-pub async fn pipe(client: Box<WebSocket>, upstream: Box<Upstream>, id: String, node: Node) {
+/// other with its code and reason. An owner that vanishes (a crash), or
+/// that no longer holds the document (it paused past its lease, SPEC C5),
+/// closes the member with "going away", so it reconnects and finds the
+/// next owner.
+pub async fn pipe(
+    cluster: Cluster,
+    client: Box<WebSocket>,
+    upstream: Box<Upstream>,
+    id: String,
+    node: Node,
+) {
     let span = tracing::info_span!("forward", document = %id, owner = %node.id);
     async move {
         let (mut client_tx, mut client_rx) = (*client).split();
         let (mut up_tx, mut up_rx) = (*upstream).split();
+        let going_away = |why: &str| Some(close_message(close::GOING_AWAY, why));
         // Each direction is a task of its own, so traffic one way never
-        // polls the other way's socket again.
+        // polls the other way's socket again. Each ends with the close the
+        // member is owed, if any.
         let mut inbound = tokio::spawn(
             async move {
                 while let Some(message) = client_rx.next().await {
-                    let Ok(message) = message else { break };
+                    let Ok(message) = message else { return None };
                     let closing = matches!(message, ws::Message::Close(_));
-                    if up_tx.send(to_upstream(message)).await.is_err() || closing {
+                    if up_tx.send(to_upstream(message)).await.is_err() {
+                        return going_away(STOPPED);
+                    }
+                    if closing {
                         break;
                     }
                 }
                 let _ = up_tx.close().await;
+                None
             }
             .in_current_span(),
         );
         let outbound = async {
-            let farewell = loop {
+            loop {
                 match up_rx.next().await {
                     Some(Ok(Message::Close(frame))) => {
-                        break frame
-                            .map(|f| close_message(u16::from(f.code), &f.reason))
-                            .unwrap_or(ws::Message::Close(None));
+                        break Some(
+                            frame
+                                .map(|f| close_message(u16::from(f.code), &f.reason))
+                                .unwrap_or(ws::Message::Close(None)),
+                        );
                     }
                     Some(Ok(message)) => {
                         if let Some(message) = to_client(message) {
                             if client_tx.send(message).await.is_err() {
-                                return;
+                                break None;
                             }
                         }
                     }
-                    Some(Err(_)) | None => {
-                        break close_message(
-                            close::GOING_AWAY,
-                            "the server holding the document stopped; reconnect",
-                        )
-                    }
+                    Some(Err(_)) | None => break going_away(STOPPED),
                 }
-            };
-            let _ = client_tx.send(farewell).await;
-            let _ = client_tx.close().await;
+            }
         };
-        // Either side ending ends both.
-        tokio::select! {
-            _ = &mut inbound => {}
-            _ = outbound => inbound.abort(),
+        // Either side ending, or the owner losing the document, ends both.
+        let farewell = tokio::select! {
+            ended = &mut inbound => ended.ok().flatten(),
+            farewell = outbound => farewell,
+            _ = cluster.until_moved(&id, &node.id) => {
+                debug!("the owner no longer holds the document");
+                going_away(LOST)
+            }
+        };
+        inbound.abort();
+        if let Some(farewell) = farewell {
+            let _ = tokio::time::timeout(CLOSE_TIMEOUT, client_tx.send(farewell)).await;
         }
+        let _ = tokio::time::timeout(CLOSE_TIMEOUT, client_tx.close()).await;
         debug!("forwarded connection ended");
     }
     .instrument(span)

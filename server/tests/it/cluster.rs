@@ -25,7 +25,7 @@ const CLUSTER_ARGS: [&str; 5] = [
 ];
 
 /// `n` cluster nodes on `db`, and an account's token.
-async fn nodes(db: &TestDb, n: usize) -> (Vec<Server>, String) {
+pub(crate) async fn nodes(db: &TestDb, n: usize) -> (Vec<Server>, String) {
     let mut nodes = Vec::new();
     for _ in 0..n {
         nodes.push(Server::start_limited(db, None, &CLUSTER_ARGS).await);
@@ -35,7 +35,7 @@ async fn nodes(db: &TestDb, n: usize) -> (Vec<Server>, String) {
 }
 
 /// Which of `nodes` holds document `doc`'s lease, by its index.
-async fn holder(store: &Store, nodes: &[Server], doc: &str) -> Option<usize> {
+pub(crate) async fn holder(store: &Store, nodes: &[Server], doc: &str) -> Option<usize> {
     let lease = store.lease_holder(doc).await.unwrap()?;
     nodes
         .iter()
@@ -43,7 +43,12 @@ async fn holder(store: &Store, nodes: &[Server], doc: &str) -> Option<usize> {
 }
 
 /// Waits until a node other than `not` holds `doc`; returns its index.
-async fn until_held(store: &Store, nodes: &[Server], doc: &str, not: Option<usize>) -> usize {
+pub(crate) async fn until_held(
+    store: &Store,
+    nodes: &[Server],
+    doc: &str,
+    not: Option<usize>,
+) -> usize {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Some(at) = holder(store, nodes, doc)
@@ -60,17 +65,17 @@ async fn until_held(store: &Store, nodes: &[Server], doc: &str, not: Option<usiz
 /// Three nodes; a document node 0 owns, holding one committed paragraph
 /// ("Ship on March 3") and an editor on node 0; and a planning machine
 /// linked to node 1, which owns nothing.
-struct PlannerScene {
-    nodes: Vec<Server>,
-    token: String,
-    doc: String,
-    editor: SyncClient,
-    machine: String,
-    credential: String,
-    link: LinkClient,
+pub(crate) struct PlannerScene {
+    pub(crate) nodes: Vec<Server>,
+    pub(crate) token: String,
+    pub(crate) doc: String,
+    pub(crate) editor: SyncClient,
+    pub(crate) machine: String,
+    pub(crate) credential: String,
+    pub(crate) link: LinkClient,
 }
 
-async fn planner_scene(db: &TestDb) -> PlannerScene {
+pub(crate) async fn planner_scene(db: &TestDb) -> PlannerScene {
     let (nodes, token) = nodes(db, 3).await;
     let doc = nodes[0].create_document(&token, "Plan").await;
     let mut editor = SyncClient::connect(&nodes[0].sync_url(&doc, &token)).await;
@@ -122,7 +127,7 @@ async fn answered_through(
 }
 
 /// A planning link with `credential` to `node`, past its `hello`.
-async fn linked(node: &Server, credential: &str) -> LinkClient {
+pub(crate) async fn linked(node: &Server, credential: &str) -> LinkClient {
     let mut link = LinkClient::connect(node.addr, credential).await.unwrap();
     assert!(matches!(
         link.hello_planning().await,
@@ -133,7 +138,7 @@ async fn linked(node: &Server, credential: &str) -> LinkClient {
 
 /// Waits until document `doc`, read through `node`, holds `blocks` blocks
 /// (an editor's update is committed).
-async fn committed(node: &Server, token: &str, doc: &str, blocks: usize) {
+pub(crate) async fn committed(node: &Server, token: &str, doc: &str, blocks: usize) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while node.block_texts(token, doc).await.1.len() < blocks {
         assert!(
@@ -157,7 +162,7 @@ async fn until_state(node: &Server, token: &str, id: &str, wanted: impl Fn(Sessi
     }
 }
 
-async fn signal(node: &Server, signal: &str) {
+pub(crate) async fn signal(node: &Server, signal: &str) {
     let status = Command::new("kill")
         .args([signal, &node.pid().to_string()])
         .status()
@@ -177,6 +182,7 @@ macro_rules! on_postgres {
         )*
     };
 }
+pub(crate) use on_postgres;
 
 /// The value `node`'s `/metrics` gives `gauge`.
 async fn gauge(node: &Server, gauge: &str) -> f64 {

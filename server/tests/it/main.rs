@@ -30,6 +30,7 @@ mod releases;
 mod repairs;
 mod resume;
 mod storage;
+mod stranded;
 mod survival;
 mod sync;
 mod throttle;

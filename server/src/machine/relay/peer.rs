@@ -50,16 +50,24 @@ pub(super) async fn open(
 }
 
 /// Carries one relay: what the link sends out to the node, what the node
-/// sends in to the link's loop, until either ends.
+/// sends in to the link's loop, until either ends or `lapsed` does (the
+/// node paused or lost the database past its lease: it answers nothing,
+/// and its sessions go to other nodes, SPEC C5).
 pub(super) async fn pump(
     ws: Ws,
     mut outgoing: mpsc::Receiver<Message>,
     node: String,
     events: mpsc::Sender<(String, Event)>,
+    lapsed: impl std::future::Future<Output = ()>,
 ) {
     let (mut sink, mut stream) = ws.split();
+    let mut lapsed = std::pin::pin!(lapsed);
     loop {
         tokio::select! {
+            _ = &mut lapsed => {
+                let _ = events.send((node, Event::Closed(None))).await;
+                return;
+            }
             out = outgoing.recv() => match out {
                 Some(message) => {
                     let closing = matches!(message, Message::Close(_));

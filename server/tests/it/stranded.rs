@@ -1,0 +1,114 @@
+//! No client stranded on a node that lost its lease (SPEC C5): what one node
+//! carries to a document's owner — a sync socket, an event stream, a
+//! machine's link — is closed once that owner is paused past its lease, so
+//! the client reconnects to whoever holds the document now. Three real
+//! `margin serve --cluster` processes; the owner is `SIGSTOP`ped.
+
+use std::time::{Duration, Instant};
+
+use margin_protocol::link::close as link_close;
+use margin_protocol::sync::close;
+
+use crate::cluster::{holder, nodes, on_postgres, planner_scene, signal, PlannerScene};
+use crate::harness::{Server, Sse, SyncClient, TestDb};
+
+/// The longest a client may be left on a paused owner: the lease TTL and
+/// one renewal interval the tests' nodes run with (see `cluster.rs`), and
+/// room for a loaded machine to schedule the close.
+const STRANDED_AT_MOST: Duration = Duration::from_millis(1_500 + 500 + 1_500);
+
+/// Pauses `node` for the rest of the test; it wakes when the guard drops,
+/// so a failed assertion leaves no stopped process behind.
+struct Paused<'a>(&'a Server);
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &self.0.pid().to_string()])
+            .status();
+    }
+}
+
+async fn pause(node: &Server) -> Paused<'_> {
+    signal(node, "-STOP").await;
+    Paused(node)
+}
+
+/// An editor on node 0, which makes it the document's owner.
+async fn owned_by_node_0(db: &TestDb, nodes: &[Server], token: &str, doc: &str) -> SyncClient {
+    let direct = SyncClient::connect(&nodes[0].sync_url(doc, token)).await;
+    let store = db.open().await;
+    assert_eq!(holder(&store, nodes, doc).await, Some(0));
+    direct
+}
+
+on_postgres! {
+    async fn an_editor_forwarded_to_a_paused_owner_is_closed_once_its_lease_lapses(db) {
+        let (nodes, token) = nodes(&db, 3).await;
+        let doc = nodes[0].create_document(&token, "Plan").await;
+        let _direct = owned_by_node_0(&db, &nodes, &token, &doc).await;
+        let mut forwarded = SyncClient::connect(&nodes[1].sync_url(&doc, &token)).await;
+        forwarded.append_paragraph("before").await;
+        let mut writer = SyncClient::connect(&nodes[2].sync_url(&doc, &token)).await;
+        assert!(writer.until(|c| c.texts() == ["before"]).await);
+
+        let _paused = pause(&nodes[0]).await;
+        let since = Instant::now();
+        let (code, reason) = forwarded.wait_closed().await;
+        let stranded = since.elapsed();
+        assert_eq!(code, close::GOING_AWAY, "{reason}");
+        assert!(stranded < STRANDED_AT_MOST, "stranded for {stranded:?}");
+
+        // Through the same node again, it reaches the new owner and sees
+        // what is written through another.
+        let mut back = SyncClient::connect(&nodes[1].sync_url(&doc, &token)).await;
+        assert!(back.until(|c| c.texts() == ["before"]).await, "{:?}", back.texts());
+        let mut writer = SyncClient::connect(&nodes[2].sync_url(&doc, &token)).await;
+        writer.append_paragraph("after").await;
+        assert!(back.until(|c| c.texts() == ["before", "after"]).await, "{:?}", back.texts());
+    }
+
+    async fn a_documents_feed_followed_through_a_node_ends_once_its_paused_owner_lapses(db) {
+        let (nodes, token) = nodes(&db, 3).await;
+        let doc = nodes[0].create_document(&token, "Plan").await;
+        let _direct = owned_by_node_0(&db, &nodes, &token, &doc).await;
+        let path = format!("/documents/{doc}/events");
+        let mut feed = Sse::open(nodes[2].addr, &token, &path, None)
+            .await
+            .unwrap_or_else(|(status, body)| panic!("{status}: {body}"));
+
+        let _paused = pause(&nodes[0]).await;
+        let since = Instant::now();
+        while feed.within(STRANDED_AT_MOST * 2).await.is_some() {}
+        let stranded = since.elapsed();
+        assert!(stranded < STRANDED_AT_MOST, "the feed stayed open {stranded:?}");
+
+        // Followed again through the same node, it is live on the new owner.
+        let mut feed = Sse::open(nodes[2].addr, &token, &path, None)
+            .await
+            .unwrap_or_else(|(status, body)| panic!("{status}: {body}"));
+        nodes[1].say(&token, &doc, "after the pause").await;
+        while let Some(event) = feed.next().await {
+            if event.event == "chat" && event.data.contains("after the pause") {
+                return;
+            }
+        }
+        panic!("the feed followed again is not live");
+    }
+
+    async fn a_machine_link_relayed_to_a_paused_node_is_closed_once_that_node_lapses(db) {
+        let PlannerScene { nodes, token, doc, mut link, .. } = planner_scene(&db).await;
+        // The machine links to node 1; its session runs on node 0.
+        nodes[1].say(&token, &doc, "@planner plan").await;
+        crate::turns::invoked(&mut link).await;
+
+        let _paused = pause(&nodes[0]).await;
+        let since = Instant::now();
+        // It answers its heartbeats meanwhile: the node it linked to is fine.
+        link.collect_for(STRANDED_AT_MOST * 2).await;
+        let stranded = since.elapsed();
+        let (code, reason) = link.closed.clone().expect("the link stayed open");
+        assert_eq!(code, link_close::UNRESPONSIVE, "{reason}");
+        assert!(stranded < STRANDED_AT_MOST, "the link stayed open {stranded:?}");
+    }
+}
