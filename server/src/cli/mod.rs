@@ -16,7 +16,7 @@ use margin_sdk::ConnectError;
 use crate::auth;
 use crate::demo::DemoError;
 use crate::serve::ServeError;
-use crate::storage::{StorageError, Store};
+use crate::storage::{Deadlines, StorageError, Store};
 use crate::telemetry::LogFormat;
 
 mod admin;
@@ -100,6 +100,11 @@ pub(super) struct Database {
 
 impl Database {
     pub(super) async fn open(&self) -> Result<Store, CliError> {
+        self.open_with(None).await
+    }
+
+    /// Opens the store with `deadlines` on every PostgreSQL session.
+    pub(super) async fn open_with(&self, deadlines: Option<Deadlines>) -> Result<Store, CliError> {
         let url = match &self.database_url {
             Some(url) => url.clone(),
             None => Store::sqlite_url_in(&self.data).map_err(|source| CliError::DataDir {
@@ -107,7 +112,7 @@ impl Database {
                 source,
             })?,
         };
-        Ok(Store::open(&url).await?)
+        Ok(Store::open_with(&url, deadlines).await?)
     }
 }
 

@@ -17,6 +17,7 @@ use crate::demo::{self, Demo};
 use crate::http::{Cidr, TrustedProxies};
 use crate::link::LinkSettings;
 use crate::serve::{start, wait_for_signal, Running, ServeOptions};
+use crate::storage::Deadlines;
 
 /// `margin serve`'s flags.
 #[derive(Debug, Args)]
@@ -159,7 +160,11 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), CliError> {
             why,
         })?;
     }
-    let store = database.open().await?;
+    let lease_ttl = std::time::Duration::from_millis(lease_ttl_ms);
+    // A node's transactions end before its lease can (SPEC C5).
+    let store = database
+        .open_with(cluster.then(|| Deadlines::for_lease(lease_ttl)))
+        .await?;
     let mut options = ServeOptions::new(listen);
     options.hub.read_capacity = remembered_reads;
     options.planner_idle = std::time::Duration::from_millis(planner_idle_ms);
@@ -174,7 +179,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), CliError> {
     options.links.heartbeat = std::time::Duration::from_millis(heartbeat_ms);
     options.cluster = cluster.then(|| ClusterSettings {
         advertise,
-        lease_ttl: std::time::Duration::from_millis(lease_ttl_ms),
+        lease_ttl,
         renew_every: std::time::Duration::from_millis(lease_renew_ms),
     });
     options.trusted_proxies = TrustedProxies::new(trusted_proxies);

@@ -21,7 +21,14 @@ impl Cluster {
         if self.inner.draining.load(Ordering::Relaxed) || holder.lapsed.is_cancelled() {
             return Err(TakeRefused::NotTaking);
         }
-        match self.inner.store.take_document(id, &holder.node).await? {
+        let taken = match self.inner.store.take_document(id, &holder.node).await {
+            // A node stuck in the middle of a commit holds the document's
+            // row until PostgreSQL ends its transaction: look again soon
+            // rather than wait (SPEC C5).
+            Err(error) if error.is_lock_timeout() => return Err(TakeRefused::Busy),
+            taken => taken?,
+        };
+        match taken {
             Take::Taken(epoch) => Ok(self.held(holder, id, Some(epoch))),
             Take::Held(node) => Err(TakeRefused::Elsewhere(node)),
             Take::Lapsed => Err(TakeRefused::NotTaking),
@@ -123,6 +130,17 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// Whether this node surely still holds the lease: its registration
+    /// has not lapsed and was renewed within the TTL, by this node's clock.
+    /// A write that failed when it did not was likely cut off for it (its
+    /// transaction outlived the lease, SPEC C5): the document moved.
+    pub fn surely_held(&self) -> bool {
+        let current = self._hold.cluster.incarnation();
+        current.node == self.holder.node
+            && !current.lapsed.is_cancelled()
+            && tokio::time::Instant::now() < current.valid_until
+    }
+
     /// The fence a session write of this document carries (SPEC C1).
     pub fn fence(&self) -> LeaseFence {
         LeaseFence {
@@ -163,6 +181,9 @@ pub enum TakeRefused {
     /// Another live node owns it.
     #[error("the document is served by node {} ({})", .0.id, .0.advertise)]
     Elsewhere(Node),
+    /// Another node's transaction still holds the document.
+    #[error("another node's unfinished write still holds the document; trying again")]
+    Busy,
     /// This node lapsed, or is draining: it takes nothing now.
     #[error("this node is not taking documents now (it lapsed or is draining)")]
     NotTaking,

@@ -229,7 +229,8 @@ async fn serve_sync(ws: Box<WebSocket>, hub: Hub, id: String, account: String, r
         Ok(SyncRoute::Here(joined)) => socket::serve(ws, &id, &account, joined).await,
         Ok(SyncRoute::There(upstream, node, cluster)) => {
             let _counted = hub.forwarding();
-            forward::pipe(cluster, ws, upstream, id, node).await;
+            // Boxed as routing is: a forwarded socket's future is large.
+            Box::pin(forward::pipe(cluster, ws, upstream, id, node)).await;
         }
         Err(refused) => {
             tracing::warn!(document = %id, %refused, "join refused");

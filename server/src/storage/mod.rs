@@ -173,6 +173,13 @@ impl Store {
     /// Opens the database at `url`, creating an SQLite file if needed, and
     /// runs the migrations of its backend.
     pub async fn open(url: &str) -> Result<Self, StorageError> {
+        Self::open_with(url, None).await
+    }
+
+    /// Opens the database at `url` as [`Store::open`] does; on PostgreSQL
+    /// every session of the pool carries `deadlines` (a cluster node's,
+    /// SPEC C5).
+    pub async fn open_with(url: &str, deadlines: Option<Deadlines>) -> Result<Self, StorageError> {
         sqlx::any::install_default_drivers();
         let backend = if url.starts_with("sqlite:") {
             Backend::Sqlite
@@ -200,6 +207,14 @@ impl Store {
                 reach_postgres(url).await?;
                 let pool = AnyPoolOptions::new()
                     .max_connections(16)
+                    .after_connect(move |conn, _meta| {
+                        Box::pin(async move {
+                            match deadlines {
+                                Some(deadlines) => deadlines.set(conn).await,
+                                None => Ok(()),
+                            }
+                        })
+                    })
                     .connect(url)
                     .await?;
                 sqlx::migrate!("./migrations/postgres").run(&pool).await?;
@@ -262,6 +277,49 @@ impl Store {
     }
 }
 
+/// How long a PostgreSQL session of a cluster node may hold a transaction
+/// open doing nothing, or wait for a lock (SPEC C5). A node paused, or cut
+/// off, in the middle of a commit holds the document's row: PostgreSQL
+/// ends that transaction before the node's lease can lapse, so the next
+/// owner never waits on it, and the paused node's commit fails when it
+/// wakes. No statement deadline: a statement in progress runs on the
+/// database and ends by itself; what can hang is waiting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deadlines {
+    /// `idle_in_transaction_session_timeout`.
+    pub idle_in_transaction: Duration,
+    /// `lock_timeout`.
+    pub lock_wait: Duration,
+}
+
+impl Deadlines {
+    /// The deadlines for a node whose lease lasts `ttl`: half of it each.
+    /// Its last renewal came at most a third of the TTL before it paused
+    /// (renewals come at least three times a TTL), so a transaction left
+    /// open is ended at least a sixth of the TTL before the lease lapses.
+    pub fn for_lease(ttl: Duration) -> Deadlines {
+        Deadlines {
+            idle_in_transaction: ttl / 2,
+            lock_wait: ttl / 2,
+        }
+    }
+
+    async fn set(self, conn: &mut AnyConnection) -> Result<(), sqlx::Error> {
+        let ms = |d: Duration| d.as_millis().max(1);
+        conn.execute(
+            format!(
+                "SET idle_in_transaction_session_timeout = {}",
+                ms(self.idle_in_transaction)
+            )
+            .as_str(),
+        )
+        .await?;
+        conn.execute(format!("SET lock_timeout = {}", ms(self.lock_wait)).as_str())
+            .await?;
+        Ok(())
+    }
+}
+
 /// A pool of `size` read-only connections to the SQLite database at `url`.
 async fn sqlite_readers(url: &str, size: u32) -> Result<AnyPool, StorageError> {
     let pool = AnyPoolOptions::new()
@@ -320,6 +378,15 @@ pub(crate) fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+impl StorageError {
+    /// Whether a statement gave up waiting for a lock ([`Deadlines`]): the
+    /// holder is stuck, and trying again later may find it gone.
+    pub fn is_lock_timeout(&self) -> bool {
+        matches!(self, StorageError::Database(sqlx::Error::Database(db))
+            if db.code().as_deref() == Some("55P03"))
+    }
 }
 
 /// Maps a unique-constraint violation to [`StorageError::Conflict`].

@@ -1,15 +1,17 @@
 //! No client stranded on a node that lost its lease (SPEC C5): what one node
 //! carries to a document's owner — a sync socket, an event stream, a
 //! machine's link — is closed once that owner is paused past its lease, so
-//! the client reconnects to whoever holds the document now. Three real
-//! `margin serve --cluster` processes; the owner is `SIGSTOP`ped.
+//! the client reconnects to whoever holds the document now; and no
+//! transaction of a paused node outlives its lease, so the next owner never
+//! waits on it. Real `margin serve --cluster` processes; the owner is
+//! `SIGSTOP`ped.
 
 use std::time::{Duration, Instant};
 
 use margin_protocol::link::close as link_close;
 use margin_protocol::sync::close;
 
-use crate::cluster::{holder, nodes, on_postgres, planner_scene, signal, PlannerScene};
+use crate::cluster::{committed, holder, nodes, on_postgres, planner_scene, signal, PlannerScene};
 use crate::harness::{Server, Sse, SyncClient, TestDb};
 
 /// The longest a client may be left on a paused owner: the lease TTL and
@@ -110,5 +112,73 @@ on_postgres! {
         let (code, reason) = link.closed.clone().expect("the link stayed open");
         assert_eq!(code, link_close::UNRESPONSIVE, "{reason}");
         assert!(stranded < STRANDED_AT_MOST, "the link stayed open {stranded:?}");
+    }
+
+    async fn a_node_paused_in_the_middle_of_a_commit_does_not_hold_up_the_takeover(db) {
+        let (nodes, token) = nodes(&db, 3).await;
+        let doc = nodes[0].create_document(&token, "Plan").await;
+        let mut direct = owned_by_node_0(&db, &nodes, &token, &doc).await;
+        direct.append_paragraph("before").await;
+        committed(&nodes[1], &token, &doc, 1).await;
+
+        // The next commit stops half done, holding the document's row, and
+        // its node is paused right there.
+        let gate = db.hold_appends().await;
+        direct.append_paragraph("in flight").await;
+        until_sessions(&db, "active", true).await;
+        let paused = pause(&nodes[0]).await;
+        gate.open().await;
+        until_sessions(&db, "idle in transaction", false).await;
+
+        // Another node takes the document all the same, once the lease
+        // lapsed: PostgreSQL ended the paused node's transaction.
+        let since = Instant::now();
+        let newcomer = SyncClient::connect(&nodes[2].sync_url(&doc, &token)).await;
+        let waited = since.elapsed();
+        assert!(waited < STRANDED_AT_MOST, "the takeover waited {waited:?}");
+        // What was never acknowledged is not there.
+        assert_eq!(newcomer.texts(), ["before"]);
+        assert_eq!(db.sessions_in("idle in transaction", APPEND, false).await, 0);
+        // Woken, the old owner finds its commit gone and closes its client.
+        drop(paused);
+        assert_eq!(direct.wait_closed().await.0, close::GOING_AWAY);
+        let mut newcomer = newcomer;
+        assert!(newcomer.stays_open(Duration::from_millis(500)).await);
+        assert_eq!(newcomer.texts(), ["before"]);
+    }
+
+    async fn a_takeover_that_meets_a_held_row_tries_again_and_says_so_in_time(db) {
+        let (nodes, token) = nodes(&db, 1).await;
+        let doc = nodes[0].create_document(&token, "Plan").await;
+        let stuck = db.lock_document_row(&doc).await;
+        // The take waits on the row no longer than its lock deadline, and
+        // tries again until its patience (twice the TTL and a second) runs
+        // out; then the editor is told to try again, not left hanging.
+        let mut editor = SyncClient::connect_raw(&nodes[0].sync_url(&doc, &token)).await;
+        let since = Instant::now();
+        let (code, reason) = editor.wait_closed().await;
+        let waited = since.elapsed();
+        assert_eq!(code, close::TRY_AGAIN, "{reason}");
+        assert!(waited < Duration::from_millis(2 * 1_500 + 1_000 + 1_500), "{waited:?}");
+        stuck.release().await;
+        let mut editor = SyncClient::connect(&nodes[0].sync_url(&doc, &token)).await;
+        editor.append_paragraph("served").await;
+        committed(&nodes[0], &token, &doc, 1).await;
+    }
+}
+
+/// The statement a commit of an editor's update waits in.
+const APPEND: &str = "INSERT INTO document_updates";
+
+/// Waits until one of the database's sessions is in `state` in the middle of
+/// an append, waiting on a lock or not.
+async fn until_sessions(db: &TestDb, state: &str, waiting: bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while db.sessions_in(state, APPEND, waiting).await == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no append {state} (waiting: {waiting})"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

@@ -244,6 +244,20 @@ impl DocumentTask {
                     self.fenced = true;
                     return;
                 }
+                Err(cause)
+                    if self
+                        .lease
+                        .as_ref()
+                        .is_some_and(|lease| !lease.surely_held()) =>
+                {
+                    // The node was away past its lease (paused, cut off):
+                    // the database ended the write, and the document may
+                    // be another node's by now.
+                    warn!(%cause, "a write failed after this node's lease ran out; unloading");
+                    self.close_all(close::GOING_AWAY, "the document moved; reconnect to resync");
+                    self.fenced = true;
+                    return;
+                }
                 Err(cause) => {
                     warn!(%cause, "storage failed; closing every connection");
                     self.close_all(close::INTERNAL, "storage failed; reconnect to resync");

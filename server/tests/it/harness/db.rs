@@ -118,12 +118,100 @@ impl TestDb {
         self.execute(statements).await;
     }
 
+    /// Makes the next append to a document's log wait, inside its
+    /// transaction, until the returned gate opens (PostgreSQL only): a
+    /// trigger waits on an advisory lock the gate holds. The commit can then
+    /// be caught half done, as a node paused mid-write leaves it.
+    pub async fn hold_appends(&self) -> AppendGate {
+        use sqlx::Connection;
+        sqlx::any::install_default_drivers();
+        let mut holder = sqlx::AnyConnection::connect(&self.url()).await.unwrap();
+        sqlx::query("SELECT 1 FROM (SELECT pg_advisory_lock(4242)) AS held")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        self.execute(&[
+            "CREATE FUNCTION hold_appends() RETURNS trigger AS $$ \
+             BEGIN PERFORM pg_advisory_xact_lock_shared(4242); RETURN NEW; END $$ LANGUAGE plpgsql",
+            "CREATE TRIGGER hold_appends BEFORE INSERT ON document_updates \
+             FOR EACH ROW EXECUTE FUNCTION hold_appends()",
+        ])
+        .await;
+        AppendGate { holder }
+    }
+
+    /// Holds document `id`'s row locked in an open transaction of its own
+    /// (PostgreSQL only), as a writer stuck mid-commit would, until the
+    /// returned guard is released.
+    pub async fn lock_document_row(&self, id: &str) -> RowLock {
+        use sqlx::Connection;
+        sqlx::any::install_default_drivers();
+        let mut holder = sqlx::AnyConnection::connect(&self.url()).await.unwrap();
+        sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+        sqlx::query("SELECT id FROM documents WHERE id = $1 FOR UPDATE")
+            .bind(id)
+            .fetch_one(&mut holder)
+            .await
+            .unwrap();
+        RowLock { holder }
+    }
+
+    /// How many of the database's sessions are in `state` (as
+    /// `pg_stat_activity` says: `active`, `idle in transaction`, …) with a
+    /// last statement starting with `query`, waiting on a lock or not.
+    pub async fn sessions_in(&self, state: &str, query: &str, waiting: bool) -> i64 {
+        use sqlx::Row;
+        let raw = sqlx::AnyPool::connect(&self.url()).await.unwrap();
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS n FROM pg_stat_activity WHERE datname = current_database() \
+             AND state = $1 AND query LIKE $2 AND (wait_event_type = 'Lock') = $3",
+        )
+        .bind(state)
+        .bind(format!("{query}%"))
+        .bind(waiting)
+        .fetch_one(&raw)
+        .await
+        .unwrap();
+        raw.close().await;
+        row.try_get("n").unwrap()
+    }
+
     async fn execute(&self, statements: &[&str]) {
         let raw = sqlx::AnyPool::connect(&self.url()).await.unwrap();
         for statement in statements {
             sqlx::query(statement).execute(&raw).await.unwrap();
         }
         raw.close().await;
+    }
+}
+
+/// Holds the appends [`TestDb::hold_appends`] made wait.
+pub struct AppendGate {
+    holder: sqlx::AnyConnection,
+}
+
+impl AppendGate {
+    /// Lets the waiting append go on.
+    pub async fn open(mut self) {
+        sqlx::query("SELECT 1 FROM (SELECT pg_advisory_unlock(4242)) AS released")
+            .execute(&mut self.holder)
+            .await
+            .unwrap();
+    }
+}
+
+/// A row [`TestDb::lock_document_row`] holds.
+pub struct RowLock {
+    holder: sqlx::AnyConnection,
+}
+
+impl RowLock {
+    /// Ends the transaction, letting the row go.
+    pub async fn release(mut self) {
+        sqlx::query("ROLLBACK")
+            .execute(&mut self.holder)
+            .await
+            .unwrap();
     }
 }
 
