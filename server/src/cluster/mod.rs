@@ -23,6 +23,7 @@ mod watch;
 use leases::Held;
 pub use leases::{Lease, Ownership, TakeRefused};
 pub use notice::{MachinesEnded, Whose};
+pub use watch::Heard;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -9,10 +9,14 @@
 //! on them — and tells each watcher what it found. A watcher ends once what
 //! it carries its client to no longer holds (the document's lease lapsed or
 //! moved; the node lapsed), so no client waits on a lost owner longer than
-//! the lease TTL and one renewal interval.
+//! the lease TTL and one renewal interval. A node cut off from this one
+//! while it keeps its lease is another matter: what carries a client to it
+//! pings it and gives up once it hears nothing for as long ([`Heard`]).
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -138,5 +142,51 @@ impl Cluster {
                 finding.send_replace((polled, found));
             }
         }
+    }
+}
+
+/// When a node this one carries a client to was last heard from: what a
+/// pipe's watchdog waits on.
+pub struct Heard {
+    began: Instant,
+    /// Milliseconds after `began`.
+    last: AtomicU64,
+}
+
+impl Default for Heard {
+    fn default() -> Heard {
+        Heard {
+            began: Instant::now(),
+            last: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Heard {
+    /// Something came from the node just now.
+    pub fn now(&self) {
+        let ms = self.began.elapsed().as_millis() as u64;
+        self.last.store(ms, Ordering::Relaxed);
+    }
+
+    /// Ends once nothing came for `silence`.
+    pub async fn silent_for(&self, silence: Duration) {
+        loop {
+            let last = self.last.load(Ordering::Relaxed);
+            let due = self.began + Duration::from_millis(last) + silence;
+            if Instant::now() >= due {
+                return;
+            }
+            tokio::time::sleep_until(due).await;
+        }
+    }
+}
+
+impl Cluster {
+    /// How long a node carried to may stay silent before it is given up:
+    /// pinged every renewal interval, it had a lease's span and one more
+    /// interval to answer.
+    pub fn silence_allowed(&self) -> Duration {
+        self.lease_ttl() + self.renew_every()
     }
 }

@@ -32,7 +32,7 @@ use super::command::JoinRefused;
 use super::hub::Joined;
 use super::socket::close_message;
 use super::Hub;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Heard};
 use crate::sockets;
 use crate::storage::Node;
 
@@ -56,6 +56,9 @@ const STOPPED: &str = "the server holding the document stopped; reconnect";
 
 /// Why a member is told to reconnect when its owner lost the document.
 const LOST: &str = "the server holding the document lost it (it stopped answering); reconnect";
+
+/// Why a member is told to reconnect when its owner stopped answering.
+const UNANSWERED: &str = "the server holding the document stopped answering; reconnect";
 
 /// A connection to the owner's internal sync endpoint.
 pub type Upstream = WebSocketStream<MaybeTlsStream<TcpStream>>;
@@ -193,9 +196,25 @@ pub async fn pipe(
         // Each direction is a task of its own, so traffic one way never
         // polls the other way's socket again. Each ends with the close the
         // member is owed, if any.
+        // The owner is pinged every renewal interval; one that answers
+        // nothing for a lease's span (cut off from this node, though it may
+        // still hold its lease) is given up.
+        let heard = Heard::default();
+        let (ping_every, silence) = (cluster.renew_every(), cluster.silence_allowed());
         let mut inbound = tokio::spawn(
             async move {
-                while let Some(message) = client_rx.next().await {
+                let mut ping = tokio::time::interval(ping_every);
+                loop {
+                    let message = tokio::select! {
+                        message = client_rx.next() => message,
+                        _ = ping.tick() => {
+                            if up_tx.send(Message::Ping(Default::default())).await.is_err() {
+                                return going_away(STOPPED);
+                            }
+                            continue;
+                        }
+                    };
+                    let Some(message) = message else { break };
                     let Ok(message) = message else { return None };
                     let closing = matches!(message, ws::Message::Close(_));
                     if up_tx.send(to_upstream(message)).await.is_err() {
@@ -212,7 +231,9 @@ pub async fn pipe(
         );
         let outbound = async {
             loop {
-                match up_rx.next().await {
+                let frame = up_rx.next().await;
+                heard.now();
+                match frame {
                     Some(Ok(Message::Close(frame))) => {
                         break Some(
                             frame
@@ -238,6 +259,10 @@ pub async fn pipe(
             _ = cluster.until_moved(&id, &node.id) => {
                 debug!("the owner no longer holds the document");
                 going_away(LOST)
+            }
+            _ = heard.silent_for(silence) => {
+                debug!("the owner stopped answering");
+                going_away(UNANSWERED)
             }
         };
         inbound.abort();

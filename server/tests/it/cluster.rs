@@ -16,7 +16,7 @@ use tokio::process::Command;
 use crate::harness::{LinkClient, Server, Sse, SyncClient, TestDb};
 
 /// The lease settings the tests run with: the defaults, spelled out.
-const CLUSTER_ARGS: [&str; 5] = [
+pub(crate) const CLUSTER_ARGS: [&str; 5] = [
     "--cluster",
     "--lease-ttl-ms",
     "1500",

@@ -11,8 +11,11 @@ use std::time::{Duration, Instant};
 use margin_protocol::link::close as link_close;
 use margin_protocol::sync::close;
 
-use crate::cluster::{committed, holder, nodes, on_postgres, planner_scene, signal, PlannerScene};
-use crate::harness::{Server, Sse, SyncClient, TestDb};
+use crate::cluster::{
+    committed, holder, linked, nodes, on_postgres, planner_scene, signal, PlannerScene,
+    CLUSTER_ARGS,
+};
+use crate::harness::{Proxy, Server, Sse, SyncClient, TestDb};
 
 /// The longest a client may be left on a paused owner: the lease TTL and
 /// one renewal interval the tests' nodes run with (see `cluster.rs`), and
@@ -165,6 +168,64 @@ on_postgres! {
         editor.append_paragraph("served").await;
         committed(&nodes[0], &token, &doc, 1).await;
     }
+
+    async fn an_editor_forwarded_to_an_owner_cut_off_from_its_node_is_closed_in_time(db) {
+        let (owner, internal) = reached_through_a_proxy(&db).await;
+        let (others, token) = nodes(&db, 1).await;
+        let doc = owner.create_document(&token, "Plan").await;
+        let _direct = SyncClient::connect(&owner.sync_url(&doc, &token)).await;
+        let mut forwarded = SyncClient::connect(&others[0].sync_url(&doc, &token)).await;
+        forwarded.append_paragraph("before").await;
+        committed(&owner, &token, &doc, 1).await;
+        // Quiet is not silence: the owner answers the pings meanwhile.
+        assert!(forwarded.stays_open(STRANDED_AT_MOST).await, "{:?}", forwarded.closed);
+
+        internal.partition();
+        let since = Instant::now();
+        let (code, reason) = forwarded.wait_closed().await;
+        let stranded = since.elapsed();
+        assert_eq!(code, close::GOING_AWAY, "{reason}");
+        assert!(stranded < STRANDED_AT_MOST, "stranded for {stranded:?}");
+    }
+
+    async fn a_machine_link_relayed_to_a_node_cut_off_from_it_is_closed_in_time(db) {
+        let (owner, internal) = reached_through_a_proxy(&db).await;
+        let (others, token) = nodes(&db, 1).await;
+        let doc = owner.create_document(&token, "Plan").await;
+        let mut direct = SyncClient::connect(&owner.sync_url(&doc, &token)).await;
+        direct.append_paragraph("Ship on March 3").await;
+        committed(&owner, &token, &doc, 1).await;
+        let (status, paired) = others[0]
+            .post(Some(&token), "/machines", serde_json::json!({"name": "laptop"}))
+            .await;
+        assert_eq!(status, 201);
+        let credential = paired["credential"].as_str().unwrap();
+        // Linked to the other node; its session runs on the owner.
+        let mut link = linked(&others[0], credential).await;
+        owner.say(&token, &doc, "@planner plan").await;
+        crate::turns::invoked(&mut link).await;
+        assert!(link.stays_open_answering(STRANDED_AT_MOST).await, "{:?}", link.closed);
+
+        internal.partition();
+        let since = Instant::now();
+        link.collect_for(STRANDED_AT_MOST * 2).await;
+        let stranded = since.elapsed();
+        let (code, reason) = link.closed.clone().expect("the link stayed open");
+        assert_eq!(code, link_close::UNRESPONSIVE, "{reason}");
+        assert!(stranded < STRANDED_AT_MOST, "the link stayed open {stranded:?}");
+    }
+}
+
+/// A cluster node the others reach through a proxy that can cut it off
+/// from them while it keeps its database, and its leases.
+async fn reached_through_a_proxy(db: &TestDb) -> (Server, Proxy) {
+    let internal = Proxy::to("127.0.0.1:9".parse().unwrap()).await;
+    let advertise = format!("http://{}", internal.addr);
+    let mut args = CLUSTER_ARGS.to_vec();
+    args.extend(["--advertise", &advertise]);
+    let node = Server::start_limited(db, None, &args).await;
+    internal.retarget(node.addr);
+    (node, internal)
 }
 
 /// The statement a commit of an editor's update waits in.

@@ -16,9 +16,9 @@
 //!
 //! When the link ends, each relay is closed with what the machine's end
 //! means to the sessions there. When a relay ends first — its node stopped,
-//! or it superseded or revoked the link — or its node lapses (it paused or
-//! lost the database, SPEC C5), the machine's link is closed so the
-//! machine reconnects and resumes, wherever its sessions went.
+//! or it superseded or revoked the link — or its node lapses or stops
+//! answering (paused, cut off, SPEC C5), the machine's link is closed so
+//! the machine reconnects and resumes, wherever its sessions went.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -151,8 +151,8 @@ impl Relays {
         match open(&self.cluster, node, &self.machine, self.terms).await {
             Ok(ws) => {
                 let (tx, rx) = mpsc::channel(RELAY_QUEUE);
-                let lapsed = self.cluster.until_lapsed(&node.id);
-                tokio::spawn(pump(ws, rx, node.id.clone(), self.events.clone(), lapsed));
+                let (id, events) = (node.id.clone(), self.events.clone());
+                tokio::spawn(pump(ws, rx, id, events, self.cluster.clone()));
                 self.open.insert(node.id.clone(), tx);
                 debug!(node = %node.id, "link relayed");
             }

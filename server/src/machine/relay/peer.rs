@@ -8,7 +8,7 @@ use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::Message;
 
 use super::Event;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Heard};
 use crate::link::Terms;
 use crate::sockets;
 use crate::storage::{Machine, Node};
@@ -50,23 +50,37 @@ pub(super) async fn open(
 }
 
 /// Carries one relay: what the link sends out to the node, what the node
-/// sends in to the link's loop, until either ends or `lapsed` does (the
-/// node paused or lost the database past its lease: it answers nothing,
-/// and its sessions go to other nodes, SPEC C5).
+/// sends in to the link's loop, until either ends — or until the node
+/// lapses (it paused or lost the database past its lease: it answers
+/// nothing, and its sessions go to other nodes) or stops answering the
+/// pings sent every renewal interval (it is cut off from this node), SPEC
+/// C5.
 pub(super) async fn pump(
     ws: Ws,
     mut outgoing: mpsc::Receiver<Message>,
     node: String,
     events: mpsc::Sender<(String, Event)>,
-    lapsed: impl std::future::Future<Output = ()>,
+    cluster: Cluster,
 ) {
     let (mut sink, mut stream) = ws.split();
-    let mut lapsed = std::pin::pin!(lapsed);
+    let mut lapsed = std::pin::pin!(cluster.until_lapsed(&node));
+    let heard = Heard::default();
+    let mut ping = tokio::time::interval(cluster.renew_every());
     loop {
         tokio::select! {
             _ = &mut lapsed => {
                 let _ = events.send((node, Event::Closed(None))).await;
                 return;
+            }
+            _ = heard.silent_for(cluster.silence_allowed()) => {
+                let _ = events.send((node, Event::Closed(None))).await;
+                return;
+            }
+            _ = ping.tick() => {
+                if sink.send(Message::Ping(Default::default())).await.is_err() {
+                    let _ = events.send((node, Event::Closed(None))).await;
+                    return;
+                }
             }
             out = outgoing.recv() => match out {
                 Some(message) => {
@@ -80,23 +94,26 @@ pub(super) async fn pump(
                     return;
                 }
             },
-            incoming = stream.next() => match incoming {
-                Some(Ok(Message::Text(text))) => {
-                    if events.send((node.clone(), Event::Frame(text.to_string()))).await.is_err() {
+            incoming = stream.next() => {
+                heard.now();
+                match incoming {
+                    Some(Ok(Message::Text(text))) => {
+                        if events.send((node.clone(), Event::Frame(text.to_string()))).await.is_err() {
+                            return;
+                        }
+                    }
+                    Some(Ok(Message::Close(frame))) => {
+                        let closed = frame.map(|f| (u16::from(f.code), f.reason.to_string()));
+                        let _ = events.send((node, Event::Closed(closed))).await;
+                        return;
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(_)) | None => {
+                        let _ = events.send((node, Event::Closed(None))).await;
                         return;
                     }
                 }
-                Some(Ok(Message::Close(frame))) => {
-                    let closed = frame.map(|f| (u16::from(f.code), f.reason.to_string()));
-                    let _ = events.send((node, Event::Closed(closed))).await;
-                    return;
-                }
-                Some(Ok(_)) => {}
-                Some(Err(_)) | None => {
-                    let _ = events.send((node, Event::Closed(None))).await;
-                    return;
-                }
-            },
+            }
         }
     }
 }
