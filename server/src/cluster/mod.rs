@@ -277,18 +277,21 @@ impl Cluster {
                 self.rejoin().await;
                 continue;
             }
-            match self
+            // A database that stops answering (cut off, black-holed) must
+            // not hold the renewal past the lease: this node lapses on its
+            // own clock then, whether or not the answer ever comes.
+            let renewal = self
                 .inner
                 .store
-                .renew_node(&current.node, ttl_ms(&settings))
-                .await
-            {
-                Ok(true) => self.renewed(&current, sent + settings.lease_ttl),
-                Ok(false) => {
+                .renew_node(&current.node, ttl_ms(&settings));
+            match tokio::time::timeout_at(current.valid_until, renewal).await {
+                Ok(Ok(true)) => self.renewed(&current, sent + settings.lease_ttl),
+                Ok(Ok(false)) => {
                     self.lapse(&current, "the database says the lease ran out");
                     self.rejoin().await;
                 }
-                Err(error) => warn!(%error, "lease not renewed; trying again"),
+                Ok(Err(error)) => warn!(%error, "lease not renewed; trying again"),
+                Err(_) => self.lapse(&current, "the database did not answer within the lease"),
             }
         }
     }
@@ -314,12 +317,21 @@ impl Cluster {
     /// Registers under a new id once the old registration lapsed.
     async fn rejoin(&self) {
         let started = Instant::now();
-        match self
+        let registering = self
             .inner
             .store
-            .register_node(&self.inner.advertise, ttl_ms(&self.inner.settings))
+            .register_node(&self.inner.advertise, ttl_ms(&self.inner.settings));
+        // Bounded as a renewal is: an answer later than the lease it
+        // grants would be a lease already run out.
+        let registered = tokio::time::timeout(self.inner.settings.lease_ttl, registering)
             .await
-        {
+            .unwrap_or_else(|_| {
+                Err(StorageError::Unreachable {
+                    target: "the cluster's database".into(),
+                    cause: "no answer within the lease".into(),
+                })
+            });
+        match registered {
             Ok(node) => {
                 info!(node = %node.id, "joined the cluster again");
                 *self

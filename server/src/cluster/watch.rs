@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::Cluster;
+use crate::storage::StorageError;
 
 /// What is watched.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -114,9 +115,14 @@ impl Cluster {
             let held: HashMap<String, String> = if documents.is_empty() {
                 HashMap::new()
             } else {
-                match self.inner.store.live_holders(&documents).await {
+                // Not knowing is no finding: the next poll tries again.
+                match bounded(
+                    self.renew_every(),
+                    self.inner.store.live_holders(&documents),
+                )
+                .await
+                {
                     Ok(held) => held.into_iter().collect(),
-                    // Not knowing is no finding: the next poll tries again.
                     Err(error) => {
                         warn!(%error, "cannot see who holds the documents forwarded from here");
                         continue;
@@ -124,7 +130,7 @@ impl Cluster {
                 }
             };
             let live: HashSet<String> = if nodes {
-                match self.live_nodes().await {
+                match bounded(self.renew_every(), self.live_nodes()).await {
                     Ok(live) => live.into_iter().map(|node| node.id).collect(),
                     Err(error) => {
                         warn!(%error, "cannot see which nodes are live");
@@ -143,6 +149,22 @@ impl Cluster {
             }
         }
     }
+}
+
+/// `query`, given up after `limit`: a database that stops answering
+/// delays no poll past the next.
+async fn bounded<T>(
+    limit: Duration,
+    query: impl Future<Output = Result<T, StorageError>>,
+) -> Result<T, StorageError> {
+    tokio::time::timeout(limit, query)
+        .await
+        .unwrap_or_else(|_| {
+            Err(StorageError::Unreachable {
+                target: "the cluster's database".into(),
+                cause: "no answer within a renewal interval".into(),
+            })
+        })
 }
 
 /// When a node this one carries a client to was last heard from: what a

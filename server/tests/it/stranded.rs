@@ -214,6 +214,32 @@ on_postgres! {
         assert_eq!(code, link_close::UNRESPONSIVE, "{reason}");
         assert!(stranded < STRANDED_AT_MOST, "the link stayed open {stranded:?}");
     }
+
+    async fn a_node_cut_off_from_the_database_closes_its_clients_once_its_lease_runs_out(db) {
+        let url = db.url();
+        let authority = url.split("://").nth(1).and_then(|rest| rest.split('/').next()).unwrap();
+        let authority = authority.rsplit('@').next().unwrap();
+        let database = Proxy::to(authority.parse().unwrap()).await;
+        let mut args = vec!["--data".to_owned(), db.data_dir().display().to_string()];
+        args.extend(["--database-url".to_owned(), url.replacen(authority, &database.addr.to_string(), 1)]);
+        args.extend(CLUSTER_ARGS.iter().map(|a| a.to_string()));
+        let cut_off = Server::start_with(args).await;
+        let (others, token) = nodes(&db, 1).await;
+        let doc = cut_off.create_document(&token, "Plan").await;
+        let mut direct = SyncClient::connect(&cut_off.sync_url(&doc, &token)).await;
+        direct.append_paragraph("before").await;
+        committed(&others[0], &token, &doc, 1).await;
+
+        database.black_hole();
+        let since = Instant::now();
+        let (code, reason) = direct.wait_closed().await;
+        let stranded = since.elapsed();
+        assert_eq!(code, close::GOING_AWAY, "{reason}");
+        assert!(stranded < STRANDED_AT_MOST, "stranded for {stranded:?}");
+        // The others serve the document meanwhile.
+        let mut elsewhere = SyncClient::connect(&others[0].sync_url(&doc, &token)).await;
+        assert!(elsewhere.until(|c| c.texts() == ["before"]).await, "{:?}", elsewhere.texts());
+    }
 }
 
 /// A cluster node the others reach through a proxy that can cut it off

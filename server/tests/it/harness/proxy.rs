@@ -22,6 +22,8 @@ pub struct Proxy {
     pub addr: SocketAddr,
     /// Where new connections go.
     upstream: Arc<Mutex<SocketAddr>>,
+    /// Whether new connections are silenced from the start.
+    dark: Arc<AtomicBool>,
     connections: Arc<Mutex<Vec<Connection>>>,
     accept: JoinHandle<()>,
 }
@@ -35,10 +37,12 @@ impl Proxy {
         let tracked = connections.clone();
         let target = Arc::new(Mutex::new(upstream));
         let current = target.clone();
+        let dark = Arc::new(AtomicBool::new(false));
+        let darkened = dark.clone();
         let accept = tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
                 let upstream = *current.lock().unwrap();
-                let silenced = Arc::new(AtomicBool::new(false));
+                let silenced = Arc::new(AtomicBool::new(darkened.load(Ordering::SeqCst)));
                 let quiet = silenced.clone();
                 let pipe = tokio::spawn(async move {
                     if let Ok(outbound) = TcpStream::connect(upstream).await {
@@ -56,6 +60,7 @@ impl Proxy {
         Proxy {
             addr,
             upstream: target,
+            dark,
             connections,
             accept,
         }
@@ -72,6 +77,14 @@ impl Proxy {
         for connection in self.connections.lock().unwrap().drain(..) {
             connection.pipe.abort();
         }
+    }
+
+    /// Black-holes everything through it, both ways: the open connections
+    /// are silenced, and new ones are taken and silenced from the start, as
+    /// a network that drops every packet.
+    pub fn black_hole(&self) {
+        self.dark.store(true, Ordering::SeqCst);
+        self.partition();
     }
 
     /// Silences every open connection: from now on each drops what either

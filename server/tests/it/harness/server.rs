@@ -71,7 +71,7 @@ impl Server {
         }
     }
 
-    async fn start_with(args: Vec<String>) -> Server {
+    pub async fn start_with(args: Vec<String>) -> Server {
         let mut command = Command::new(BIN);
         command.arg("serve").args(&args);
         Self::spawn(&mut command, args).await
