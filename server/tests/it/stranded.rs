@@ -232,6 +232,8 @@ on_postgres! {
 
         database.black_hole();
         let since = Instant::now();
+        // A commit goes out into the dark, and is never answered.
+        direct.append_paragraph("in flight").await;
         let (code, reason) = direct.wait_closed().await;
         let stranded = since.elapsed();
         assert_eq!(code, close::GOING_AWAY, "{reason}");

@@ -234,7 +234,19 @@ impl DocumentTask {
                 // document is gone.
                 return;
             }
-            match self.publish(effects).await {
+            // A commit the database never answers (cut off from this node)
+            // must not outlast the node's lease: once it lapsed, the batch
+            // is given up unanswered, as a moved owner's is (SPEC C5).
+            let published = tokio::select! {
+                published = self.publish(effects) => published,
+                _ = lapsed.cancelled() => {
+                    warn!("this node lapsed in the middle of a commit; dropping the document");
+                    self.close_all(close::GOING_AWAY, "the document moved; reconnect to resync");
+                    self.fenced = true;
+                    return;
+                }
+            };
+            match published {
                 Ok(()) => {}
                 Err(cause @ StorageError::OwnerMoved { .. }) => {
                     // Nothing of the batch was committed or answered; this
