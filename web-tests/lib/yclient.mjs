@@ -11,11 +11,12 @@ export { Y };
  * Connects a y-websocket client to document `docId` as `token`.
  * Returns { doc, provider, closes, errors, waitSynced(), destroy() }.
  * `closes` collects every close event's {code, reason} from the server.
- * `doc` is the Y.Doc to sync (a new one by default).
+ * `doc` is the Y.Doc to sync (a new one by default); `params` are added to
+ * the URL's query (the server ignores what it does not know).
  */
-export function connectClient(server, docId, token, { connect = true, doc = new Y.Doc() } = {}) {
+export function connectClient(server, docId, token, { connect = true, doc = new Y.Doc(), params = {} } = {}) {
   const provider = new WebsocketProvider(`${server.wsBase}/documents`, `${docId}/sync`, doc, {
-    params: { token },
+    params: { ...params, token },
     WebSocketPolyfill: WebSocket,
     // Node 20 has a global BroadcastChannel: without this, two clients in the
     // test process would sync with each other without the server.
