@@ -247,6 +247,15 @@ impl Links {
             .cloned()
     }
 
+    /// `machine`'s newest open link, if it has one.
+    pub fn newest_of(&self, machine: &str) -> Option<Link> {
+        let open = self.inner.open.lock().ok()?;
+        open.get(machine)?
+            .iter()
+            .max_by_key(|link| link.id)
+            .cloned()
+    }
+
     /// Closes `link`: another link took its work over (SPEC L3).
     pub fn supersede(&self, link: &Link) {
         link.closer

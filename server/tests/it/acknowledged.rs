@@ -137,6 +137,24 @@ on_both_backends! {
         assert_eq!(planner_lines(&a).await, ["Drafted."]);
     }
 
+    async fn an_invoke_lost_with_a_link_not_yet_noticed_dead_is_sent_again_on_the_link_that_resumed(db) {
+        let a = Away::new(&db).await;
+        let old = a.link().await;
+        a.s.say("@planner draft it").await;
+        // The machine came back on a new link and resumed before the server
+        // noticed the old one was dead: the session was not away then.
+        let (mut back, resumed) = a.resume(json!([])).await;
+        let ServerMessage::Resumed { ended, .. } = resumed else { unreachable!() };
+        assert!(ended.is_empty(), "{ended:?}");
+        drop(old);
+        // Once it notices, the invoke goes again, on the link that resumed.
+        let (session, turn, messages, _) = invoked(&mut back).await;
+        assert_eq!((turn.as_str(), messages), ("t1", vec!["@planner draft it".to_owned()]));
+        reply(&mut back, &session, &turn, "Drafted.").await;
+        until_ack(&mut back, &reply_received(&session, &turn)).await;
+        assert_eq!(planner_lines(&a).await, ["Drafted."]);
+    }
+
     async fn a_session_the_machine_answered_in_and_left_out_of_resume_still_ends(db) {
         let a = Away::new(&db).await;
         let mut link = a.link().await;

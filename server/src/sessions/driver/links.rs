@@ -85,8 +85,29 @@ impl Driver {
             _ => LinkLoss::Ended,
         };
         self.record(Unrecorded::LinkLost(loss), now).await;
-        if self.session.released().is_none() {
-            info!(?loss, "Planner away; session kept");
+        if self.session.released().is_some() {
+            return;
+        }
+        info!(?loss, "Planner away; session kept");
+        // The machine may have come back on a newer link, and resumed there
+        // before this one was noticed dead: a session it never answered in
+        // was not away then, so its resume left it out, though its `invoke`
+        // may have died unread with this link. It is carried on there now,
+        // as that resume would have carried it (SPEC L10).
+        let newer = self
+            .shared
+            .links
+            .newest_of(&lost.machine.id)
+            .filter(|newer| newer.id > lost.id);
+        if let Some(newer) = newer.filter(|_| self.session.unheard() && self.session.is_away()) {
+            let id = newer.id;
+            if self
+                .resume(newer, margin_planner::Held::default(), now)
+                .await
+                .is_some()
+            {
+                self.attach(id);
+            }
         }
     }
 
