@@ -205,7 +205,8 @@ impl Relays {
             .collect();
         for session in held {
             match self.locate(&session.session).await {
-                Target::Node(node) if there.contains_key(&node) => {
+                // Its node may have been relayed only now, by `locate`.
+                Target::Node(node) if self.open.contains_key(&node) => {
                     // What the machine says of it next goes there too.
                     self.routes.insert(session.session.clone(), node.clone());
                     there.entry(node).or_default().push(session);
