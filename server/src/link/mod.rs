@@ -159,6 +159,8 @@ struct Inner {
     /// Told when an account's machines link or leave: whether a
     /// document's Planner is available depends on it (SPEC B1a).
     watchers: Watchers,
+    /// Woken whenever a link opens.
+    opened: tokio::sync::Notify,
 }
 
 impl Links {
@@ -172,6 +174,7 @@ impl Links {
                 open: Mutex::new(HashMap::new()),
                 next: AtomicU64::new(1),
                 watchers,
+                opened: tokio::sync::Notify::new(),
             }),
         }
     }
@@ -202,6 +205,7 @@ impl Links {
                 .push(link.clone());
         }
         self.inner.watchers.ring_owner(&machine.account.id);
+        self.inner.opened.notify_waiters();
         (link, rx)
     }
 
@@ -254,6 +258,20 @@ impl Links {
             .iter()
             .max_by_key(|link| link.id)
             .cloned()
+    }
+
+    /// [`Links::of_account`], waiting up to `within` for one to open.
+    pub async fn of_account_within(&self, account: &str, within: Duration) -> Option<Link> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let opened = self.inner.opened.notified();
+            if let Some(link) = self.of_account(account) {
+                return Some(link);
+            }
+            if tokio::time::timeout_at(deadline, opened).await.is_err() {
+                return self.of_account(account);
+            }
+        }
     }
 
     /// Closes `link`: another link took its work over (SPEC L3).

@@ -45,6 +45,17 @@ impl Sessions {
             })?),
             None => None,
         };
+        // In a cluster the owner's machine may be linked to another node
+        // whose relay has not reached this one yet (it joined, or came back
+        // under a new id, a moment ago): give it the time a relay takes to
+        // come before saying no Planner is connected (SPEC C2).
+        if self.shared.cluster.is_some() && self.shared.links.of_account(&owner.id).is_none() {
+            let _ = self
+                .shared
+                .links
+                .of_account_within(&owner.id, RELAYED_WITHIN)
+                .await;
+        }
         // A session ending as the message arrives does not take it (its
         // driver drops the answer, or is gone): the message then binds a
         // new session rather than vanishing with the old one.
@@ -445,6 +456,11 @@ impl Sessions {
         Ok(underway)
     }
 }
+
+/// How long a node waits for a machine linked elsewhere to be relayed to
+/// it: the link's node looks for new nodes every 2 s
+/// (`machine::relay::REFRESH`), and the relay takes a moment to open.
+const RELAYED_WITHIN: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// How many sessions a Planner message tries before it gives up: each one
 /// it meets was ending, and a new one is bound after it.

@@ -193,14 +193,14 @@ pub async fn pipe(
         let (mut client_tx, mut client_rx) = (*client).split();
         let (mut up_tx, mut up_rx) = (*upstream).split();
         let going_away = |why: &str| Some(close_message(close::GOING_AWAY, why));
-        // Each direction is a task of its own, so traffic one way never
-        // polls the other way's socket again. Each ends with the close the
-        // member is owed, if any.
         // The owner is pinged every renewal interval; one that answers
         // nothing for a lease's span (cut off from this node, though it may
         // still hold its lease) is given up.
         let heard = Heard::default();
         let (ping_every, silence) = (cluster.renew_every(), cluster.silence_allowed());
+        // Each direction is a task of its own, so traffic one way never
+        // polls the other way's socket again. Each ends with the close the
+        // member is owed, if any.
         let mut inbound = tokio::spawn(
             async move {
                 let mut ping = tokio::time::interval(ping_every);
@@ -252,7 +252,8 @@ pub async fn pipe(
                 }
             }
         };
-        // Either side ending, or the owner losing the document, ends both.
+        // Either side ending, or the owner losing the document or going
+        // silent, ends both.
         let farewell = tokio::select! {
             ended = &mut inbound => ended.ok().flatten(),
             farewell = outbound => farewell,

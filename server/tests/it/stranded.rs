@@ -242,6 +242,22 @@ on_postgres! {
         let mut elsewhere = SyncClient::connect(&others[0].sync_url(&doc, &token)).await;
         assert!(elsewhere.until(|c| c.texts() == ["before"]).await, "{:?}", elsewhere.texts());
     }
+
+    async fn a_planner_linked_elsewhere_is_bound_on_a_node_that_just_joined(db) {
+        let (nodes, token) = nodes(&db, 1).await;
+        let (status, paired) = nodes[0]
+            .post(Some(&token), "/machines", serde_json::json!({"name": "laptop"}))
+            .await;
+        assert_eq!(status, 201);
+        let mut link = linked(&nodes[0], paired["credential"].as_str().unwrap()).await;
+        // A node joins (or comes back under a new id) and owns a document
+        // at once, before the machine's link is relayed to it.
+        let newcomer = Server::start_limited(&db, None, &CLUSTER_ARGS).await;
+        let doc = newcomer.create_document(&token, "Plan").await;
+        newcomer.say(&token, &doc, "@planner plan").await;
+        let (_, turn, messages, _) = crate::turns::invoked(&mut link).await;
+        assert_eq!((turn.as_str(), messages), ("t1", vec!["@planner plan".to_owned()]));
+    }
 }
 
 /// A cluster node the others reach through a proxy that can cut it off
