@@ -297,9 +297,12 @@ export class Nemesis {
       case 'kill':
         await node.server.kill();
         return () => node.server.start();
-      case 'pause':
-        process.kill(node.server.child.pid, 'SIGSTOP');
-        return async () => process.kill(node.server.child.pid, 'SIGCONT');
+      case 'pause': {
+        const pid = node.server.child?.pid;
+        if (!pid) throw new Error(`node ${at} is not running (it exited: see its output)`);
+        process.kill(pid, 'SIGSTOP');
+        return async () => process.kill(pid, 'SIGCONT');
+      }
       case 'database':
         node.database.darken();
         return async () => node.database.heal();
