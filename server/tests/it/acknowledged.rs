@@ -155,6 +155,24 @@ on_both_backends! {
         assert_eq!(planner_lines(&a).await, ["Drafted."]);
     }
 
+    async fn an_invoke_left_on_a_link_a_resume_took_over_is_sent_again_on_the_new_link(db) {
+        let a = Away::new(&db).await;
+        let (_old, first) = a.session_with_a_run().await;
+        // A second document's @planner goes to the same link, whose invoke
+        // the machine never reads.
+        let other = a.s.server.create_document(&a.s.token, "Other").await;
+        let (status, _) = a.s.server
+            .post(Some(&a.s.token), &format!("/documents/{other}/chat"), json!({"text": "@planner draft it"}))
+            .await;
+        assert_eq!(status, 201);
+        // The machine comes back naming only the session it knows: its new
+        // link takes the old one over, and the left-out session with it.
+        let (mut back, _) = a.resume(json!([{"session": first}])).await;
+        let (session, turn, messages, _) = invoked(&mut back).await;
+        assert_ne!(session, first);
+        assert_eq!((turn.as_str(), messages), ("t1", vec!["@planner draft it".to_owned()]));
+    }
+
     async fn a_session_the_machine_answered_in_and_left_out_of_resume_still_ends(db) {
         let a = Away::new(&db).await;
         let mut link = a.link().await;

@@ -76,7 +76,7 @@ impl Away {
     }
 
     /// A session with a live run, after its first turn.
-    async fn session_with_a_run(&self) -> (LinkClient, String) {
+    pub(crate) async fn session_with_a_run(&self) -> (LinkClient, String) {
         let mut link = self.link().await;
         self.s.say("@planner build it").await;
         let (session, turn, _, _) = invoked(&mut link).await;

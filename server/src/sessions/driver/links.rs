@@ -78,9 +78,13 @@ impl Driver {
         self.link = None;
         self.attaching = None;
         let loss = match end {
-            // Nothing is announced (SPEC L9); a takeover moved the work.
-            LinkEnd::Shutdown | LinkEnd::Superseded => return,
-            LinkEnd::Dropped if lost.resumable => LinkLoss::Dropped,
+            // Nothing is announced (SPEC L9).
+            LinkEnd::Shutdown => return,
+            // A takeover moved the sessions the new link's `resume` named;
+            // one still on the old link was left out of it, and is away as
+            // if its link had dropped (carried on below if the machine
+            // never answered in it).
+            LinkEnd::Superseded | LinkEnd::Dropped if lost.resumable => LinkLoss::Dropped,
             LinkEnd::Detached if lost.resumable => LinkLoss::Detached,
             _ => LinkLoss::Ended,
         };
