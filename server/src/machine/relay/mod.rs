@@ -12,7 +12,8 @@
 //! the machine holds none of its sessions); the `resumed` answers are
 //! merged into one, and what a node sends after its own answer waits until
 //! the merged one has gone out, so the machine sees the order it would see
-//! from one server.
+//! from one server. A node relayed only after the `resume` gets an empty
+//! part of its own, and its answer is kept from the machine.
 //!
 //! When the link ends, each relay is closed with what the machine's end
 //! means to the sessions there. When a relay ends first — its node stopped,
@@ -70,6 +71,14 @@ pub(super) struct Relays {
     routes: HashMap<String, String>,
     events: mpsc::Sender<(String, Event)>,
     merge: Option<Merge>,
+    /// Whether the machine's `resume` was split already: a node relayed
+    /// later is sent an empty part of its own, so its sessions of this
+    /// machine fare as a part would have had them (one the machine never
+    /// answered in is carried on, SPEC L10); its answer is not the
+    /// machine's to see.
+    resumed: bool,
+    /// Nodes sent such a late part whose `resumed` is still to come.
+    late: HashSet<String>,
 }
 
 /// A split `resume` whose answers are being merged.
@@ -125,6 +134,8 @@ impl Relays {
             routes: HashMap::new(),
             events,
             merge: None,
+            resumed: false,
+            late: HashSet::new(),
         };
         relays.refresh().await;
         (relays, receiver)
@@ -153,6 +164,15 @@ impl Relays {
                 let (tx, rx) = mpsc::channel(RELAY_QUEUE);
                 let (id, events) = (node.id.clone(), self.events.clone());
                 tokio::spawn(pump(ws, rx, id, events, self.cluster.clone()));
+                if self.resumed {
+                    let part = serde_json::to_string(&ClientMessage::Resume {
+                        sessions: Vec::new(),
+                    })
+                    .unwrap_or_default();
+                    if tx.send(Message::Text(part.into())).await.is_ok() {
+                        self.late.insert(node.id.clone());
+                    }
+                }
                 self.open.insert(node.id.clone(), tx);
                 debug!(node = %node.id, "link relayed");
             }
@@ -198,23 +218,29 @@ impl Relays {
             return Err(ResumeFailed::Refused(Box::new(refused)));
         }
         let mut here = Vec::new();
-        let mut there: HashMap<String, Vec<HeldSession>> = self
-            .open
-            .keys()
-            .map(|node| (node.clone(), Vec::new()))
-            .collect();
+        let mut placed = Vec::new();
         for session in held {
             match self.locate(&session.session).await {
                 // Its node may have been relayed only now, by `locate`.
                 Target::Node(node) if self.open.contains_key(&node) => {
                     // What the machine says of it next goes there too.
                     self.routes.insert(session.session.clone(), node.clone());
-                    there.entry(node).or_default().push(session);
+                    placed.push((node, session));
                 }
                 Target::Node(_) | Target::Here => here.push(session),
                 Target::Unknown(why) => return Err(ResumeFailed::Undecided(why)),
             }
         }
+        // Every relayed node gets a part, those relayed by `locate` too.
+        let mut there: HashMap<String, Vec<HeldSession>> = self
+            .open
+            .keys()
+            .map(|node| (node.clone(), Vec::new()))
+            .collect();
+        for (node, session) in placed {
+            there.entry(node).or_default().push(session);
+        }
+        self.resumed = true;
         let underway = self
             .sessions
             .begin_resume(link, here)
@@ -313,6 +339,10 @@ impl Relays {
                     self.routes.insert(session, node.clone());
                 }
                 let resumed = peek.is_some_and(|p| p.kind == "resumed");
+                if resumed && self.late.remove(&node) {
+                    // A late part's answer: what it carried on follows.
+                    return None;
+                }
                 match self.merge.as_mut() {
                     Some(merge) if merge.waiting.contains(&node) && resumed => {
                         if let Ok(ServerMessage::Resumed { sessions, ended }) =
