@@ -337,6 +337,7 @@ export class Nemesis {
       if (!writer) continue;
       const probe = `${writer.name}.probe-during`;
       doc.sent.set(probe, writer.name);
+      this.tally.edits += 1;
       const opened = new Map(editors.map((e) => [e, e.opened]));
       const since = Date.now();
       appendBlock(writer.client.doc, probe);
@@ -364,6 +365,7 @@ export class Nemesis {
       const editors = trial.editors.filter((e) => e.doc === doc);
       const probe = `${editors[0].name}.probe-healed`;
       doc.sent.set(probe, editors[0].name);
+      this.tally.edits += 1;
       appendBlock(editors[0].client.doc, probe);
       const same = () => {
         const texts = editors.map((e) => JSON.stringify(e.client.texts()));
