@@ -194,8 +194,7 @@ impl DocumentTask {
                     // this copy writes nothing more, and its clients
                     // reconnect to whoever does.
                     warn!("this node lapsed; dropping the document");
-                    self.close_all(close::GOING_AWAY, "the document moved; reconnect to resync");
-                    self.fenced = true;
+                    self.moved_away();
                     return;
                 }
                 _ = self.compactor.wait() => continue,
@@ -241,8 +240,7 @@ impl DocumentTask {
                 published = self.publish(effects) => published,
                 _ = lapsed.cancelled() => {
                     warn!("this node lapsed in the middle of a commit; dropping the document");
-                    self.close_all(close::GOING_AWAY, "the document moved; reconnect to resync");
-                    self.fenced = true;
+                    self.moved_away();
                     return;
                 }
             };
@@ -252,8 +250,7 @@ impl DocumentTask {
                     // Nothing of the batch was committed or answered; this
                     // copy is stale, and its clients resync from the owner.
                     warn!(%cause, "another owner claimed the document; unloading");
-                    self.close_all(close::GOING_AWAY, "the document moved; reconnect to resync");
-                    self.fenced = true;
+                    self.moved_away();
                     return;
                 }
                 Err(cause)
@@ -266,8 +263,7 @@ impl DocumentTask {
                     // the database ended the write, and the document may
                     // be another node's by now.
                     warn!(%cause, "a write failed after this node's lease ran out; unloading");
-                    self.close_all(close::GOING_AWAY, "the document moved; reconnect to resync");
-                    self.fenced = true;
+                    self.moved_away();
                     return;
                 }
                 Err(cause) => {
@@ -278,6 +274,14 @@ impl DocumentTask {
             }
             idle_since = self.members.is_empty().then(Instant::now);
         }
+    }
+
+    /// Another node may own the document now: this copy is fenced (it
+    /// writes nothing more, its final compaction included) and its clients
+    /// reconnect to whoever owns it.
+    fn moved_away(&mut self) {
+        self.close_all(close::GOING_AWAY, "the document moved; reconnect to resync");
+        self.fenced = true;
     }
 
     fn close_all(&mut self, code: u16, reason: &str) {
