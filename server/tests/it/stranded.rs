@@ -15,7 +15,7 @@ use crate::cluster::{
     committed, holder, linked, nodes, on_postgres, planner_scene, signal, PlannerScene,
     CLUSTER_ARGS,
 };
-use crate::harness::{Proxy, Server, Sse, SyncClient, TestDb};
+use crate::harness::{LinkClient, Proxy, Server, Sse, SyncClient, TestDb};
 
 /// The longest a client may be left on a paused owner: the lease TTL and
 /// one renewal interval the tests' nodes run with (see `cluster.rs`), and
@@ -59,10 +59,7 @@ on_postgres! {
 
         let _paused = pause(&nodes[0]).await;
         let since = Instant::now();
-        let (code, reason) = forwarded.wait_closed().await;
-        let stranded = since.elapsed();
-        assert_eq!(code, close::GOING_AWAY, "{reason}");
-        assert!(stranded < STRANDED_AT_MOST, "stranded for {stranded:?}");
+        closed_going_away_in_time(&mut forwarded, since).await;
 
         // Through the same node again, it reaches the new owner and sees
         // what is written through another.
@@ -109,12 +106,7 @@ on_postgres! {
 
         let _paused = pause(&nodes[0]).await;
         let since = Instant::now();
-        // It answers its heartbeats meanwhile: the node it linked to is fine.
-        link.collect_for(STRANDED_AT_MOST * 2).await;
-        let stranded = since.elapsed();
-        let (code, reason) = link.closed.clone().expect("the link stayed open");
-        assert_eq!(code, link_close::UNRESPONSIVE, "{reason}");
-        assert!(stranded < STRANDED_AT_MOST, "the link stayed open {stranded:?}");
+        closed_unresponsive_in_time(&mut link, since).await;
     }
 
     async fn a_node_paused_in_the_middle_of_a_commit_does_not_hold_up_the_takeover(db) {
@@ -182,10 +174,7 @@ on_postgres! {
 
         internal.partition();
         let since = Instant::now();
-        let (code, reason) = forwarded.wait_closed().await;
-        let stranded = since.elapsed();
-        assert_eq!(code, close::GOING_AWAY, "{reason}");
-        assert!(stranded < STRANDED_AT_MOST, "stranded for {stranded:?}");
+        closed_going_away_in_time(&mut forwarded, since).await;
     }
 
     async fn a_machine_link_relayed_to_a_node_cut_off_from_it_is_closed_in_time(db) {
@@ -208,11 +197,7 @@ on_postgres! {
 
         internal.partition();
         let since = Instant::now();
-        link.collect_for(STRANDED_AT_MOST * 2).await;
-        let stranded = since.elapsed();
-        let (code, reason) = link.closed.clone().expect("the link stayed open");
-        assert_eq!(code, link_close::UNRESPONSIVE, "{reason}");
-        assert!(stranded < STRANDED_AT_MOST, "the link stayed open {stranded:?}");
+        closed_unresponsive_in_time(&mut link, since).await;
     }
 
     async fn a_node_cut_off_from_the_database_closes_its_clients_once_its_lease_runs_out(db) {
@@ -234,10 +219,7 @@ on_postgres! {
         let since = Instant::now();
         // A commit goes out into the dark, and is never answered.
         direct.append_paragraph("in flight").await;
-        let (code, reason) = direct.wait_closed().await;
-        let stranded = since.elapsed();
-        assert_eq!(code, close::GOING_AWAY, "{reason}");
-        assert!(stranded < STRANDED_AT_MOST, "stranded for {stranded:?}");
+        closed_going_away_in_time(&mut direct, since).await;
         // The others serve the document meanwhile.
         let mut elsewhere = SyncClient::connect(&others[0].sync_url(&doc, &token)).await;
         assert!(elsewhere.until(|c| c.texts() == ["before"]).await, "{:?}", elsewhere.texts());
@@ -270,6 +252,29 @@ async fn reached_through_a_proxy(db: &TestDb) -> (Server, Proxy) {
     let node = Server::start_limited(db, None, &args).await;
     internal.retarget(node.addr);
     (node, internal)
+}
+
+/// Waits for `client` to be told to reconnect (1001), no later than
+/// [`STRANDED_AT_MOST`] after `since`.
+async fn closed_going_away_in_time(client: &mut SyncClient, since: Instant) {
+    let (code, reason) = client.wait_closed().await;
+    let stranded = since.elapsed();
+    assert_eq!(code, close::GOING_AWAY, "{reason}");
+    assert!(stranded < STRANDED_AT_MOST, "stranded for {stranded:?}");
+}
+
+/// Waits, answering heartbeats (the node the machine linked to is fine),
+/// for `link` to be closed as unresponsive (4002), no later than
+/// [`STRANDED_AT_MOST`] after `since`.
+async fn closed_unresponsive_in_time(link: &mut LinkClient, since: Instant) {
+    link.collect_for(STRANDED_AT_MOST * 2).await;
+    let stranded = since.elapsed();
+    let (code, reason) = link.closed.clone().expect("the link stayed open");
+    assert_eq!(code, link_close::UNRESPONSIVE, "{reason}");
+    assert!(
+        stranded < STRANDED_AT_MOST,
+        "the link stayed open {stranded:?}"
+    );
 }
 
 /// The statement a commit of an editor's update waits in.
