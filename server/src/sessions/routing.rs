@@ -458,10 +458,10 @@ impl Sessions {
 }
 
 /// How long a node waits for a machine linked elsewhere to be relayed to
-/// it: the link's node looks for new nodes every refresh, and the relay
-/// takes a moment to open.
-const RELAYED_WITHIN: std::time::Duration =
-    crate::machine::relay::REFRESH.saturating_add(std::time::Duration::from_secs(1));
+/// it: the link's node looks for new nodes every 2 s
+/// (`machine::relay::REFRESH`; sessions may not import machine), and the
+/// relay takes a moment to open.
+const RELAYED_WITHIN: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// How many sessions a Planner message tries before it gives up: each one
 /// it meets was ending, and a new one is bound after it.

@@ -43,7 +43,7 @@ use peer::{open, pump};
 pub use peer::{PLANNING_HEADER, RESUMABLE_HEADER, RUN_CAPACITY_HEADER};
 
 /// How often a link looks for nodes it has no relay to yet.
-pub(crate) const REFRESH: Duration = Duration::from_secs(2);
+pub(super) const REFRESH: Duration = Duration::from_secs(2);
 
 /// Frames waiting to go to one relayed node.
 const RELAY_QUEUE: usize = 256;
