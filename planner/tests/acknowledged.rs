@@ -178,3 +178,27 @@ fn a_refused_run_report_is_answered_by_its_refusal_naming_the_run() {
         ))
     );
 }
+
+#[test]
+fn a_session_is_unheard_until_its_machine_answers_in_it_planning_or_not() {
+    for mut sim in [Sim::new(), Sim::planning()] {
+        sim.say("@planner plan");
+        assert!(
+            sim.session.unheard(),
+            "its first invoke may have died unread"
+        );
+        sim.restart();
+        assert!(
+            sim.session.unheard(),
+            "taken back from its journal, still unheard"
+        );
+        sim.read("c1", 1);
+        assert!(!sim.session.unheard(), "a call answers in it");
+    }
+    let mut sim = Sim::planning();
+    sim.say("@planner plan");
+    let plan = serde_json::json!({"expected_revision": 0,
+        "steps": [{"id": "a", "description": "Draft", "status": "in_progress"}]});
+    sim.call("c1", "update_plan", plan);
+    assert!(!sim.session.unheard(), "a plan answers in it");
+}

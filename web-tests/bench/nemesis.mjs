@@ -10,7 +10,8 @@
 // FAULTS trials, one fault each (kinds in random order, each as often);
 // RESULTS appends one JSON line: the commit, the machine, the settings and
 // the tally. Exits 1 when anything was lost, doubled, stranded or diverged
-// (LOGS=FILE then keeps the nodes' and the Planner's output there).
+// (LOGS=FILE then keeps the nodes' and the Planner's output there; LOG_DIR=DIR
+// keeps all of it as it comes, a file per node and one for the Planner).
 
 import { execFileSync } from 'node:child_process';
 import { appendFile, writeFile } from 'node:fs/promises';

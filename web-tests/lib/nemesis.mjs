@@ -27,7 +27,7 @@
 // are read again. Loopback only; every wait is bounded.
 
 import { execFile, spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { appendFileSync, existsSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -169,7 +169,10 @@ export class Nemesis {
     });
     this.planner = { child, output: '', log: '' };
     child.stdout.on('data', (d) => (this.planner.output += d));
-    child.stderr.on('data', (d) => (this.planner.log = (this.planner.log + d).slice(-64 * 1024)));
+    child.stderr.on('data', (d) => {
+      if (process.env.LOG_DIR) appendFileSync(path.join(process.env.LOG_DIR, 'planner.log'), d);
+      this.planner.log = (this.planner.log + d).slice(-64 * 1024);
+    });
     await waitFor(() => this.planner.output.includes('linked'), PATIENCE_MS, 'the steady Planner to link');
   }
 
@@ -179,6 +182,11 @@ export class Nemesis {
       ...this.nodes.map((n, i) => `----- node ${i} -----\n${n.server.logs}`),
       `----- planner -----\n${this.planner?.log ?? ''}`,
     ].join('\n');
+  }
+
+  /** A trial as problems name it: its number, fault and node. */
+  #named(trial) {
+    return `trial ${trial.number} (${trial.fault} on node ${trial.node})`;
   }
 
   problem(text) {
@@ -375,14 +383,14 @@ export class Nemesis {
         await waitFor(same, PATIENCE_MS, 'the editors to agree');
       } catch {
         this.tally.diverged += 1;
-        this.problem(`trial ${trial.number}: editors of ${doc.id} never agreed`);
+        this.problem(`${this.#named(trial)}: editors of ${doc.id} never agreed`);
         continue;
       }
       const took = Date.now() - healed;
       this.tally.worstConvergeMs = Math.max(this.tally.worstConvergeMs, took);
       if (took > CONVERGE_MS) {
         this.tally.diverged += 1;
-        this.problem(`trial ${trial.number}: converged ${took} ms after the heal (bound ${CONVERGE_MS})`);
+        this.problem(`${this.#named(trial)}: converged ${took} ms after the heal (bound ${CONVERGE_MS})`);
       }
     }
   }
@@ -418,7 +426,7 @@ export class Nemesis {
         );
       } catch {
         this.tally.lost += 1;
-        this.problem(`trial ${trial.number}: no reply on ${id}`);
+        this.problem(`${this.#named(trial)}: no reply on ${id}`);
         continue;
       }
       const cards = await this.#call('GET', `/documents/${id}/decisions`);
@@ -443,11 +451,11 @@ export class Nemesis {
         if (!after) this.tally.acked += doc.acked.size;
         if (missing.length > 0) {
           this.tally.lost += missing.length;
-          this.problem(`trial ${trial.number}${after}: ${missing.length} acknowledged edits lost on ${doc.id}: ${missing.slice(0, 5)}`);
+          this.problem(`${this.#named(trial)}${after}: ${missing.length} acknowledged edits lost on ${doc.id}: ${missing.slice(0, 5)}`);
         }
         if (twice > 0) {
           this.tally.twice += twice;
-          this.problem(`trial ${trial.number}${after}: ${twice} blocks twice on ${doc.id}`);
+          this.problem(`${this.#named(trial)}${after}: ${twice} blocks twice on ${doc.id}`);
         }
       } finally {
         reader.destroy();
@@ -464,7 +472,7 @@ export class Nemesis {
       if (said.length !== asked || replies.length !== asked || lostTurns.length > 0) {
         this.tally[said.length < asked || replies.length < asked ? 'lost' : 'twice'] += 1;
         this.problem(
-          `trial ${trial.number}${after}: ${asked} asked, Chat holds ${said.length} asks, ${replies.length} replies, ${lostTurns.length} lost turns on ${doc.id}`,
+          `${this.#named(trial)}${after}: ${asked} asked, Chat holds ${said.length} asks, ${replies.length} replies, ${lostTurns.length} lost turns on ${doc.id}`,
         );
       }
       // A turn whose card call was in flight when its node went down is
@@ -479,20 +487,20 @@ export class Nemesis {
       }
       if (new Set(keys).size !== keys.length || cards.length < reviewed || cards.length > asked) {
         this.tally[cards.length < reviewed ? 'lost' : 'twice'] += 1;
-        this.problem(`trial ${trial.number}${after}: ${reviewed} cards acknowledged, ${cards.length} there (${keys}) on ${doc.id}`);
+        this.problem(`${this.#named(trial)}${after}: ${reviewed} cards acknowledged, ${cards.length} there (${keys}) on ${doc.id}`);
       }
       for (const { card } of trial.answered.filter((a) => a.doc === doc.id)) {
         const found = cards.find((c) => c.id === card);
         if (found?.state !== 'answered') {
           this.tally.lost += 1;
-          this.problem(`trial ${trial.number}${after}: the answer to ${card} is gone (${found?.state})`);
+          this.problem(`${this.#named(trial)}${after}: the answer to ${card} is gone (${found?.state})`);
         }
       }
     }
     const handed = this.planner.output.split('\n').filter((l) => l.startsWith('turn '));
     if (new Set(handed).size !== handed.length) {
       this.tally.twice += handed.length - new Set(handed).size;
-      this.problem(`trial ${trial.number}${after}: the Planner was handed a turn twice`);
+      this.problem(`${this.#named(trial)}${after}: the Planner was handed a turn twice`);
     }
   }
 

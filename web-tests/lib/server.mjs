@@ -5,7 +5,7 @@
 
 import { spawn, execFile } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { existsSync } from 'node:fs';
+import { appendFileSync, existsSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -122,6 +122,8 @@ export class MarginServer {
   }
 
   log(line) {
+    // LOG_DIR keeps every line, for runs too long for the buffer.
+    if (process.env.LOG_DIR) appendFileSync(path.join(process.env.LOG_DIR, `margin-${this.port}.log`), line);
     this.logText += line;
     if (this.logText.length > LOG_LIMIT) this.logText = this.logText.slice(-LOG_LIMIT);
   }

@@ -325,7 +325,8 @@ impl PlannerSession {
 
     /// Whether the machine has answered nothing in this session yet: its
     /// first turn runs and has made no call, and no run, question or plan
-    /// came from it. Its `invoke` may have died with the link before the
+    /// came from it (a planning session starts with an empty plan at
+    /// revision 0, no answer). Its `invoke` may have died with the link before the
     /// machine read it, so a `resume` that leaves the session out carries
     /// it on and sends the `invoke` again rather than ending it (SPEC L10).
     pub fn unheard(&self) -> bool {
@@ -335,7 +336,7 @@ impl PlannerSession {
             && state.runs.is_empty()
             && state.requests.is_empty()
             && state.answers.is_empty()
-            && state.plan.is_none()
+            && state.plan.as_ref().is_none_or(|plan| plan.revision == 0)
     }
 
     /// Whether it is replying, owns a live run or waits on a person (P1).

@@ -29,7 +29,10 @@ impl Cluster {
             taken => taken?,
         };
         match taken {
-            Take::Taken(epoch) => Ok(self.held(holder, id, Some(epoch))),
+            Take::Taken(epoch) => {
+                self.note_taken(id);
+                Ok(self.held(holder, id, Some(epoch)))
+            }
             Take::Held(node) => Err(TakeRefused::Elsewhere(node)),
             Take::Lapsed => Err(TakeRefused::NotTaking),
         }

@@ -18,6 +18,7 @@ pub mod calls;
 pub mod notice;
 
 mod leases;
+mod taken;
 mod watch;
 
 use leases::Held;
@@ -109,6 +110,8 @@ struct Inner {
     wakeup: tokio::sync::Notify,
     /// What the clients carried to other nodes wait on ([`watch`]).
     watches: watch::Watches,
+    /// Documents taken afresh, for the sessions to follow ([`taken`]).
+    taken: taken::Taken,
 }
 
 /// One registration of this node: its id, and a token cancelled when it
@@ -167,6 +170,7 @@ impl Cluster {
                 draining: AtomicBool::new(false),
                 wakeup: tokio::sync::Notify::new(),
                 watches: watch::Watches::default(),
+                taken: taken::Taken::default(),
             }),
         };
         Ok(cluster)

@@ -51,7 +51,9 @@ pub(super) async fn restore(shared: &Arc<Shared>) {
 }
 
 /// In a cluster: every `every`, takes back the open sessions no live node
-/// holds, each once its document's lease is held here.
+/// holds, each once its document's lease is held here; and, as soon as
+/// this node takes a document, the sessions of it no node here runs (their
+/// node died: the document came here without them).
 pub(super) async fn sweep(shared: &Arc<Shared>, every: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -64,6 +66,10 @@ pub(super) async fn sweep(shared: &Arc<Shared>, every: Duration) {
             _ = tick.tick() => {}
             // Another node let documents go: its sessions need a node now.
             _ = cluster.woken() => {}
+            _ = cluster.documents_taken() => {}
+        }
+        for document in cluster.taken_since() {
+            follow_document(shared, &document).await;
         }
         let orphaned = match shared.hub.store().orphaned_sessions(SWEEP_BATCH).await {
             Ok(orphaned) => orphaned,
@@ -78,6 +84,23 @@ pub(super) async fn sweep(shared: &Arc<Shared>, every: Duration) {
             if let Err(error) = take_back_one(shared, &id).await {
                 debug!(%error, session = %id, "orphaned session left to another node");
             }
+        }
+    }
+}
+
+/// Takes back the open sessions of `document`, just taken here, that no
+/// task here runs.
+async fn follow_document(shared: &Arc<Shared>, document: &str) {
+    let open = match shared.hub.store().open_sessions_of(document).await {
+        Ok(open) => open,
+        Err(error) => {
+            warn!(%error, document, "the sessions of a document taken here not read");
+            return;
+        }
+    };
+    for id in open {
+        if let Err(error) = take_back_one(shared, &id).await {
+            debug!(%error, session = %id, document, "session of a document taken here left");
         }
     }
 }

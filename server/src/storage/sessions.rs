@@ -220,6 +220,19 @@ impl Store {
         row.as_ref().map(decode).transpose()
     }
 
+    /// The ids of document `document`'s sessions that have not ended
+    /// (one, unless a node lost track of one; SPEC C3).
+    pub async fn open_sessions_of(&self, document: &str) -> Result<Vec<String>, StorageError> {
+        let rows = sqlx::query(
+            "SELECT id FROM planner_sessions WHERE document_id = $1 AND state <> 'ended' \
+             ORDER BY created_at, id",
+        )
+        .bind(document)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(|row| Ok(row.try_get("id")?)).collect()
+    }
+
     /// The sessions whose stored state is not `ended`, with their ids,
     /// oldest first: what a restarted server takes back.
     pub async fn open_sessions(&self) -> Result<Vec<(String, StoredSession)>, StorageError> {

@@ -9,6 +9,7 @@
 use std::time::{Duration, Instant};
 
 use margin_protocol::link::close as link_close;
+use margin_protocol::link::{ClientMessage, ServerMessage};
 use margin_protocol::sync::close;
 
 use crate::cluster::{
@@ -223,6 +224,39 @@ on_postgres! {
         // The others serve the document meanwhile.
         let mut elsewhere = SyncClient::connect(&others[0].sync_url(&doc, &token)).await;
         assert!(elsewhere.until(|c| c.texts() == ["before"]).await, "{:?}", elsewhere.texts());
+    }
+
+    async fn a_turn_whose_invoke_died_with_its_node_is_invoked_by_the_node_that_takes_its_document(db) {
+        let (mut owner, internal) = reached_through_a_proxy(&db).await;
+        let (others, token) = nodes(&db, 1).await;
+        let doc = owner.create_document(&token, "Plan").await;
+        let mut direct = SyncClient::connect(&owner.sync_url(&doc, &token)).await;
+        direct.append_paragraph("Ship on March 3").await;
+        committed(&owner, &token, &doc, 1).await;
+        let (status, paired) = others[0]
+            .post(Some(&token), "/machines", serde_json::json!({"name": "laptop"}))
+            .await;
+        assert_eq!(status, 201);
+        let credential = paired["credential"].as_str().unwrap();
+        let mut link = linked(&others[0], credential).await;
+        // The owner's `invoke` goes out on the relay, into the dark, and
+        // the owner dies: the machine never hears of the session.
+        internal.black_hole();
+        owner.say(&token, &doc, "@planner plan").await;
+        owner.kill().await;
+        drop(direct);
+        link.wait_closed().await;
+        let mut back = linked(&others[0], credential).await;
+        back.send_message(&ClientMessage::Resume { sessions: vec![] }).await;
+        assert!(
+            matches!(back.next_work().await, Some(ServerMessage::Resumed { ref sessions, .. }) if sessions.is_empty())
+        );
+        // A person reads the document through the node left, which takes
+        // it the moment the owner lapses (before the sweep of orphaned
+        // sessions would) and with it the session, whose turn it invokes.
+        let _editor = SyncClient::connect(&others[0].sync_url(&doc, &token)).await;
+        let (_, turn, messages, _) = crate::turns::invoked(&mut back).await;
+        assert_eq!((turn.as_str(), messages), ("t1", vec!["@planner plan".to_owned()]));
     }
 
     async fn a_planner_linked_elsewhere_is_bound_on_a_node_that_just_joined(db) {

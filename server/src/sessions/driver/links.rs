@@ -96,14 +96,25 @@ impl Driver {
         // The machine may have come back on a newer link, and resumed there
         // before this one was noticed dead: a session it never answered in
         // was not away then, so its resume left it out, though its `invoke`
-        // may have died unread with this link. It is carried on there now,
-        // as that resume would have carried it (SPEC L10).
+        // may have died unread with this link (SPEC L10).
+        self.carry_on_unheard(lost.id, now).await;
+    }
+
+    /// Carries a session that is away, and that its machine never answered
+    /// in, on to the machine's newest link here newer than link `after`,
+    /// as a `resume` on it would have (SPEC L10): no `resume` names a
+    /// session whose `invoke` died unread, so none would carry it on. A
+    /// machine that did read the `invoke` ignores it the second time.
+    pub(super) async fn carry_on_unheard(&mut self, after: u64, now: Millis) {
+        if !(self.session.unheard() && self.session.is_away()) {
+            return;
+        }
         let newer = self
             .shared
             .links
-            .newest_of(&lost.machine.id)
-            .filter(|newer| newer.id > lost.id);
-        if let Some(newer) = newer.filter(|_| self.session.unheard() && self.session.is_away()) {
+            .newest_of(self.session.machine())
+            .filter(|newer| newer.id > after);
+        if let Some(newer) = newer {
             let id = newer.id;
             if self
                 .resume(newer, margin_planner::Held::default(), now)

@@ -117,7 +117,15 @@ impl Driver {
             let first = self.commit(next, first).await;
             let _ = ready.send(());
             match first {
-                Ok(step) => self.carry_out(step.effects).await,
+                Ok(step) => {
+                    self.carry_out(step.effects).await;
+                    // Taken back here from another node's journal, where
+                    // its `invoke` may have died unread with that node
+                    // (SPEC C3, L10).
+                    if self.link.is_none() {
+                        self.carry_on_unheard(0, self.shared.now()).await;
+                    }
+                }
                 Err(error) => {
                     warn!(%error, "session not committed; it ends here");
                     self.shared.forget(&self.session);

@@ -80,7 +80,11 @@ impl Server {
     async fn spawn(command: &mut Command, args: Vec<String>) -> Server {
         let mut child = command
             .args(["--listen", "127.0.0.1:0"])
-            .env("RUST_LOG", "warn")
+            // MARGIN_TEST_LOG=info (say) shows a failing test's servers.
+            .env(
+                "RUST_LOG",
+                std::env::var("MARGIN_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
