@@ -151,7 +151,9 @@ pub async fn serve(
                     }
                     _ = refresh.tick(), if relays.is_some() => {
                         if let Some(relays) = relays.as_mut() {
-                            Box::pin(relays.refresh()).await;
+                            // A new node may take a lease TTL to answer.
+                            let refreshing = Box::pin(relays.refresh());
+                            if beating(refreshing, &mut sink, &mut ticks, &mut seq).await.is_none() { return; }
                         }
                     }
                     _ = renewals.tick() => {
@@ -218,7 +220,16 @@ pub async fn serve(
                             }
                             Ok(ClientMessage::Resume { sessions: held }) if relays.is_some() => {
                                 let Some(relays) = relays.as_mut() else { continue };
-                                match Box::pin(relays.resume(link, held)).await {
+                                // Where each session runs may take up to the
+                                // failover patience to find (a node that
+                                // neither answers nor lapsed). Heartbeats go
+                                // on: a machine hearing nothing would give
+                                // this link up and resume elsewhere, and this
+                                // resume, ending later, would take its
+                                // sessions over from that newer link (C5).
+                                let resuming = Box::pin(relays.resume(link, held));
+                                let Some(resumed) = beating(resuming, &mut sink, &mut ticks, &mut seq).await else { return };
+                                match resumed {
                                     Ok(answering) => local_resume = Some(answering),
                                     Err(ResumeFailed::Refused(refused)) => {
                                         if send(&mut sink, &refused).await.is_err() { return; }
@@ -467,6 +478,32 @@ async fn renew(
         Err(error) => {
             warn!(%error, "cannot renew the machine's credential; trying again at the next renewal");
             Ok(())
+        }
+    }
+}
+
+/// Runs `work` — a relay's step that may wait on another node up to the
+/// failover patience — while heartbeats go on, counted as sent (their
+/// acks are read after); `None` when one could not be sent. A machine
+/// hearing nothing would give the link up and resume elsewhere, and the
+/// work, ending later, could take its sessions over from that newer link
+/// (SPEC C5, L3).
+async fn beating<T>(
+    work: impl std::future::Future<Output = T>,
+    sink: &mut futures_util::stream::SplitSink<WebSocket, Message>,
+    ticks: &mut tokio::time::Interval,
+    seq: &mut u64,
+) -> Option<T> {
+    let mut work = std::pin::pin!(work);
+    loop {
+        tokio::select! {
+            done = &mut work => return Some(done),
+            _ = ticks.tick() => {
+                *seq += 1;
+                if send(sink, &ServerMessage::Heartbeat { seq: *seq }).await.is_err() {
+                    return None;
+                }
+            }
         }
     }
 }

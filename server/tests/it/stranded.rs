@@ -259,6 +259,57 @@ on_postgres! {
         assert_eq!((turn.as_str(), messages), ("t1", vec!["@planner plan".to_owned()]));
     }
 
+    async fn a_machine_resuming_while_a_sessions_node_is_cut_off_goes_on_hearing_heartbeats(db) {
+        let (owner, internal) = reached_through_a_proxy(&db).await;
+        let mut args = CLUSTER_ARGS.to_vec();
+        args.extend(["--heartbeat-ms", "200"]);
+        let other = Server::start_limited(&db, None, &args).await;
+        let token = Server::account(&db, "ada").await;
+        let doc = owner.create_document(&token, "Plan").await;
+        let mut direct = SyncClient::connect(&owner.sync_url(&doc, &token)).await;
+        direct.append_paragraph("Ship on March 3").await;
+        committed(&owner, &token, &doc, 1).await;
+        let (status, paired) = other
+            .post(Some(&token), "/machines", serde_json::json!({"name": "laptop"}))
+            .await;
+        assert_eq!(status, 201);
+        let credential = paired["credential"].as_str().unwrap();
+        let mut link = linked(&other, credential).await;
+        owner.say(&token, &doc, "@planner plan").await;
+        let (session, turn, _, _) = crate::turns::invoked(&mut link).await;
+
+        // The owner is cut off from the other node; the machine relinks
+        // there and resumes, and where its session runs cannot be known
+        // until the owner answers or lapses (it does neither).
+        internal.black_hole();
+        link.wait_closed().await;
+        let mut back = linked(&other, credential).await;
+        back.send_message(&ClientMessage::Resume {
+            sessions: vec![margin_protocol::link::HeldSession {
+                session,
+                questions: vec![],
+                turn: Some(turn),
+                calls: vec![],
+            }],
+        })
+        .await;
+        // Meanwhile the link is kept alive: a machine that heard nothing
+        // would give it up, and resume again elsewhere while this resume
+        // still runs.
+        let mut heartbeats = 0;
+        while let Ok(Some(message)) = tokio::time::timeout(Duration::from_secs(1), back.next_raw()).await {
+            match message {
+                ServerMessage::Heartbeat { seq } => {
+                    heartbeats += 1;
+                    back.send_text(&format!(r#"{{"type":"heartbeat-ack","seq":{seq}}}"#)).await;
+                }
+                ServerMessage::Credential { .. } => {}
+                other => panic!("{other:?} after {heartbeats} heartbeats"),
+            }
+        }
+        assert!(heartbeats >= 5, "{heartbeats} heartbeats while the resume ran; closed {:?}", back.closed);
+    }
+
     async fn a_planner_linked_elsewhere_is_bound_on_a_node_that_just_joined(db) {
         let (nodes, token) = nodes(&db, 1).await;
         let (status, paired) = nodes[0]
