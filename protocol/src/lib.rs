@@ -17,6 +17,7 @@ pub mod documents;
 pub mod error;
 pub mod kept;
 pub mod link;
+pub mod mcp;
 pub mod refusal;
 pub mod schema;
 pub mod sessions;

@@ -17,7 +17,7 @@ pub enum LogFormat {
 /// Installs the global subscriber.
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,tower_http=info"));
+        .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,tower_http=info,rmcp=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -10,7 +10,7 @@ mod decisions;
 mod documents;
 mod error;
 mod events;
-mod extract;
+pub(crate) mod extract;
 mod forwarded;
 mod internal;
 mod machines;
@@ -59,8 +59,16 @@ pub struct AppState {
     pub throttle: Throttle,
 }
 
-/// The whole HTTP surface.
+/// The whole HTTP surface, with MCP at `/mcp` (SPEC O4): its tool calls go
+/// through the rest of it, as the caller.
 pub fn router(state: AppState) -> Router {
+    let api = surface(state.clone());
+    api.clone()
+        .merge(crate::mcp::service(state, api, MAX_TOOL_BODY_BYTES))
+}
+
+/// Every route but `/mcp`.
+fn surface(state: AppState) -> Router {
     Router::new()
         .route("/", get(assets::index))
         .route("/assets/{file}", get(assets::asset))

@@ -1,0 +1,350 @@
+//! Margin as an MCP server for a member's own agent (SPEC O4), over
+//! Streamable HTTP at `/mcp`. Each tool call is the HTTP call it stands for
+//! ([`route`]), made in process through this server's own HTTP surface with
+//! the caller's token and address: roles, bounds, refusals, the sign-in
+//! throttle and a cluster's relays to a document's owner hold exactly as
+//! over HTTP, and the answer — or the error body of a refusal — is the
+//! tool's result. Stateless: any node of a cluster answers any request.
+
+use std::net::SocketAddr;
+
+use axum::body::{to_bytes, Body};
+use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
+use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use margin_protocol::mcp::{
+    split_document, ListDocumentsInput, MemberTool, OnDocument, PostChatInput,
+};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    InitializeResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData as McpError, ServerHandler};
+use serde_json::{Map, Value};
+use tower::ServiceExt;
+
+use crate::http::extract::Caller;
+use crate::http::AppState;
+
+/// Largest answer read back from the HTTP surface: a whole outline of a
+/// document at its bounds, with room.
+const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
+
+/// Largest id a call may name (ids are UUIDs); anything else, or a byte
+/// outside `[A-Za-z0-9_-]`, is refused before it reaches a path.
+const MAX_ID_BYTES: usize = 64;
+
+/// `/mcp`: Streamable HTTP for signed-in callers, its calls made through
+/// `api`, this server's HTTP surface. Requests of at most `max_body` bytes.
+pub fn service(state: AppState, api: Router, max_body: usize) -> Router {
+    let mut config = StreamableHttpServerConfig::default();
+    // Stateless, answering in JSON: a cluster's balancer may send each
+    // request to another node, and none holds an MCP session.
+    config.legacy_session_mode = false;
+    config.json_response = true;
+    config.max_request_body_bytes = max_body;
+    // The `Host` check guards a local server that trusts whoever reaches
+    // it; every call here carries the member's token, which a rebound
+    // page cannot send, and the server answers on whatever name it is
+    // deployed under.
+    let config = config.disable_allowed_hosts();
+    let member = Member { api };
+    let mcp = StreamableHttpService::new(
+        move || Ok(member.clone()),
+        NeverSessionManager::default().into(),
+        config,
+    );
+    Router::new()
+        .route_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn_with_state(state, signed_in))
+}
+
+/// Refuses a request without a good token before MCP reads it: 401 with
+/// `WWW-Authenticate: Bearer`, as the MCP authorization spec has a
+/// protected resource answer.
+async fn signed_in(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let (mut parts, body) = request.into_parts();
+    if let Err(error) = Caller::from_request_parts(&mut parts, &state).await {
+        let mut refused = error.into_response();
+        refused
+            .headers_mut()
+            .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return refused;
+    }
+    next.run(Request::from_parts(parts, body)).await
+}
+
+/// One member's agent: each call goes to `api` as that member.
+#[derive(Clone)]
+struct Member {
+    api: Router,
+}
+
+/// The HTTP call a tool call stands for.
+#[derive(Debug, PartialEq)]
+struct Call {
+    method: Method,
+    path: String,
+    body: Option<Value>,
+}
+
+impl ServerHandler for Member {
+    fn get_info(&self) -> InitializeResult {
+        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("margin", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Margin: shared planning documents. list_documents gives the documents you \
+                 are a member of; read_document before editing (edits name the revision and \
+                 the paragraphs' digests you read); open_decisions turns open questions into \
+                 decision cards people answer in the document; post_chat talks to people and, \
+                 with @planner, to the document's Planner. You act as yourself, with your role.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let tools = MemberTool::all()
+            .into_iter()
+            .map(|tool| {
+                Tool::new(
+                    tool.name(),
+                    tool.description(),
+                    std::sync::Arc::new(tool.input_schema()),
+                )
+            })
+            .collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let Some(tool) = MemberTool::parse(&request.name) else {
+            let offered: Vec<&str> = MemberTool::all()
+                .into_iter()
+                .map(MemberTool::name)
+                .collect();
+            return Err(McpError::invalid_params(
+                format!(
+                    "no tool {:?}; the tools are {}",
+                    request.name,
+                    offered.join(", ")
+                ),
+                None,
+            ));
+        };
+        let call = match route(tool, request.arguments.unwrap_or_default()) {
+            Ok(call) => call,
+            Err(message) => return Ok(refused("invalid_input", message).into()),
+        };
+        let Some(parts) = context.extensions.get::<Parts>() else {
+            return Err(McpError::internal_error(
+                "the HTTP request is not at hand",
+                None,
+            ));
+        };
+        Ok(self.send(call, parts).await.into())
+    }
+}
+
+impl Member {
+    /// Makes `call` through the HTTP surface as the caller of `parts`.
+    async fn send(&self, call: Call, parts: &Parts) -> CallToolResult {
+        let mut request = axum::http::Request::builder()
+            .method(call.method)
+            .uri(call.path);
+        if let Some(token) = parts.headers.get(AUTHORIZATION) {
+            request = request.header(AUTHORIZATION, token);
+        }
+        let body = match call.body {
+            Some(body) => {
+                request = request.header(CONTENT_TYPE, "application/json");
+                Body::from(body.to_string())
+            }
+            None => Body::empty(),
+        };
+        let Ok(mut request) = request.body(body) else {
+            return refused("invalid_input", "the call names no valid path".into());
+        };
+        // The caller's address, for the throttle and the logs.
+        if let Some(peer) = parts.extensions.get::<ConnectInfo<SocketAddr>>() {
+            request.extensions_mut().insert(*peer);
+        }
+        let Ok(response) = self.api.clone().oneshot(request).await;
+        let status = response.status();
+        let body = match to_bytes(response.into_body(), MAX_ANSWER_BYTES).await {
+            Ok(bytes) if bytes.is_empty() => Value::Null,
+            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            Err(error) => {
+                return refused("internal", format!("the answer could not be read: {error}"))
+            }
+        };
+        match (status.is_success(), body) {
+            (true, body @ Value::Object(_)) => CallToolResult::structured(body),
+            (true, body) => CallToolResult::success(vec![ContentBlock::text(body.to_string())]),
+            (false, body @ Value::Object(_)) => CallToolResult::structured_error(body),
+            (false, _) => refused("internal", format!("the server answered {status}")),
+        }
+    }
+}
+
+/// A call refused before it reached the HTTP surface, as the error body
+/// one refused there is (`{"error": {code, message}}`), so an agent reads
+/// both alike.
+fn refused(code: &str, message: String) -> CallToolResult {
+    CallToolResult::structured_error(
+        serde_json::json!({ "error": { "code": code, "message": message } }),
+    )
+}
+
+/// The HTTP call `tool` with `arguments` stands for, or why there is none.
+fn route(tool: MemberTool, arguments: Map<String, Value>) -> Result<Call, String> {
+    let arguments = Value::Object(arguments);
+    let malformed =
+        |error: serde_json::Error| format!("malformed arguments for {}: {error}", tool.name());
+    match tool {
+        MemberTool::ListDocuments => {
+            let ListDocumentsInput {} = serde_json::from_value(arguments).map_err(malformed)?;
+            Ok(Call {
+                method: Method::GET,
+                path: "/documents".into(),
+                body: None,
+            })
+        }
+        MemberTool::ListDecisions => {
+            let OnDocument { document } = serde_json::from_value(arguments).map_err(malformed)?;
+            Ok(Call {
+                method: Method::GET,
+                path: format!("/documents/{}/decisions", id(&document)?),
+                body: None,
+            })
+        }
+        MemberTool::PostChat => {
+            let PostChatInput { document, text } =
+                serde_json::from_value(arguments).map_err(malformed)?;
+            Ok(Call {
+                method: Method::POST,
+                path: format!("/documents/{}/chat", id(&document)?),
+                body: Some(serde_json::json!({ "text": text })),
+            })
+        }
+        MemberTool::Document(name) => {
+            let Value::Object(arguments) = arguments else {
+                return Err(format!("{} takes an object", tool.name()));
+            };
+            let (document, input) = split_document(arguments).ok_or_else(|| {
+                format!("{} needs the document's id as \"document\"", tool.name())
+            })?;
+            Ok(Call {
+                method: Method::POST,
+                path: format!("/documents/{}/tools/{}", id(&document)?, name.as_str()),
+                body: Some(Value::Object(input)),
+            })
+        }
+    }
+}
+
+/// `id`, if it can stand in a path as one segment.
+fn id(id: &str) -> Result<&str, String> {
+    let fits = !id.is_empty()
+        && id.len() <= MAX_ID_BYTES
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if fits {
+        Ok(id)
+    } else {
+        Err(format!(
+            "{id:?} is no document id (1 to {MAX_ID_BYTES} letters, digits, '-' or '_')"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use margin_protocol::tools::ToolName;
+
+    fn object(value: Value) -> Map<String, Value> {
+        match value {
+            Value::Object(object) => object,
+            _ => Map::new(),
+        }
+    }
+
+    #[test]
+    fn each_tool_stands_for_the_http_call_a_member_would_make() {
+        let call = |tool, args| route(tool, object(args));
+        assert_eq!(
+            call(MemberTool::ListDocuments, serde_json::json!({})),
+            Ok(Call {
+                method: Method::GET,
+                path: "/documents".into(),
+                body: None
+            })
+        );
+        assert_eq!(
+            call(
+                MemberTool::ListDecisions,
+                serde_json::json!({"document": "d-1"})
+            ),
+            Ok(Call {
+                method: Method::GET,
+                path: "/documents/d-1/decisions".into(),
+                body: None
+            })
+        );
+        assert_eq!(
+            call(
+                MemberTool::PostChat,
+                serde_json::json!({"document": "d-1", "text": "hi"})
+            ),
+            Ok(Call {
+                method: Method::POST,
+                path: "/documents/d-1/chat".into(),
+                body: Some(serde_json::json!({"text": "hi"}))
+            })
+        );
+        assert_eq!(
+            call(
+                MemberTool::Document(ToolName::EditPlan),
+                serde_json::json!({"document": "d-1", "expected_revision": 2, "edits": []})
+            ),
+            Ok(Call {
+                method: Method::POST,
+                path: "/documents/d-1/tools/edit_plan".into(),
+                body: Some(serde_json::json!({"expected_revision": 2, "edits": []}))
+            })
+        );
+    }
+
+    #[test]
+    fn a_call_naming_no_fit_document_is_refused_before_any_path_is_made() {
+        for bad in ["", "../admin", "d?x=1", "d/e", &"d".repeat(65)] {
+            let args = object(serde_json::json!({"document": bad}));
+            assert!(
+                route(MemberTool::ListDecisions, args.clone()).is_err(),
+                "{bad:?}"
+            );
+            assert!(
+                route(MemberTool::Document(ToolName::ReadDocument), args).is_err(),
+                "{bad:?}"
+            );
+        }
+        let unknown = object(serde_json::json!({"document": "d", "extra": 1}));
+        assert!(route(MemberTool::ListDecisions, unknown).is_err());
+        assert!(route(MemberTool::Document(ToolName::ReadDocument), Map::new()).is_err());
+    }
+}
