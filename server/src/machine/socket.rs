@@ -106,7 +106,21 @@ pub async fn serve(
                 }
             }
             let Some((link, outbox)) = opened.as_mut() else { return };
-            match Box::pin(renew(&mut sink, &store, &machine, settings.credential_ttl)).await {
+            // In a cluster: once this node lapses its sessions leave it for
+            // the nodes that take their documents, where they wait for
+            // the machine's `resume` (SPEC C3, C5); never without one.
+            let lapsed = cluster
+                .as_ref()
+                .map(|cluster| cluster.incarnation().lapsed)
+                .unwrap_or_default();
+            // A renewal waits on the database, which a lapsed node may not
+            // reach again for long.
+            let renewing = Box::pin(renew(&mut sink, &store, &machine, settings.credential_ttl));
+            let Some(renewed) = unless_lapsed(renewing, &lapsed).await else {
+                closer.close(close::UNRESPONSIVE, LAPSED);
+                return;
+            };
+            match renewed {
                 Ok(()) => {}
                 Err(Renewal::Gone) => return,
                 Err(Renewal::Revoked) => {
@@ -128,6 +142,10 @@ pub async fn serve(
                     _ = closer.closed() => return,
                     _ = shutdown.cancelled() => {
                         closer.close(close::GOING_AWAY, "server shutting down");
+                        return;
+                    }
+                    _ = lapsed.cancelled() => {
+                        closer.close(close::UNRESPONSIVE, LAPSED);
                         return;
                     }
                     frame = outbox.recv() => match frame {
@@ -153,11 +171,19 @@ pub async fn serve(
                         if let Some(relays) = relays.as_mut() {
                             // A new node may take a lease TTL to answer.
                             let refreshing = Box::pin(relays.refresh());
-                            if beating(refreshing, &mut sink, &mut ticks, &mut seq).await.is_none() { return; }
+                            if beating(refreshing, &mut sink, &mut ticks, &mut seq, &lapsed).await.is_none() {
+                                if lapsed.is_cancelled() { closer.close(close::UNRESPONSIVE, LAPSED); }
+                                return;
+                            }
                         }
                     }
                     _ = renewals.tick() => {
-                        match Box::pin(renew(&mut sink, &store, &machine, settings.credential_ttl)).await {
+                        let renewing = Box::pin(renew(&mut sink, &store, &machine, settings.credential_ttl));
+                        let Some(renewed) = unless_lapsed(renewing, &lapsed).await else {
+                            closer.close(close::UNRESPONSIVE, LAPSED);
+                            return;
+                        };
+                        match renewed {
                             Ok(()) => {}
                             Err(Renewal::Gone) => return,
                             Err(Renewal::Revoked) => {
@@ -228,7 +254,10 @@ pub async fn serve(
                                 // resume, ending later, would take its
                                 // sessions over from that newer link (C5).
                                 let resuming = Box::pin(relays.resume(link, held));
-                                let Some(resumed) = beating(resuming, &mut sink, &mut ticks, &mut seq).await else { return };
+                                let Some(resumed) = beating(resuming, &mut sink, &mut ticks, &mut seq, &lapsed).await else {
+                                    if lapsed.is_cancelled() { closer.close(close::UNRESPONSIVE, LAPSED); }
+                                    return;
+                                };
                                 match resumed {
                                     Ok(answering) => local_resume = Some(answering),
                                     Err(ResumeFailed::Refused(refused)) => {
@@ -482,9 +511,24 @@ async fn renew(
     }
 }
 
+/// Why a machine's link closes when its node lapsed.
+const LAPSED: &str = "this server lost its place in the cluster; reconnect and resume";
+
+/// `work`'s outcome, or `None` once the node `lapsed` first.
+async fn unless_lapsed<T>(
+    work: impl std::future::Future<Output = T>,
+    lapsed: &tokio_util::sync::CancellationToken,
+) -> Option<T> {
+    tokio::select! {
+        done = work => Some(done),
+        _ = lapsed.cancelled() => None,
+    }
+}
+
 /// Runs `work` — a relay's step that may wait on another node up to the
-/// failover patience — while heartbeats go on, counted as sent (their
-/// acks are read after); `None` when one could not be sent. A machine
+/// failover patience, or on a database that does not answer — while
+/// heartbeats go on, counted as sent (their acks are read after); `None`
+/// when one could not be sent, or the node `lapsed` meanwhile. A machine
 /// hearing nothing would give the link up and resume elsewhere, and the
 /// work, ending later, could take its sessions over from that newer link
 /// (SPEC C5, L3).
@@ -493,11 +537,13 @@ async fn beating<T>(
     sink: &mut futures_util::stream::SplitSink<WebSocket, Message>,
     ticks: &mut tokio::time::Interval,
     seq: &mut u64,
+    lapsed: &tokio_util::sync::CancellationToken,
 ) -> Option<T> {
     let mut work = std::pin::pin!(work);
     loop {
         tokio::select! {
             done = &mut work => return Some(done),
+            _ = lapsed.cancelled() => return None,
             _ = ticks.tick() => {
                 *seq += 1;
                 if send(sink, &ServerMessage::Heartbeat { seq: *seq }).await.is_err() {

@@ -202,14 +202,7 @@ on_postgres! {
     }
 
     async fn a_node_cut_off_from_the_database_closes_its_clients_once_its_lease_runs_out(db) {
-        let url = db.url();
-        let authority = url.split("://").nth(1).and_then(|rest| rest.split('/').next()).unwrap();
-        let authority = authority.rsplit('@').next().unwrap();
-        let database = Proxy::to(authority.parse().unwrap()).await;
-        let mut args = vec!["--data".to_owned(), db.data_dir().display().to_string()];
-        args.extend(["--database-url".to_owned(), url.replacen(authority, &database.addr.to_string(), 1)]);
-        args.extend(CLUSTER_ARGS.iter().map(|a| a.to_string()));
-        let cut_off = Server::start_with(args).await;
+        let (cut_off, database) = reaching_the_database_through_a_proxy(&db).await;
         let (others, token) = nodes(&db, 1).await;
         let doc = cut_off.create_document(&token, "Plan").await;
         let mut direct = SyncClient::connect(&cut_off.sync_url(&doc, &token)).await;
@@ -310,6 +303,21 @@ on_postgres! {
         assert!(heartbeats >= 5, "{heartbeats} heartbeats while the resume ran; closed {:?}", back.closed);
     }
 
+    async fn a_machine_linked_to_a_node_cut_off_from_the_database_is_closed_once_it_lapses(db) {
+        let (cut_off, database) = reaching_the_database_through_a_proxy(&db).await;
+        let token = Server::account(&db, "ada").await;
+        let (status, paired) = cut_off
+            .post(Some(&token), "/machines", serde_json::json!({"name": "laptop"}))
+            .await;
+        assert_eq!(status, 201);
+        let mut link = linked(&cut_off, paired["credential"].as_str().unwrap()).await;
+        // Its sessions leave the node as it lapses, for others to take
+        // back: the machine must come back elsewhere and resume.
+        database.black_hole();
+        let since = Instant::now();
+        closed_unresponsive_in_time(&mut link, since).await;
+    }
+
     async fn a_planner_linked_elsewhere_is_bound_on_a_node_that_just_joined(db) {
         let (nodes, token) = nodes(&db, 1).await;
         let (status, paired) = nodes[0]
@@ -337,6 +345,26 @@ async fn reached_through_a_proxy(db: &TestDb) -> (Server, Proxy) {
     let node = Server::start_limited(db, None, &args).await;
     internal.retarget(node.addr);
     (node, internal)
+}
+
+/// A cluster node that reaches PostgreSQL through a proxy that can cut it
+/// off from the database, while the others reach it directly.
+async fn reaching_the_database_through_a_proxy(db: &TestDb) -> (Server, Proxy) {
+    let url = db.url();
+    let authority = url
+        .split("://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap();
+    let authority = authority.rsplit('@').next().unwrap();
+    let database = Proxy::to(authority.parse().unwrap()).await;
+    let mut args = vec!["--data".to_owned(), db.data_dir().display().to_string()];
+    args.extend([
+        "--database-url".to_owned(),
+        url.replacen(authority, &database.addr.to_string(), 1),
+    ]);
+    args.extend(CLUSTER_ARGS.iter().map(|a| a.to_string()));
+    (Server::start_with(args).await, database)
 }
 
 /// Waits for `client` to be told to reconnect (1001), no later than
