@@ -179,19 +179,10 @@ on_postgres! {
     }
 
     async fn a_machine_link_relayed_to_a_node_cut_off_from_it_is_closed_in_time(db) {
-        let (owner, internal) = reached_through_a_proxy(&db).await;
-        let (others, token) = nodes(&db, 1).await;
-        let doc = owner.create_document(&token, "Plan").await;
-        let mut direct = SyncClient::connect(&owner.sync_url(&doc, &token)).await;
-        direct.append_paragraph("Ship on March 3").await;
-        committed(&owner, &token, &doc, 1).await;
-        let (status, paired) = others[0]
-            .post(Some(&token), "/machines", serde_json::json!({"name": "laptop"}))
-            .await;
-        assert_eq!(status, 201);
-        let credential = paired["credential"].as_str().unwrap();
         // Linked to the other node; its session runs on the owner.
-        let mut link = linked(&others[0], credential).await;
+        // Every part is kept: a node or an editor dropped would stop.
+        let MachineElsewhere { owner, internal, other: _other, token, doc, direct: _direct, credential: _credential, mut link } =
+            machine_elsewhere(&db, &[]).await;
         owner.say(&token, &doc, "@planner plan").await;
         crate::turns::invoked(&mut link).await;
         assert!(link.stays_open_answering(STRANDED_AT_MOST).await, "{:?}", link.closed);
@@ -220,18 +211,8 @@ on_postgres! {
     }
 
     async fn a_turn_whose_invoke_died_with_its_node_is_invoked_by_the_node_that_takes_its_document(db) {
-        let (mut owner, internal) = reached_through_a_proxy(&db).await;
-        let (others, token) = nodes(&db, 1).await;
-        let doc = owner.create_document(&token, "Plan").await;
-        let mut direct = SyncClient::connect(&owner.sync_url(&doc, &token)).await;
-        direct.append_paragraph("Ship on March 3").await;
-        committed(&owner, &token, &doc, 1).await;
-        let (status, paired) = others[0]
-            .post(Some(&token), "/machines", serde_json::json!({"name": "laptop"}))
-            .await;
-        assert_eq!(status, 201);
-        let credential = paired["credential"].as_str().unwrap();
-        let mut link = linked(&others[0], credential).await;
+        let MachineElsewhere { mut owner, internal, other, token, doc, direct, credential, mut link } =
+            machine_elsewhere(&db, &[]).await;
         // The owner's `invoke` goes out on the relay, into the dark, and
         // the owner dies: the machine never hears of the session.
         internal.black_hole();
@@ -239,7 +220,7 @@ on_postgres! {
         owner.kill().await;
         drop(direct);
         link.wait_closed().await;
-        let mut back = linked(&others[0], credential).await;
+        let mut back = linked(&other, &credential).await;
         back.send_message(&ClientMessage::Resume { sessions: vec![] }).await;
         assert!(
             matches!(back.next_work().await, Some(ServerMessage::Resumed { ref sessions, .. }) if sessions.is_empty())
@@ -247,27 +228,14 @@ on_postgres! {
         // A person reads the document through the node left, which takes
         // it the moment the owner lapses (before the sweep of orphaned
         // sessions would) and with it the session, whose turn it invokes.
-        let _editor = SyncClient::connect(&others[0].sync_url(&doc, &token)).await;
+        let _editor = SyncClient::connect(&other.sync_url(&doc, &token)).await;
         let (_, turn, messages, _) = crate::turns::invoked(&mut back).await;
         assert_eq!((turn.as_str(), messages), ("t1", vec!["@planner plan".to_owned()]));
     }
 
     async fn a_machine_resuming_while_a_sessions_node_is_cut_off_goes_on_hearing_heartbeats(db) {
-        let (owner, internal) = reached_through_a_proxy(&db).await;
-        let mut args = CLUSTER_ARGS.to_vec();
-        args.extend(["--heartbeat-ms", "200"]);
-        let other = Server::start_limited(&db, None, &args).await;
-        let token = Server::account(&db, "ada").await;
-        let doc = owner.create_document(&token, "Plan").await;
-        let mut direct = SyncClient::connect(&owner.sync_url(&doc, &token)).await;
-        direct.append_paragraph("Ship on March 3").await;
-        committed(&owner, &token, &doc, 1).await;
-        let (status, paired) = other
-            .post(Some(&token), "/machines", serde_json::json!({"name": "laptop"}))
-            .await;
-        assert_eq!(status, 201);
-        let credential = paired["credential"].as_str().unwrap();
-        let mut link = linked(&other, credential).await;
+        let MachineElsewhere { owner, internal, other, token, doc, direct: _direct, credential, mut link } =
+            machine_elsewhere(&db, &["--heartbeat-ms", "200"]).await;
         owner.say(&token, &doc, "@planner plan").await;
         let (session, turn, _, _) = crate::turns::invoked(&mut link).await;
 
@@ -276,7 +244,7 @@ on_postgres! {
         // until the owner answers or lapses (it does neither).
         internal.black_hole();
         link.wait_closed().await;
-        let mut back = linked(&other, credential).await;
+        let mut back = linked(&other, &credential).await;
         back.send_message(&ClientMessage::Resume {
             sessions: vec![margin_protocol::link::HeldSession {
                 session,
@@ -345,6 +313,52 @@ async fn reached_through_a_proxy(db: &TestDb) -> (Server, Proxy) {
     let node = Server::start_limited(db, None, &args).await;
     internal.retarget(node.addr);
     (node, internal)
+}
+
+/// An owner the other node reaches through a proxy, holding a document of
+/// one paragraph its `direct` editor keeps open, and a machine linked to
+/// the other node, which runs with `extra` arguments.
+struct MachineElsewhere {
+    owner: Server,
+    internal: Proxy,
+    other: Server,
+    token: String,
+    doc: String,
+    direct: SyncClient,
+    credential: String,
+    link: LinkClient,
+}
+
+async fn machine_elsewhere(db: &TestDb, extra: &[&str]) -> MachineElsewhere {
+    let (owner, internal) = reached_through_a_proxy(db).await;
+    let mut args = CLUSTER_ARGS.to_vec();
+    args.extend(extra);
+    let other = Server::start_limited(db, None, &args).await;
+    let token = Server::account(db, "ada").await;
+    let doc = owner.create_document(&token, "Plan").await;
+    let mut direct = SyncClient::connect(&owner.sync_url(&doc, &token)).await;
+    direct.append_paragraph("Ship on March 3").await;
+    committed(&owner, &token, &doc, 1).await;
+    let (status, paired) = other
+        .post(
+            Some(&token),
+            "/machines",
+            serde_json::json!({"name": "laptop"}),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let credential = paired["credential"].as_str().unwrap().to_owned();
+    let link = linked(&other, &credential).await;
+    MachineElsewhere {
+        owner,
+        internal,
+        other,
+        token,
+        doc,
+        direct,
+        credential,
+        link,
+    }
 }
 
 /// A cluster node that reaches PostgreSQL through a proxy that can cut it
