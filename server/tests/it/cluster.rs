@@ -81,16 +81,7 @@ pub(crate) async fn planner_scene(db: &TestDb) -> PlannerScene {
     let mut editor = SyncClient::connect(&nodes[0].sync_url(&doc, &token)).await;
     editor.append_paragraph("Ship on March 3").await;
     committed(&nodes[1], &token, &doc, 1).await;
-    let (status, paired) = nodes[1]
-        .post(
-            Some(&token),
-            "/machines",
-            serde_json::json!({"name": "laptop"}),
-        )
-        .await;
-    assert_eq!(status, 201);
-    let machine = paired["machine"]["id"].as_str().unwrap().to_owned();
-    let credential = paired["credential"].as_str().unwrap().to_owned();
+    let (machine, credential) = paired(&nodes[1], &token).await;
     let link = linked(&nodes[1], &credential).await;
     PlannerScene {
         nodes,
@@ -124,6 +115,21 @@ async fn answered_through(
         Some(ServerMessage::InputResult { request, .. }) => assert_eq!(request, card),
         other => panic!("expected the answer, got {other:?}"),
     }
+}
+
+/// A machine paired through `node` by `token`'s account: its id and
+/// credential.
+pub(crate) async fn paired(node: &Server, token: &str) -> (String, String) {
+    let (status, paired) = node
+        .post(
+            Some(token),
+            "/machines",
+            serde_json::json!({"name": "laptop"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{paired}");
+    let machine = paired["machine"]["id"].as_str().unwrap().to_owned();
+    (machine, paired["credential"].as_str().unwrap().to_owned())
 }
 
 /// A planning link with `credential` to `node`, past its `hello`.

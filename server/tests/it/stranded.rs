@@ -13,7 +13,7 @@ use margin_protocol::link::{ClientMessage, ServerMessage};
 use margin_protocol::sync::close;
 
 use crate::cluster::{
-    committed, holder, linked, nodes, on_postgres, planner_scene, signal, PlannerScene,
+    committed, holder, linked, nodes, on_postgres, paired, planner_scene, signal, PlannerScene,
     CLUSTER_ARGS,
 };
 use crate::harness::{LinkClient, Proxy, Server, Sse, SyncClient, TestDb};
@@ -274,11 +274,8 @@ on_postgres! {
     async fn a_machine_linked_to_a_node_cut_off_from_the_database_is_closed_once_it_lapses(db) {
         let (cut_off, database) = reaching_the_database_through_a_proxy(&db).await;
         let token = Server::account(&db, "ada").await;
-        let (status, paired) = cut_off
-            .post(Some(&token), "/machines", serde_json::json!({"name": "laptop"}))
-            .await;
-        assert_eq!(status, 201);
-        let mut link = linked(&cut_off, paired["credential"].as_str().unwrap()).await;
+        let (_, credential) = paired(&cut_off, &token).await;
+        let mut link = linked(&cut_off, &credential).await;
         // Its sessions leave the node as it lapses, for others to take
         // back: the machine must come back elsewhere and resume.
         database.black_hole();
@@ -288,11 +285,8 @@ on_postgres! {
 
     async fn a_planner_linked_elsewhere_is_bound_on_a_node_that_just_joined(db) {
         let (nodes, token) = nodes(&db, 1).await;
-        let (status, paired) = nodes[0]
-            .post(Some(&token), "/machines", serde_json::json!({"name": "laptop"}))
-            .await;
-        assert_eq!(status, 201);
-        let mut link = linked(&nodes[0], paired["credential"].as_str().unwrap()).await;
+        let (_, credential) = paired(&nodes[0], &token).await;
+        let mut link = linked(&nodes[0], &credential).await;
         // A node joins (or comes back under a new id) and owns a document
         // at once, before the machine's link is relayed to it.
         let newcomer = Server::start_limited(&db, None, &CLUSTER_ARGS).await;
@@ -339,15 +333,7 @@ async fn machine_elsewhere(db: &TestDb, extra: &[&str]) -> MachineElsewhere {
     let mut direct = SyncClient::connect(&owner.sync_url(&doc, &token)).await;
     direct.append_paragraph("Ship on March 3").await;
     committed(&owner, &token, &doc, 1).await;
-    let (status, paired) = other
-        .post(
-            Some(&token),
-            "/machines",
-            serde_json::json!({"name": "laptop"}),
-        )
-        .await;
-    assert_eq!(status, 201);
-    let credential = paired["credential"].as_str().unwrap().to_owned();
+    let (_, credential) = paired(&other, &token).await;
     let link = linked(&other, &credential).await;
     MachineElsewhere {
         owner,
