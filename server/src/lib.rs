@@ -13,7 +13,6 @@ mod future_size;
 pub mod http;
 pub mod link;
 pub mod machine;
-pub mod mcp;
 pub mod metrics;
 pub mod serve;
 pub mod sessions;

@@ -10,10 +10,11 @@ mod decisions;
 mod documents;
 mod error;
 mod events;
-pub(crate) mod extract;
+mod extract;
 mod forwarded;
 mod internal;
 mod machines;
+mod mcp;
 mod members;
 pub mod openapi;
 mod ops;
@@ -64,7 +65,7 @@ pub struct AppState {
 pub fn router(state: AppState) -> Router {
     let api = surface(state.clone());
     api.clone()
-        .merge(crate::mcp::service(state, api, MAX_TOOL_BODY_BYTES))
+        .merge(mcp::service(state, api, MAX_TOOL_BODY_BYTES))
 }
 
 /// Every route but `/mcp`.

@@ -30,8 +30,8 @@ use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::{Map, Value};
 use tower::ServiceExt;
 
-use crate::http::extract::Caller;
-use crate::http::AppState;
+use super::extract::Caller;
+use super::AppState;
 
 /// Largest answer read back from the HTTP surface: a whole outline of a
 /// document at its bounds, with room.
