@@ -75,15 +75,6 @@ impl MemberTool {
         }
     }
 
-    /// Whether a call may change a document, its decisions or its Chat.
-    pub fn writes(self) -> bool {
-        match self {
-            MemberTool::ListDocuments | MemberTool::ListDecisions => false,
-            MemberTool::PostChat => true,
-            MemberTool::Document(tool) => tool.writes(),
-        }
-    }
-
     /// Its input's JSON Schema: a document tool's input with the
     /// `document` it acts on added.
     pub fn input_schema(self) -> Map<String, Value> {
