@@ -15,6 +15,33 @@ use crate::{
     OutlineView, RenameDocument,
 };
 use schemars::{schema_for, Schema};
+use serde_json::{Map, Value};
+
+/// `value` as the committed files hold JSON: pretty, every object's keys
+/// in sorted order, a newline at the end. Sorted here rather than left to
+/// serde_json's map, whose order depends on a feature another crate of the
+/// build may turn on (`preserve_order`), so a file reads the same whatever
+/// was built beside it.
+pub fn committed_json(value: &impl serde::Serialize) -> Result<String, serde_json::Error> {
+    Ok(serde_json::to_string_pretty(&sorted(serde_json::to_value(value)?))? + "\n")
+}
+
+fn sorted(value: Value) -> Value {
+    match value {
+        Value::Object(object) => {
+            let mut entries: Vec<(String, Value)> = object.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(key, value)| (key, sorted(value)))
+                    .collect::<Map<String, Value>>(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(sorted).collect()),
+        other => other,
+    }
+}
 
 /// Each wire shape's name and its JSON Schema (draft 2020-12).
 pub fn all() -> Vec<(&'static str, Schema)> {

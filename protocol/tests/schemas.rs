@@ -14,7 +14,7 @@ fn committed_schemas_match_the_wire_types() {
     let mut stale = Vec::new();
     for (name, schema) in schema::all() {
         let path = dir.join(format!("{name}.schema.json"));
-        let generated = serde_json::to_string_pretty(&schema).unwrap() + "\n";
+        let generated = schema::committed_json(&schema).unwrap();
         if update {
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(&path, &generated).unwrap();
@@ -33,8 +33,7 @@ fn committed_schemas_match_the_wire_types() {
 #[test]
 fn committed_tool_catalogue_matches_the_tool_table() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/protocol/tools.json");
-    let generated =
-        serde_json::to_string_pretty(&margin_protocol::tools::catalogue()).unwrap() + "\n";
+    let generated = schema::committed_json(&margin_protocol::tools::catalogue()).unwrap();
     if std::env::var_os("UPDATE_SCHEMAS").is_some() {
         std::fs::write(&path, &generated).unwrap();
     }
@@ -49,8 +48,7 @@ fn committed_tool_catalogue_matches_the_tool_table() {
 #[test]
 fn committed_constants_match_the_protocol() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/protocol/constants.json");
-    let generated =
-        serde_json::to_string_pretty(&margin_protocol::constants::all()).unwrap() + "\n";
+    let generated = schema::committed_json(&margin_protocol::constants::all()).unwrap();
     if std::env::var_os("UPDATE_SCHEMAS").is_some() {
         std::fs::write(&path, &generated).unwrap();
     }

@@ -25,10 +25,10 @@ export const TOOLS: readonly ToolSpec[] = [
     "writes": false,
     "input": {
       "$schema": "https://json-schema.org/draft/2020-12/schema",
-      "title": "ReadDocumentInput",
+      "additionalProperties": false,
       "description": "`read_document`'s arguments: none (`{}`, or absent).",
-      "type": "object",
-      "additionalProperties": false
+      "title": "ReadDocumentInput",
+      "type": "object"
     }
   },
   {
@@ -37,39 +37,15 @@ export const TOOLS: readonly ToolSpec[] = [
     "requires_planning": false,
     "writes": true,
     "input": {
-      "$schema": "https://json-schema.org/draft/2020-12/schema",
-      "title": "EditPlanInput",
-      "description": "`edit_plan` input: edits addressed at the current revision.",
-      "type": "object",
-      "properties": {
-        "edits": {
-          "description": "1–64 edits, all addressed in the outline of `revision`.",
-          "type": "array",
-          "items": {
-            "$ref": "#/$defs/EditInput"
-          }
-        },
-        "revision": {
-          "description": "Must be the current revision.",
-          "type": "integer",
-          "format": "int64"
-        }
-      },
-      "additionalProperties": false,
-      "required": [
-        "revision",
-        "edits"
-      ],
       "$defs": {
         "EditInput": {
           "description": "One change to the document's blocks.",
           "oneOf": [
             {
+              "additionalProperties": false,
               "description": "A new block after `after` (at the start when absent).",
-              "type": "object",
               "properties": {
                 "after": {
-                  "description": "The block it follows.",
                   "anyOf": [
                     {
                       "$ref": "#/$defs/PassageAddress"
@@ -77,7 +53,8 @@ export const TOOLS: readonly ToolSpec[] = [
                     {
                       "type": "null"
                     }
-                  ]
+                  ],
+                  "description": "The block it follows."
                 },
                 "kind": {
                   "description": "`paragraph` or `heading`.",
@@ -85,78 +62,78 @@ export const TOOLS: readonly ToolSpec[] = [
                 },
                 "level": {
                   "description": "Heading level 1–3 (headings only).",
+                  "format": "uint8",
+                  "maximum": 255,
+                  "minimum": 0,
                   "type": [
                     "integer",
                     "null"
-                  ],
-                  "format": "uint8",
-                  "maximum": 255,
-                  "minimum": 0
+                  ]
                 },
                 "op": {
-                  "type": "string",
-                  "const": "insert"
+                  "const": "insert",
+                  "type": "string"
                 },
                 "text": {
                   "description": "The text, ≤ 10000 bytes.",
                   "type": "string"
                 }
               },
-              "additionalProperties": false,
               "required": [
                 "op",
                 "kind",
                 "text"
-              ]
+              ],
+              "type": "object"
             },
             {
+              "additionalProperties": false,
               "description": "New text for a block, keeping the block (and its identity).",
-              "type": "object",
               "properties": {
                 "at": {
-                  "description": "The block.",
-                  "$ref": "#/$defs/PassageAddress"
+                  "$ref": "#/$defs/PassageAddress",
+                  "description": "The block."
                 },
                 "op": {
-                  "type": "string",
-                  "const": "replace"
+                  "const": "replace",
+                  "type": "string"
                 },
                 "text": {
                   "description": "The text.",
                   "type": "string"
                 }
               },
-              "additionalProperties": false,
               "required": [
                 "op",
                 "at",
                 "text"
-              ]
+              ],
+              "type": "object"
             },
             {
+              "additionalProperties": false,
               "description": "Removes a block.",
-              "type": "object",
               "properties": {
                 "at": {
-                  "description": "The block.",
-                  "$ref": "#/$defs/PassageAddress"
+                  "$ref": "#/$defs/PassageAddress",
+                  "description": "The block."
                 },
                 "op": {
-                  "type": "string",
-                  "const": "delete"
+                  "const": "delete",
+                  "type": "string"
                 }
               },
-              "additionalProperties": false,
               "required": [
                 "op",
                 "at"
-              ]
+              ],
+              "type": "object"
             }
           ]
         },
         "PassageAddress": {
+          "additionalProperties": false,
           "description": "A block address: its index and digest in the outline of a revision.",
-          "type": "object",
           "properties": {
             "digest": {
               "description": "The block's digest (64 hex digits).",
@@ -164,18 +141,41 @@ export const TOOLS: readonly ToolSpec[] = [
             },
             "index": {
               "description": "Index in that revision's outline.",
-              "type": "integer",
               "format": "uint",
-              "minimum": 0
+              "minimum": 0,
+              "type": "integer"
             }
           },
-          "additionalProperties": false,
           "required": [
             "index",
             "digest"
-          ]
+          ],
+          "type": "object"
         }
-      }
+      },
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "additionalProperties": false,
+      "description": "`edit_plan` input: edits addressed at the current revision.",
+      "properties": {
+        "edits": {
+          "description": "1–64 edits, all addressed in the outline of `revision`.",
+          "items": {
+            "$ref": "#/$defs/EditInput"
+          },
+          "type": "array"
+        },
+        "revision": {
+          "description": "Must be the current revision.",
+          "format": "int64",
+          "type": "integer"
+        }
+      },
+      "required": [
+        "revision",
+        "edits"
+      ],
+      "title": "EditPlanInput",
+      "type": "object"
     }
   },
   {
@@ -184,41 +184,18 @@ export const TOOLS: readonly ToolSpec[] = [
     "requires_planning": false,
     "writes": true,
     "input": {
-      "$schema": "https://json-schema.org/draft/2020-12/schema",
-      "title": "OpenDecisionsInput",
-      "description": "`open_decisions` input: a batch written at `revision`.",
-      "type": "object",
-      "properties": {
-        "cards": {
-          "description": "1–32 cards.",
-          "type": "array",
-          "items": {
-            "$ref": "#/$defs/CardInput"
-          }
-        },
-        "revision": {
-          "description": "The revision the Planner read.",
-          "type": "integer",
-          "format": "int64"
-        }
-      },
-      "additionalProperties": false,
-      "required": [
-        "revision",
-        "cards"
-      ],
       "$defs": {
         "CardInput": {
+          "additionalProperties": false,
           "description": "One card as the Planner writes it.",
-          "type": "object",
           "properties": {
             "choices": {
-              "description": "2–24 labels for choice kinds; none otherwise.",
-              "type": "array",
               "default": [],
+              "description": "2–24 labels for choice kinds; none otherwise.",
               "items": {
                 "type": "string"
-              }
+              },
+              "type": "array"
             },
             "description": {
               "description": "Optional context, ≤ 4000 bytes.",
@@ -233,10 +210,10 @@ export const TOOLS: readonly ToolSpec[] = [
             },
             "passages": {
               "description": "1–8 blocks the card concerns.",
-              "type": "array",
               "items": {
                 "$ref": "#/$defs/PassageAddress"
-              }
+              },
+              "type": "array"
             },
             "question": {
               "description": "The question, ≤ 500 bytes, one line.",
@@ -247,17 +224,17 @@ export const TOOLS: readonly ToolSpec[] = [
               "type": "string"
             }
           },
-          "additionalProperties": false,
           "required": [
             "key",
             "question",
             "response",
             "passages"
-          ]
+          ],
+          "type": "object"
         },
         "PassageAddress": {
+          "additionalProperties": false,
           "description": "A block address: its index and digest in the outline of a revision.",
-          "type": "object",
           "properties": {
             "digest": {
               "description": "The block's digest (64 hex digits).",
@@ -265,18 +242,41 @@ export const TOOLS: readonly ToolSpec[] = [
             },
             "index": {
               "description": "Index in that revision's outline.",
-              "type": "integer",
               "format": "uint",
-              "minimum": 0
+              "minimum": 0,
+              "type": "integer"
             }
           },
-          "additionalProperties": false,
           "required": [
             "index",
             "digest"
-          ]
+          ],
+          "type": "object"
         }
-      }
+      },
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "additionalProperties": false,
+      "description": "`open_decisions` input: a batch written at `revision`.",
+      "properties": {
+        "cards": {
+          "description": "1–32 cards.",
+          "items": {
+            "$ref": "#/$defs/CardInput"
+          },
+          "type": "array"
+        },
+        "revision": {
+          "description": "The revision the Planner read.",
+          "format": "int64",
+          "type": "integer"
+        }
+      },
+      "required": [
+        "revision",
+        "cards"
+      ],
+      "title": "OpenDecisionsInput",
+      "type": "object"
     }
   },
   {
@@ -285,38 +285,18 @@ export const TOOLS: readonly ToolSpec[] = [
     "requires_planning": false,
     "writes": true,
     "input": {
-      "$schema": "https://json-schema.org/draft/2020-12/schema",
-      "title": "OpenDecisionInput",
-      "description": "`open_decision` and `ask` input: one card at the current revision.",
-      "type": "object",
-      "properties": {
-        "card": {
-          "description": "The card.",
-          "$ref": "#/$defs/CardInput"
-        },
-        "revision": {
-          "description": "Must be the document's current revision.",
-          "type": "integer",
-          "format": "int64"
-        }
-      },
-      "additionalProperties": false,
-      "required": [
-        "revision",
-        "card"
-      ],
       "$defs": {
         "CardInput": {
+          "additionalProperties": false,
           "description": "One card as the Planner writes it.",
-          "type": "object",
           "properties": {
             "choices": {
-              "description": "2–24 labels for choice kinds; none otherwise.",
-              "type": "array",
               "default": [],
+              "description": "2–24 labels for choice kinds; none otherwise.",
               "items": {
                 "type": "string"
-              }
+              },
+              "type": "array"
             },
             "description": {
               "description": "Optional context, ≤ 4000 bytes.",
@@ -331,10 +311,10 @@ export const TOOLS: readonly ToolSpec[] = [
             },
             "passages": {
               "description": "1–8 blocks the card concerns.",
-              "type": "array",
               "items": {
                 "$ref": "#/$defs/PassageAddress"
-              }
+              },
+              "type": "array"
             },
             "question": {
               "description": "The question, ≤ 500 bytes, one line.",
@@ -345,17 +325,17 @@ export const TOOLS: readonly ToolSpec[] = [
               "type": "string"
             }
           },
-          "additionalProperties": false,
           "required": [
             "key",
             "question",
             "response",
             "passages"
-          ]
+          ],
+          "type": "object"
         },
         "PassageAddress": {
+          "additionalProperties": false,
           "description": "A block address: its index and digest in the outline of a revision.",
-          "type": "object",
           "properties": {
             "digest": {
               "description": "The block's digest (64 hex digits).",
@@ -363,18 +343,38 @@ export const TOOLS: readonly ToolSpec[] = [
             },
             "index": {
               "description": "Index in that revision's outline.",
-              "type": "integer",
               "format": "uint",
-              "minimum": 0
+              "minimum": 0,
+              "type": "integer"
             }
           },
-          "additionalProperties": false,
           "required": [
             "index",
             "digest"
-          ]
+          ],
+          "type": "object"
         }
-      }
+      },
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "additionalProperties": false,
+      "description": "`open_decision` and `ask` input: one card at the current revision.",
+      "properties": {
+        "card": {
+          "$ref": "#/$defs/CardInput",
+          "description": "The card."
+        },
+        "revision": {
+          "description": "Must be the document's current revision.",
+          "format": "int64",
+          "type": "integer"
+        }
+      },
+      "required": [
+        "revision",
+        "card"
+      ],
+      "title": "OpenDecisionInput",
+      "type": "object"
     }
   },
   {
@@ -383,38 +383,18 @@ export const TOOLS: readonly ToolSpec[] = [
     "requires_planning": false,
     "writes": true,
     "input": {
-      "$schema": "https://json-schema.org/draft/2020-12/schema",
-      "title": "OpenDecisionInput",
-      "description": "`open_decision` and `ask` input: one card at the current revision.",
-      "type": "object",
-      "properties": {
-        "card": {
-          "description": "The card.",
-          "$ref": "#/$defs/CardInput"
-        },
-        "revision": {
-          "description": "Must be the document's current revision.",
-          "type": "integer",
-          "format": "int64"
-        }
-      },
-      "additionalProperties": false,
-      "required": [
-        "revision",
-        "card"
-      ],
       "$defs": {
         "CardInput": {
+          "additionalProperties": false,
           "description": "One card as the Planner writes it.",
-          "type": "object",
           "properties": {
             "choices": {
-              "description": "2–24 labels for choice kinds; none otherwise.",
-              "type": "array",
               "default": [],
+              "description": "2–24 labels for choice kinds; none otherwise.",
               "items": {
                 "type": "string"
-              }
+              },
+              "type": "array"
             },
             "description": {
               "description": "Optional context, ≤ 4000 bytes.",
@@ -429,10 +409,10 @@ export const TOOLS: readonly ToolSpec[] = [
             },
             "passages": {
               "description": "1–8 blocks the card concerns.",
-              "type": "array",
               "items": {
                 "$ref": "#/$defs/PassageAddress"
-              }
+              },
+              "type": "array"
             },
             "question": {
               "description": "The question, ≤ 500 bytes, one line.",
@@ -443,17 +423,17 @@ export const TOOLS: readonly ToolSpec[] = [
               "type": "string"
             }
           },
-          "additionalProperties": false,
           "required": [
             "key",
             "question",
             "response",
             "passages"
-          ]
+          ],
+          "type": "object"
         },
         "PassageAddress": {
+          "additionalProperties": false,
           "description": "A block address: its index and digest in the outline of a revision.",
-          "type": "object",
           "properties": {
             "digest": {
               "description": "The block's digest (64 hex digits).",
@@ -461,18 +441,38 @@ export const TOOLS: readonly ToolSpec[] = [
             },
             "index": {
               "description": "Index in that revision's outline.",
-              "type": "integer",
               "format": "uint",
-              "minimum": 0
+              "minimum": 0,
+              "type": "integer"
             }
           },
-          "additionalProperties": false,
           "required": [
             "index",
             "digest"
-          ]
+          ],
+          "type": "object"
         }
-      }
+      },
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "additionalProperties": false,
+      "description": "`open_decision` and `ask` input: one card at the current revision.",
+      "properties": {
+        "card": {
+          "$ref": "#/$defs/CardInput",
+          "description": "The card."
+        },
+        "revision": {
+          "description": "Must be the document's current revision.",
+          "format": "int64",
+          "type": "integer"
+        }
+      },
+      "required": [
+        "revision",
+        "card"
+      ],
+      "title": "OpenDecisionInput",
+      "type": "object"
     }
   },
   {
@@ -481,41 +481,10 @@ export const TOOLS: readonly ToolSpec[] = [
     "requires_planning": true,
     "writes": false,
     "input": {
-      "$schema": "https://json-schema.org/draft/2020-12/schema",
-      "title": "UpdatePlanInput",
-      "description": "`update_plan`'s arguments (SPEC U2): the whole new list.\n\n```json\n{\"expected_revision\":0,\"explanation\":\"Read first\",\"steps\":[\n  {\"id\":\"read\",\"description\":\"Read the plan\",\"status\":\"in_progress\"}]}\n```",
-      "type": "object",
-      "properties": {
-        "expected_revision": {
-          "description": "The revision the Planner last saw; 0 before the first update.",
-          "type": "integer",
-          "format": "uint64",
-          "minimum": 0
-        },
-        "explanation": {
-          "description": "Why, at most 500 UTF-8 bytes.",
-          "type": [
-            "string",
-            "null"
-          ]
-        },
-        "steps": {
-          "description": "The list that replaces the plan; `[]` clears it.",
-          "type": "array",
-          "items": {
-            "$ref": "#/$defs/PlanStep"
-          }
-        }
-      },
-      "additionalProperties": false,
-      "required": [
-        "expected_revision",
-        "steps"
-      ],
       "$defs": {
         "PlanStep": {
+          "additionalProperties": false,
           "description": "One step of a plan.",
-          "type": "object",
           "properties": {
             "description": {
               "description": "Non-blank, at most 240 UTF-8 bytes. Model-authored: render as text.",
@@ -526,38 +495,69 @@ export const TOOLS: readonly ToolSpec[] = [
               "type": "string"
             },
             "status": {
-              "description": "Its status.",
-              "$ref": "#/$defs/StepStatus"
+              "$ref": "#/$defs/StepStatus",
+              "description": "Its status."
             }
           },
-          "additionalProperties": false,
           "required": [
             "id",
             "description",
             "status"
-          ]
+          ],
+          "type": "object"
         },
         "StepStatus": {
           "description": "A step's status.",
           "oneOf": [
             {
+              "const": "pending",
               "description": "Not started.",
-              "type": "string",
-              "const": "pending"
+              "type": "string"
             },
             {
+              "const": "in_progress",
               "description": "Being worked on; at most one step at a time.",
-              "type": "string",
-              "const": "in_progress"
+              "type": "string"
             },
             {
+              "const": "completed",
               "description": "The Planner marked it complete (its word, not a proof).",
-              "type": "string",
-              "const": "completed"
+              "type": "string"
             }
           ]
         }
-      }
+      },
+      "$schema": "https://json-schema.org/draft/2020-12/schema",
+      "additionalProperties": false,
+      "description": "`update_plan`'s arguments (SPEC U2): the whole new list.\n\n```json\n{\"expected_revision\":0,\"explanation\":\"Read first\",\"steps\":[\n  {\"id\":\"read\",\"description\":\"Read the plan\",\"status\":\"in_progress\"}]}\n```",
+      "properties": {
+        "expected_revision": {
+          "description": "The revision the Planner last saw; 0 before the first update.",
+          "format": "uint64",
+          "minimum": 0,
+          "type": "integer"
+        },
+        "explanation": {
+          "description": "Why, at most 500 UTF-8 bytes.",
+          "type": [
+            "string",
+            "null"
+          ]
+        },
+        "steps": {
+          "description": "The list that replaces the plan; `[]` clears it.",
+          "items": {
+            "$ref": "#/$defs/PlanStep"
+          },
+          "type": "array"
+        }
+      },
+      "required": [
+        "expected_revision",
+        "steps"
+      ],
+      "title": "UpdatePlanInput",
+      "type": "object"
     }
   }
 ];

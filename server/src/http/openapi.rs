@@ -153,7 +153,7 @@ pub const ROUTES: &[Route] = &[
 
 /// The description, built once.
 static DESCRIPTION: LazyLock<String> = LazyLock::new(|| {
-    serde_json::to_string_pretty(&describe()).unwrap_or_else(|_| "{}".into()) + "\n"
+    margin_protocol::schema::committed_json(&describe()).unwrap_or_else(|_| "{}\n".into())
 });
 
 /// Every route the router serves: [`ROUTES`], and

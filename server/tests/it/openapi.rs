@@ -15,7 +15,7 @@ use crate::harness::Server;
 use crate::on_both_backends;
 
 fn generated() -> String {
-    serde_json::to_string_pretty(&describe()).unwrap() + "\n"
+    margin_protocol::schema::committed_json(&describe()).unwrap()
 }
 
 #[test]

@@ -34,37 +34,24 @@ TOOLS: Final[tuple[ToolSpec, ...]] = tuple(
   'requires_planning': False,
   'writes': False,
   'input': {'$schema': 'https://json-schema.org/draft/2020-12/schema',
-            'title': 'ReadDocumentInput',
+            'additionalProperties': False,
             'description': "`read_document`'s arguments: none (`{}`, or absent).",
-            'type': 'object',
-            'additionalProperties': False}},
+            'title': 'ReadDocumentInput',
+            'type': 'object'}},
  {'name': 'edit_plan',
   'description': 'Inserts, replaces or deletes blocks, every address taken at the current '
                  'revision; all edits apply or none do. Returns the revision made and its outline.',
   'requires_planning': False,
   'writes': True,
-  'input': {'$schema': 'https://json-schema.org/draft/2020-12/schema',
-            'title': 'EditPlanInput',
-            'description': '`edit_plan` input: edits addressed at the current revision.',
-            'type': 'object',
-            'properties': {'edits': {'description': '1–64 edits, all addressed in the outline of '
-                                                    '`revision`.',
-                                     'type': 'array',
-                                     'items': {'$ref': '#/$defs/EditInput'}},
-                           'revision': {'description': 'Must be the current revision.',
-                                        'type': 'integer',
-                                        'format': 'int64'}},
-            'additionalProperties': False,
-            'required': ['revision', 'edits'],
-            '$defs': {'EditInput': {'description': "One change to the document's blocks.",
-                                    'oneOf': [{'description': 'A new block after `after` (at the '
+  'input': {'$defs': {'EditInput': {'description': "One change to the document's blocks.",
+                                    'oneOf': [{'additionalProperties': False,
+                                               'description': 'A new block after `after` (at the '
                                                               'start when absent).',
-                                               'type': 'object',
-                                               'properties': {'after': {'description': 'The block '
+                                               'properties': {'after': {'anyOf': [{'$ref': '#/$defs/PassageAddress'},
+                                                                                  {'type': 'null'}],
+                                                                        'description': 'The block '
                                                                                        'it '
-                                                                                       'follows.',
-                                                                        'anyOf': [{'$ref': '#/$defs/PassageAddress'},
-                                                                                  {'type': 'null'}]},
+                                                                                       'follows.'},
                                                               'kind': {'description': '`paragraph` '
                                                                                       'or '
                                                                                       '`heading`.',
@@ -73,40 +60,41 @@ TOOLS: Final[tuple[ToolSpec, ...]] = tuple(
                                                                                        'level 1–3 '
                                                                                        '(headings '
                                                                                        'only).',
-                                                                        'type': ['integer', 'null'],
                                                                         'format': 'uint8',
                                                                         'maximum': 255,
-                                                                        'minimum': 0},
-                                                              'op': {'type': 'string',
-                                                                     'const': 'insert'},
+                                                                        'minimum': 0,
+                                                                        'type': ['integer',
+                                                                                 'null']},
+                                                              'op': {'const': 'insert',
+                                                                     'type': 'string'},
                                                               'text': {'description': 'The text, ≤ '
                                                                                       '10000 '
                                                                                       'bytes.',
                                                                        'type': 'string'}},
-                                               'additionalProperties': False,
-                                               'required': ['op', 'kind', 'text']},
-                                              {'description': 'New text for a block, keeping the '
+                                               'required': ['op', 'kind', 'text'],
+                                               'type': 'object'},
+                                              {'additionalProperties': False,
+                                               'description': 'New text for a block, keeping the '
                                                               'block (and its identity).',
-                                               'type': 'object',
-                                               'properties': {'at': {'description': 'The block.',
-                                                                     '$ref': '#/$defs/PassageAddress'},
-                                                              'op': {'type': 'string',
-                                                                     'const': 'replace'},
+                                               'properties': {'at': {'$ref': '#/$defs/PassageAddress',
+                                                                     'description': 'The block.'},
+                                                              'op': {'const': 'replace',
+                                                                     'type': 'string'},
                                                               'text': {'description': 'The text.',
                                                                        'type': 'string'}},
-                                               'additionalProperties': False,
-                                               'required': ['op', 'at', 'text']},
-                                              {'description': 'Removes a block.',
-                                               'type': 'object',
-                                               'properties': {'at': {'description': 'The block.',
-                                                                     '$ref': '#/$defs/PassageAddress'},
-                                                              'op': {'type': 'string',
-                                                                     'const': 'delete'}},
-                                               'additionalProperties': False,
-                                               'required': ['op', 'at']}]},
-                      'PassageAddress': {'description': 'A block address: its index and digest in '
+                                               'required': ['op', 'at', 'text'],
+                                               'type': 'object'},
+                                              {'additionalProperties': False,
+                                               'description': 'Removes a block.',
+                                               'properties': {'at': {'$ref': '#/$defs/PassageAddress',
+                                                                     'description': 'The block.'},
+                                                              'op': {'const': 'delete',
+                                                                     'type': 'string'}},
+                                               'required': ['op', 'at'],
+                                               'type': 'object'}]},
+                      'PassageAddress': {'additionalProperties': False,
+                                         'description': 'A block address: its index and digest in '
                                                         'the outline of a revision.',
-                                         'type': 'object',
                                          'properties': {'digest': {'description': "The block's "
                                                                                   'digest (64 hex '
                                                                                   'digits).',
@@ -114,11 +102,24 @@ TOOLS: Final[tuple[ToolSpec, ...]] = tuple(
                                                         'index': {'description': 'Index in that '
                                                                                  "revision's "
                                                                                  'outline.',
-                                                                  'type': 'integer',
                                                                   'format': 'uint',
-                                                                  'minimum': 0}},
-                                         'additionalProperties': False,
-                                         'required': ['index', 'digest']}}}},
+                                                                  'minimum': 0,
+                                                                  'type': 'integer'}},
+                                         'required': ['index', 'digest'],
+                                         'type': 'object'}},
+            '$schema': 'https://json-schema.org/draft/2020-12/schema',
+            'additionalProperties': False,
+            'description': '`edit_plan` input: edits addressed at the current revision.',
+            'properties': {'edits': {'description': '1–64 edits, all addressed in the outline of '
+                                                    '`revision`.',
+                                     'items': {'$ref': '#/$defs/EditInput'},
+                                     'type': 'array'},
+                           'revision': {'description': 'Must be the current revision.',
+                                        'format': 'int64',
+                                        'type': 'integer'}},
+            'required': ['revision', 'edits'],
+            'title': 'EditPlanInput',
+            'type': 'object'}},
  {'name': 'open_decisions',
   'description': 'Opens decision cards beside the paragraphs they concern, each under a stable '
                  'key. The whole batch is created or nothing is; a repeated key replays its '
@@ -126,26 +127,14 @@ TOOLS: Final[tuple[ToolSpec, ...]] = tuple(
                  'paragraphs it names are intact.',
   'requires_planning': False,
   'writes': True,
-  'input': {'$schema': 'https://json-schema.org/draft/2020-12/schema',
-            'title': 'OpenDecisionsInput',
-            'description': '`open_decisions` input: a batch written at `revision`.',
-            'type': 'object',
-            'properties': {'cards': {'description': '1–32 cards.',
-                                     'type': 'array',
-                                     'items': {'$ref': '#/$defs/CardInput'}},
-                           'revision': {'description': 'The revision the Planner read.',
-                                        'type': 'integer',
-                                        'format': 'int64'}},
-            'additionalProperties': False,
-            'required': ['revision', 'cards'],
-            '$defs': {'CardInput': {'description': 'One card as the Planner writes it.',
-                                    'type': 'object',
-                                    'properties': {'choices': {'description': '2–24 labels for '
+  'input': {'$defs': {'CardInput': {'additionalProperties': False,
+                                    'description': 'One card as the Planner writes it.',
+                                    'properties': {'choices': {'default': [],
+                                                               'description': '2–24 labels for '
                                                                               'choice kinds; none '
                                                                               'otherwise.',
-                                                               'type': 'array',
-                                                               'default': [],
-                                                               'items': {'type': 'string'}},
+                                                               'items': {'type': 'string'},
+                                                               'type': 'array'},
                                                    'description': {'description': 'Optional '
                                                                                   'context, ≤ 4000 '
                                                                                   'bytes.',
@@ -157,8 +146,8 @@ TOOLS: Final[tuple[ToolSpec, ...]] = tuple(
                                                            'type': 'string'},
                                                    'passages': {'description': '1–8 blocks the '
                                                                                'card concerns.',
-                                                                'type': 'array',
-                                                                'items': {'$ref': '#/$defs/PassageAddress'}},
+                                                                'items': {'$ref': '#/$defs/PassageAddress'},
+                                                                'type': 'array'},
                                                    'question': {'description': 'The question, ≤ '
                                                                                '500 bytes, one '
                                                                                'line.',
@@ -168,11 +157,11 @@ TOOLS: Final[tuple[ToolSpec, ...]] = tuple(
                                                                                '`free_text` or '
                                                                                '`yes_no`.',
                                                                 'type': 'string'}},
-                                    'additionalProperties': False,
-                                    'required': ['key', 'question', 'response', 'passages']},
-                      'PassageAddress': {'description': 'A block address: its index and digest in '
+                                    'required': ['key', 'question', 'response', 'passages'],
+                                    'type': 'object'},
+                      'PassageAddress': {'additionalProperties': False,
+                                         'description': 'A block address: its index and digest in '
                                                         'the outline of a revision.',
-                                         'type': 'object',
                                          'properties': {'digest': {'description': "The block's "
                                                                                   'digest (64 hex '
                                                                                   'digits).',
@@ -180,33 +169,35 @@ TOOLS: Final[tuple[ToolSpec, ...]] = tuple(
                                                         'index': {'description': 'Index in that '
                                                                                  "revision's "
                                                                                  'outline.',
-                                                                  'type': 'integer',
                                                                   'format': 'uint',
-                                                                  'minimum': 0}},
-                                         'additionalProperties': False,
-                                         'required': ['index', 'digest']}}}},
+                                                                  'minimum': 0,
+                                                                  'type': 'integer'}},
+                                         'required': ['index', 'digest'],
+                                         'type': 'object'}},
+            '$schema': 'https://json-schema.org/draft/2020-12/schema',
+            'additionalProperties': False,
+            'description': '`open_decisions` input: a batch written at `revision`.',
+            'properties': {'cards': {'description': '1–32 cards.',
+                                     'items': {'$ref': '#/$defs/CardInput'},
+                                     'type': 'array'},
+                           'revision': {'description': 'The revision the Planner read.',
+                                        'format': 'int64',
+                                        'type': 'integer'}},
+            'required': ['revision', 'cards'],
+            'title': 'OpenDecisionsInput',
+            'type': 'object'}},
  {'name': 'open_decision',
   'description': 'Opens one decision card, strictly at the current revision.',
   'requires_planning': False,
   'writes': True,
-  'input': {'$schema': 'https://json-schema.org/draft/2020-12/schema',
-            'title': 'OpenDecisionInput',
-            'description': '`open_decision` and `ask` input: one card at the current revision.',
-            'type': 'object',
-            'properties': {'card': {'description': 'The card.', '$ref': '#/$defs/CardInput'},
-                           'revision': {'description': "Must be the document's current revision.",
-                                        'type': 'integer',
-                                        'format': 'int64'}},
-            'additionalProperties': False,
-            'required': ['revision', 'card'],
-            '$defs': {'CardInput': {'description': 'One card as the Planner writes it.',
-                                    'type': 'object',
-                                    'properties': {'choices': {'description': '2–24 labels for '
+  'input': {'$defs': {'CardInput': {'additionalProperties': False,
+                                    'description': 'One card as the Planner writes it.',
+                                    'properties': {'choices': {'default': [],
+                                                               'description': '2–24 labels for '
                                                                               'choice kinds; none '
                                                                               'otherwise.',
-                                                               'type': 'array',
-                                                               'default': [],
-                                                               'items': {'type': 'string'}},
+                                                               'items': {'type': 'string'},
+                                                               'type': 'array'},
                                                    'description': {'description': 'Optional '
                                                                                   'context, ≤ 4000 '
                                                                                   'bytes.',
@@ -218,8 +209,8 @@ TOOLS: Final[tuple[ToolSpec, ...]] = tuple(
                                                            'type': 'string'},
                                                    'passages': {'description': '1–8 blocks the '
                                                                                'card concerns.',
-                                                                'type': 'array',
-                                                                'items': {'$ref': '#/$defs/PassageAddress'}},
+                                                                'items': {'$ref': '#/$defs/PassageAddress'},
+                                                                'type': 'array'},
                                                    'question': {'description': 'The question, ≤ '
                                                                                '500 bytes, one '
                                                                                'line.',
@@ -229,11 +220,11 @@ TOOLS: Final[tuple[ToolSpec, ...]] = tuple(
                                                                                '`free_text` or '
                                                                                '`yes_no`.',
                                                                 'type': 'string'}},
-                                    'additionalProperties': False,
-                                    'required': ['key', 'question', 'response', 'passages']},
-                      'PassageAddress': {'description': 'A block address: its index and digest in '
+                                    'required': ['key', 'question', 'response', 'passages'],
+                                    'type': 'object'},
+                      'PassageAddress': {'additionalProperties': False,
+                                         'description': 'A block address: its index and digest in '
                                                         'the outline of a revision.',
-                                         'type': 'object',
                                          'properties': {'digest': {'description': "The block's "
                                                                                   'digest (64 hex '
                                                                                   'digits).',
@@ -241,34 +232,34 @@ TOOLS: Final[tuple[ToolSpec, ...]] = tuple(
                                                         'index': {'description': 'Index in that '
                                                                                  "revision's "
                                                                                  'outline.',
-                                                                  'type': 'integer',
                                                                   'format': 'uint',
-                                                                  'minimum': 0}},
-                                         'additionalProperties': False,
-                                         'required': ['index', 'digest']}}}},
+                                                                  'minimum': 0,
+                                                                  'type': 'integer'}},
+                                         'required': ['index', 'digest'],
+                                         'type': 'object'}},
+            '$schema': 'https://json-schema.org/draft/2020-12/schema',
+            'additionalProperties': False,
+            'description': '`open_decision` and `ask` input: one card at the current revision.',
+            'properties': {'card': {'$ref': '#/$defs/CardInput', 'description': 'The card.'},
+                           'revision': {'description': "Must be the document's current revision.",
+                                        'format': 'int64',
+                                        'type': 'integer'}},
+            'required': ['revision', 'card'],
+            'title': 'OpenDecisionInput',
+            'type': 'object'}},
  {'name': 'ask',
   'description': 'Asks people a question as a decision card at the current revision; the session '
                  'waits on it, with no deadline, and the answer arrives as input-result.',
   'requires_planning': False,
   'writes': True,
-  'input': {'$schema': 'https://json-schema.org/draft/2020-12/schema',
-            'title': 'OpenDecisionInput',
-            'description': '`open_decision` and `ask` input: one card at the current revision.',
-            'type': 'object',
-            'properties': {'card': {'description': 'The card.', '$ref': '#/$defs/CardInput'},
-                           'revision': {'description': "Must be the document's current revision.",
-                                        'type': 'integer',
-                                        'format': 'int64'}},
-            'additionalProperties': False,
-            'required': ['revision', 'card'],
-            '$defs': {'CardInput': {'description': 'One card as the Planner writes it.',
-                                    'type': 'object',
-                                    'properties': {'choices': {'description': '2–24 labels for '
+  'input': {'$defs': {'CardInput': {'additionalProperties': False,
+                                    'description': 'One card as the Planner writes it.',
+                                    'properties': {'choices': {'default': [],
+                                                               'description': '2–24 labels for '
                                                                               'choice kinds; none '
                                                                               'otherwise.',
-                                                               'type': 'array',
-                                                               'default': [],
-                                                               'items': {'type': 'string'}},
+                                                               'items': {'type': 'string'},
+                                                               'type': 'array'},
                                                    'description': {'description': 'Optional '
                                                                                   'context, ≤ 4000 '
                                                                                   'bytes.',
@@ -280,8 +271,8 @@ TOOLS: Final[tuple[ToolSpec, ...]] = tuple(
                                                            'type': 'string'},
                                                    'passages': {'description': '1–8 blocks the '
                                                                                'card concerns.',
-                                                                'type': 'array',
-                                                                'items': {'$ref': '#/$defs/PassageAddress'}},
+                                                                'items': {'$ref': '#/$defs/PassageAddress'},
+                                                                'type': 'array'},
                                                    'question': {'description': 'The question, ≤ '
                                                                                '500 bytes, one '
                                                                                'line.',
@@ -291,11 +282,11 @@ TOOLS: Final[tuple[ToolSpec, ...]] = tuple(
                                                                                '`free_text` or '
                                                                                '`yes_no`.',
                                                                 'type': 'string'}},
-                                    'additionalProperties': False,
-                                    'required': ['key', 'question', 'response', 'passages']},
-                      'PassageAddress': {'description': 'A block address: its index and digest in '
+                                    'required': ['key', 'question', 'response', 'passages'],
+                                    'type': 'object'},
+                      'PassageAddress': {'additionalProperties': False,
+                                         'description': 'A block address: its index and digest in '
                                                         'the outline of a revision.',
-                                         'type': 'object',
                                          'properties': {'digest': {'description': "The block's "
                                                                                   'digest (64 hex '
                                                                                   'digits).',
@@ -303,42 +294,29 @@ TOOLS: Final[tuple[ToolSpec, ...]] = tuple(
                                                         'index': {'description': 'Index in that '
                                                                                  "revision's "
                                                                                  'outline.',
-                                                                  'type': 'integer',
                                                                   'format': 'uint',
-                                                                  'minimum': 0}},
-                                         'additionalProperties': False,
-                                         'required': ['index', 'digest']}}}},
+                                                                  'minimum': 0,
+                                                                  'type': 'integer'}},
+                                         'required': ['index', 'digest'],
+                                         'type': 'object'}},
+            '$schema': 'https://json-schema.org/draft/2020-12/schema',
+            'additionalProperties': False,
+            'description': '`open_decision` and `ask` input: one card at the current revision.',
+            'properties': {'card': {'$ref': '#/$defs/CardInput', 'description': 'The card.'},
+                           'revision': {'description': "Must be the document's current revision.",
+                                        'format': 'int64',
+                                        'type': 'integer'}},
+            'required': ['revision', 'card'],
+            'title': 'OpenDecisionInput',
+            'type': 'object'}},
  {'name': 'update_plan',
   'description': "Replaces the session's plan (a checklist of at most 32 steps, at most one in "
                  'progress) at expected_revision. Progress reporting only: it grants nothing and '
                  'proves nothing.',
   'requires_planning': True,
   'writes': False,
-  'input': {'$schema': 'https://json-schema.org/draft/2020-12/schema',
-            'title': 'UpdatePlanInput',
-            'description': "`update_plan`'s arguments (SPEC U2): the whole new list.\n"
-                           '\n'
-                           '```json\n'
-                           '{"expected_revision":0,"explanation":"Read first","steps":[\n'
-                           '  {"id":"read","description":"Read the '
-                           'plan","status":"in_progress"}]}\n'
-                           '```',
-            'type': 'object',
-            'properties': {'expected_revision': {'description': 'The revision the Planner last '
-                                                                'saw; 0 before the first update.',
-                                                 'type': 'integer',
-                                                 'format': 'uint64',
-                                                 'minimum': 0},
-                           'explanation': {'description': 'Why, at most 500 UTF-8 bytes.',
-                                           'type': ['string', 'null']},
-                           'steps': {'description': 'The list that replaces the plan; `[]` clears '
-                                                    'it.',
-                                     'type': 'array',
-                                     'items': {'$ref': '#/$defs/PlanStep'}}},
-            'additionalProperties': False,
-            'required': ['expected_revision', 'steps'],
-            '$defs': {'PlanStep': {'description': 'One step of a plan.',
-                                   'type': 'object',
+  'input': {'$defs': {'PlanStep': {'additionalProperties': False,
+                                   'description': 'One step of a plan.',
                                    'properties': {'description': {'description': 'Non-blank, at '
                                                                                  'most 240 UTF-8 '
                                                                                  'bytes. '
@@ -349,20 +327,43 @@ TOOLS: Final[tuple[ToolSpec, ...]] = tuple(
                                                                         'bytes, unique in the '
                                                                         'plan.',
                                                          'type': 'string'},
-                                                  'status': {'description': 'Its status.',
-                                                             '$ref': '#/$defs/StepStatus'}},
-                                   'additionalProperties': False,
-                                   'required': ['id', 'description', 'status']},
+                                                  'status': {'$ref': '#/$defs/StepStatus',
+                                                             'description': 'Its status.'}},
+                                   'required': ['id', 'description', 'status'],
+                                   'type': 'object'},
                       'StepStatus': {'description': "A step's status.",
-                                     'oneOf': [{'description': 'Not started.',
-                                                'type': 'string',
-                                                'const': 'pending'},
-                                               {'description': 'Being worked on; at most one step '
+                                     'oneOf': [{'const': 'pending',
+                                                'description': 'Not started.',
+                                                'type': 'string'},
+                                               {'const': 'in_progress',
+                                                'description': 'Being worked on; at most one step '
                                                                'at a time.',
-                                                'type': 'string',
-                                                'const': 'in_progress'},
-                                               {'description': 'The Planner marked it complete '
+                                                'type': 'string'},
+                                               {'const': 'completed',
+                                                'description': 'The Planner marked it complete '
                                                                '(its word, not a proof).',
-                                                'type': 'string',
-                                                'const': 'completed'}]}}}}]
+                                                'type': 'string'}]}},
+            '$schema': 'https://json-schema.org/draft/2020-12/schema',
+            'additionalProperties': False,
+            'description': "`update_plan`'s arguments (SPEC U2): the whole new list.\n"
+                           '\n'
+                           '```json\n'
+                           '{"expected_revision":0,"explanation":"Read first","steps":[\n'
+                           '  {"id":"read","description":"Read the '
+                           'plan","status":"in_progress"}]}\n'
+                           '```',
+            'properties': {'expected_revision': {'description': 'The revision the Planner last '
+                                                                'saw; 0 before the first update.',
+                                                 'format': 'uint64',
+                                                 'minimum': 0,
+                                                 'type': 'integer'},
+                           'explanation': {'description': 'Why, at most 500 UTF-8 bytes.',
+                                           'type': ['string', 'null']},
+                           'steps': {'description': 'The list that replaces the plan; `[]` clears '
+                                                    'it.',
+                                     'items': {'$ref': '#/$defs/PlanStep'},
+                                     'type': 'array'}},
+            'required': ['expected_revision', 'steps'],
+            'title': 'UpdatePlanInput',
+            'type': 'object'}}]
 )
