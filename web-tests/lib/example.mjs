@@ -1,13 +1,19 @@
 // Runs one of the TypeScript SDK's example Planners as a person would, as a
-// child process (`node dist/examples/NAME.js …`), keeping its output for a
-// failure report and killing it when the test ends.
+// child process (`node dist/examples/NAME.js …`), or any other program a
+// person starts (`margin planner acp …`), keeping its output for a failure
+// report and killing it when the test ends.
 
 import { execFile, spawn } from 'node:child_process';
 import { promisify } from 'node:util';
 
 /** Starts `script` with `args` (and `env` added, in folder `cwd`); `{ child, output, exited }`. */
 export function startExample(script, args, onCleanup, env = {}, cwd = undefined) {
-  const child = spawn(process.execPath, [script, ...args], {
+  return startProgram(process.execPath, [script, ...args], onCleanup, env, cwd);
+}
+
+/** Starts `program` with `args` as `startExample` starts a script. */
+export function startProgram(program, args, onCleanup, env = {}, cwd = undefined) {
+  const child = spawn(program, args, {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, ...env },
     cwd,

@@ -12,6 +12,7 @@ import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { serverTest, waitFor, withTimeout } from '../lib/server.mjs';
+import { plannerView, replies, say } from '../lib/chat.mjs';
 import { documentWith, decisions } from '../lib/doc.mjs';
 import { demoPlannerScript } from '../lib/sdk.mjs';
 import { pairToFile, startExample } from '../lib/example.mjs';
@@ -21,27 +22,6 @@ const PATIENCE = 10000;
 /** Starts the demo Planner; its output is kept for a failure report. */
 function startDemo(server, credential, onCleanup) {
   return startExample(demoPlannerScript, ['--server', server.baseUrl, '--credential', credential], onCleanup);
-}
-
-async function say(server, docId, text) {
-  const res = await server.api('POST', `/documents/${docId}/chat`, { as: 'alice', body: { text } });
-  assert.equal(res.status, 201, JSON.stringify(res.body));
-}
-
-async function replies(server, docId, count) {
-  return waitFor(
-    async () => {
-      const res = await server.api('GET', `/documents/${docId}/chat`, { as: 'alice' });
-      const texts = res.body.messages.filter((m) => m.kind === 'planner').map((m) => m.text);
-      return texts.length >= count && texts;
-    },
-    PATIENCE,
-    `${count} Planner repl${count === 1 ? 'y' : 'ies'} in Chat`,
-  );
-}
-
-async function view(server, docId) {
-  return (await server.api('GET', `/documents/${docId}/planner`, { as: 'alice' })).body;
 }
 
 async function plan(server, session) {
@@ -60,15 +40,15 @@ serverTest('the TypeScript demo Planner opens a card per open question, keeps it
 
   let demo = startDemo(server, credential, onCleanup);
   try {
-    await waitFor(async () => (await view(server, doc.id)).state === 'available', PATIENCE, 'the demo to link');
+    await waitFor(async () => (await plannerView(server, doc.id)).state === 'available', PATIENCE, 'the demo to link');
     await say(server, doc.id, '@planner please review');
-    assert.deepEqual(await replies(server, doc.id, 1), ['I read the plan and found 2 open questions: added 2 decisions.']);
+    assert.deepEqual(await replies(server, doc.id, 1, PATIENCE), ['I read the plan and found 2 open questions: added 2 decisions.']);
     const cards = await decisions(server, 'alice', doc.id);
     assert.deepEqual(cards.map((c) => [c.question, c.response, c.state]).sort(), [
       ['Decide what is still TBD: Pricing: TBD.', 'free_text', 'open'],
       ['Which region first?', 'free_text', 'open'],
     ]);
-    const first = await view(server, doc.id);
+    const first = await plannerView(server, doc.id);
     assert.deepEqual(first.runs.map((r) => [r.name, r.status]), [['Review the plan for open questions', 'completed']]);
     // Read, capturing, done: three accepted updates in one turn.
     const marked = await plan(server, first.session);
@@ -81,7 +61,7 @@ serverTest('the TypeScript demo Planner opens a card per open question, keeps it
 
     // The same text again: its keys replay the cards (SPEC D3), no twins.
     await say(server, doc.id, '@planner once more');
-    assert.equal((await replies(server, doc.id, 2))[1], 'I read the plan and found 2 open questions: 2 decisions already in the document.');
+    assert.equal((await replies(server, doc.id, 2, PATIENCE))[1], 'I read the plan and found 2 open questions: 2 decisions already in the document.');
     assert.equal((await decisions(server, 'alice', doc.id)).length, 2);
     assert.equal((await stat(credential)).mode & 0o777, 0o600, 'the renewed credential file is private');
     // The session is held beside the credential; the reply leaves the file
@@ -99,15 +79,15 @@ serverTest('the TypeScript demo Planner opens a card per open question, keeps it
     demo = startDemo(server, credential, onCleanup);
     await waitFor(
       async () => {
-        const v = await view(server, doc.id);
+        const v = await plannerView(server, doc.id);
         return v.connected && !v.disconnected && v.session === first.session && v;
       },
       PATIENCE,
       'the restarted demo to resume its session',
     );
     await say(server, doc.id, '@planner again');
-    assert.equal((await replies(server, doc.id, 3))[2], 'I read the plan and found 2 open questions: 2 decisions already in the document.');
-    assert.equal((await view(server, doc.id)).session, first.session);
+    assert.equal((await replies(server, doc.id, 3, PATIENCE))[2], 'I read the plan and found 2 open questions: 2 decisions already in the document.');
+    assert.equal((await plannerView(server, doc.id)).session, first.session);
     assert.equal((await plan(server, first.session)).revision, 9, 'each turn went on from the plan handed back');
 
     // Ctrl-C detaches and exits cleanly.

@@ -16,6 +16,7 @@ import path from 'node:path';
 import { serverTest, waitFor, withTimeout } from '../lib/server.mjs';
 import { documentWith, decisions } from '../lib/doc.mjs';
 import { Proxy } from '../lib/proxy.mjs';
+import { say } from '../lib/chat.mjs';
 import { Connector, ConnectError, ToolError, isRefusal, silentLogger, RESUMABLE_SESSIONS } from '../lib/sdk.mjs';
 
 const PATIENCE = 10000;
@@ -25,11 +26,6 @@ async function pair(server, name = 'laptop') {
   const paired = await server.api('POST', '/machines', { as: 'alice', body: { name } });
   assert.equal(paired.status, 201, JSON.stringify(paired.body));
   return paired.body;
-}
-
-async function say(server, docId, text) {
-  const res = await server.api('POST', `/documents/${docId}/chat`, { as: 'alice', body: { text } });
-  assert.equal(res.status, 201, JSON.stringify(res.body));
 }
 
 async function chat(server, docId) {
