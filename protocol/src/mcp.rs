@@ -23,10 +23,11 @@ pub enum MemberTool {
     Document(ToolName),
 }
 
-/// The Planner's tools a member's agent is offered: not `ask` (a Planner's
-/// question to people, answered into its session) nor `update_plan` (a
-/// session's own plan).
-const DOCUMENT_TOOLS: [ToolName; 4] = [
+/// The Planner's tools an agent is offered over MCP, by `/mcp` and by the
+/// ACP bridge: not `ask` (a Planner's question to people, answered into its
+/// session; the bridge asks for the agent's permission requests) nor
+/// `update_plan` (a session's own plan; the bridge sends the agent's).
+pub const DOCUMENT_TOOLS: [ToolName; 4] = [
     ToolName::ReadDocument,
     ToolName::EditPlan,
     ToolName::OpenDecisions,
@@ -112,6 +113,76 @@ impl MemberTool {
     }
 }
 
+/// A document's resources, read as the caller (SPEC O4): its outline (the
+/// `GET /documents/{id}/outline` body) and its decision cards (`GET
+/// /documents/{id}/decisions`), each at `margin://documents/{id}/{name}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DocumentResource {
+    /// The blocks at the current revision.
+    Outline,
+    /// The decision cards.
+    Decisions,
+}
+
+/// Where every document resource's URI starts.
+pub const RESOURCE_PREFIX: &str = "margin://documents/";
+
+impl DocumentResource {
+    /// Both, in the order `resources/list` gives them.
+    pub const ALL: [DocumentResource; 2] = [DocumentResource::Outline, DocumentResource::Decisions];
+
+    /// The last segment of its URI.
+    pub fn name(self) -> &'static str {
+        match self {
+            DocumentResource::Outline => "outline",
+            DocumentResource::Decisions => "decisions",
+        }
+    }
+
+    /// What it holds, for an agent.
+    pub fn description(self) -> &'static str {
+        match self {
+            DocumentResource::Outline => {
+                "The document's blocks at its current revision: each one's index, kind, text and digest."
+            }
+            DocumentResource::Decisions => {
+                "The document's decision cards: each one's question, options, state and answer."
+            }
+        }
+    }
+
+    /// Its URI for `document`.
+    pub fn uri(self, document: &str) -> String {
+        format!("{RESOURCE_PREFIX}{document}/{}", self.name())
+    }
+
+    /// Its URI template.
+    pub fn template(self) -> String {
+        self.uri("{document}")
+    }
+
+    /// The document and resource `uri` names, if it names one.
+    pub fn parse(uri: &str) -> Option<(&str, DocumentResource)> {
+        let (document, name) = uri.strip_prefix(RESOURCE_PREFIX)?.split_once('/')?;
+        let resource = DocumentResource::ALL
+            .into_iter()
+            .find(|r| r.name() == name)?;
+        (!document.is_empty()).then_some((document, resource))
+    }
+}
+
+/// What a call naming a tool not `offered` is told.
+pub fn unknown_tool(name: &str, offered: &[&str]) -> String {
+    format!("no tool {name:?}; the tools are {}", offered.join(", "))
+}
+
+/// A refused call's structured content, in the shape of the HTTP error body
+/// (`{"error": {code, message}}`): an agent reads a refusal alike from every
+/// door.
+pub fn refusal(code: &str, message: &str) -> Value {
+    serde_json::json!({ "error": { "code": code, "message": message } })
+}
+
 fn schema_of<T: JsonSchema>() -> schemars::Schema {
     SchemaGenerator::default().into_root_schema_for::<T>()
 }
@@ -169,6 +240,26 @@ mod tests {
         }
         assert_eq!(MemberTool::parse("ask"), None);
         assert_eq!(MemberTool::parse("update_plan"), None);
+    }
+
+    #[test]
+    fn a_document_resource_is_read_back_from_its_uri_and_nothing_else_is() {
+        for resource in DocumentResource::ALL {
+            let uri = resource.uri("d-1");
+            assert_eq!(DocumentResource::parse(&uri), Some(("d-1", resource)));
+        }
+        assert_eq!(
+            DocumentResource::Outline.uri("d-1"),
+            "margin://documents/d-1/outline"
+        );
+        for bad in [
+            "margin://documents//outline",
+            "margin://documents/d-1/chat",
+            "margin://documents/d-1",
+            "file:///etc/passwd",
+        ] {
+            assert_eq!(DocumentResource::parse(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod future_size;
 pub mod http;
 pub mod link;
 pub mod machine;
+pub mod mcp_stdio;
 pub mod metrics;
 pub mod serve;
 pub mod sessions;

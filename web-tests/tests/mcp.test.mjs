@@ -2,12 +2,19 @@
 // official TypeScript MCP client over Streamable HTTP against the real
 // server: the tools it lists, a read, an edit, decisions opened and listed,
 // a Chat line — and the refusals an agent must be able to read: a stale
-// revision, a twin typed ahead, a viewer's write, a missing token.
+// revision, a twin typed ahead, a viewer's write, a missing token. Then a
+// document's outline and decisions as resources, and `margin mcp`, the same
+// server over stdio, whose subscriptions tell a resource's change.
 
 import assert from 'node:assert/strict';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { serverTest } from '../lib/server.mjs';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { serverTest, sleep, waitFor } from '../lib/server.mjs';
 import { documentWith, tool } from '../lib/doc.mjs';
 
 /** An MCP client of `server` signed in as `as` (or with no token). */
@@ -138,4 +145,73 @@ serverTest('without a token the MCP endpoint answers 401 with a Bearer challenge
   assert.equal(res.status, 401);
   assert.equal(res.headers.get('www-authenticate'), 'Bearer');
   await assert.rejects(connect(server, null, onCleanup));
+});
+
+serverTest("an agent lists a document's outline and decisions as resources and reads them as its member", {}, async ({ server, onCleanup }) => {
+  const { doc } = await documentWith(server, 'Resources', ['Launch plan', 'Pick a region']);
+  const alice = await connect(server, 'alice', onCleanup);
+  const bob = await connect(server, 'bob', onCleanup);
+
+  const { resources } = await alice.listResources();
+  const uris = resources.map((r) => r.uri);
+  assert.ok(uris.includes(`margin://documents/${doc.id}/outline`), JSON.stringify(uris));
+  assert.ok(uris.includes(`margin://documents/${doc.id}/decisions`), JSON.stringify(uris));
+  const { resourceTemplates } = await alice.listResourceTemplates();
+  assert.deepEqual(resourceTemplates.map((t) => t.uriTemplate), [
+    'margin://documents/{document}/outline',
+    'margin://documents/{document}/decisions',
+  ]);
+
+  const outline = await alice.readResource({ uri: `margin://documents/${doc.id}/outline` });
+  assert.equal(outline.contents[0].mimeType, 'application/json');
+  const overHttp = await server.api('GET', `/documents/${doc.id}/outline`, { as: 'alice' });
+  assert.deepEqual(JSON.parse(outline.contents[0].text), overHttp.body);
+
+  // bob is no member: the document is not found for him, as over HTTP.
+  assert.deepEqual((await bob.listResources()).resources, []);
+  await assert.rejects(bob.readResource({ uri: `margin://documents/${doc.id}/outline` }), /-32002: no document .* that you can see/);
+  await assert.rejects(alice.readResource({ uri: `margin://documents/${doc.id}/chat` }), /no resource/);
+});
+
+serverTest('margin mcp serves the same tools over stdio, and a subscribed resource says when it changes', { timeout: 60000 }, async ({ server, onCleanup }) => {
+  const { doc, read } = await documentWith(server, 'Stdio', ['Launch plan', 'Pick a region'], { bob: 'viewer' });
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'margin-mcp-'));
+  onCleanup(() => rm(dir, { recursive: true, force: true }));
+  const stdio = async (as) => {
+    const tokenFile = path.join(dir, `${as}.token`);
+    await writeFile(tokenFile, `${server.tokens[as]}\n`, { mode: 0o600 });
+    const transport = new StdioClientTransport({
+      command: server.bin,
+      args: ['mcp', '--server', server.baseUrl, '--token-file', tokenFile],
+      stderr: 'pipe',
+    });
+    const client = new Client({ name: 'margin-web-tests', version: '0.1.0' });
+    await client.connect(transport);
+    onCleanup(() => client.close());
+    return client;
+  };
+  const alice = await stdio('alice');
+  const bob = await stdio('bob');
+
+  assert.equal((await alice.listTools()).tools.length, 7);
+  const reread = await call(alice, 'read_document', { document: doc.id });
+  assert.deepEqual(reread.body.outline.map((b) => b.text), ['Launch plan', 'Pick a region']);
+  const viewerWrite = await call(bob, 'post_chat', { document: doc.id, text: 'let me in' });
+  assert.equal(viewerWrite.body.error.code, 'forbidden', JSON.stringify(viewerWrite));
+
+  const uri = `margin://documents/${doc.id}/outline`;
+  const updated = [];
+  alice.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => updated.push(n.params.uri));
+  await alice.subscribeResource({ uri });
+  // Let the first read settle, then change the document.
+  await sleep(2500);
+  assert.deepEqual(updated, [], 'nothing changed yet');
+  await tool(server, 'alice', doc.id, 'edit_plan', {
+    revision: reread.body.revision,
+    edits: [{ op: 'insert', after: { index: 1, digest: read.outline[1].digest }, kind: 'paragraph', text: 'Budget: open' }],
+  });
+  await waitFor(async () => updated.length > 0, 10000, 'the resource to say it changed');
+  assert.deepEqual(updated, [uri]);
+  await alice.unsubscribeResource({ uri });
+  await assert.rejects(alice.subscribeResource({ uri: 'margin://documents/x/chat' }), /no resource/);
 });

@@ -195,6 +195,17 @@ impl Turn {
         self.session.run(run, name, status).await
     }
 
+    /// Calls `tool` with JSON `arguments` and returns its JSON output, for
+    /// a Planner that hands the tools on untyped (a bridge to an agent
+    /// that calls them by name). Retried as the typed calls are.
+    pub async fn call_tool(
+        &self,
+        tool: ToolName,
+        arguments: serde_json::Value,
+    ) -> Result<serde_json::Value, ToolError> {
+        self.call(tool, arguments).await
+    }
+
     /// Calls a tool. A refusal marked `retry` (the server could not decide,
     /// SPEC L6) is tried again after a pause, a few times; every other
     /// refusal is the server's decision and is returned at once.

@@ -1,11 +1,12 @@
-//! The command line (SPEC O2): `serve`, `planner demo`, `account add|list`,
+//! The command line (SPEC O2): `serve`, `planner demo|acp`, `mcp`, `account add|list`,
 //! `token add|list|revoke`, `machine pair|list|revoke`. Every environment
 //! variable it reads starts with `MARGIN_`; the few older names are still
 //! read, with a warning ([`read_old_environment_names`]).
 //!
 //! Here: the command line's shape and its dispatch; `serve` runs the
-//! server and the demo Planner, `admin` the account, token and machine
-//! commands.
+//! server (and the demo Planner beside it), `planner` a Planner on this
+//! machine (the demo, or an ACP agent), `admin` the account, token and
+//! machine commands.
 
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
@@ -20,10 +21,12 @@ use crate::storage::{Deadlines, StorageError, Store};
 use crate::telemetry::LogFormat;
 
 mod admin;
+mod planner;
 mod serve;
 
 use admin::{AccountCommand, MachineCommand, TokenCommand};
-use serve::{PlannerCommand, ServeArgs};
+use planner::PlannerCommand;
+use serve::ServeArgs;
 
 /// Margin: a collaborative planning-document server.
 #[derive(Debug, Parser)]
@@ -83,6 +86,17 @@ enum Command {
     Machine {
         #[command(subcommand)]
         command: MachineCommand,
+    },
+    /// Margin's MCP server over stdio, for a desktop client that starts a
+    /// command: relayed to a server's /mcp with your token (SPEC O4).
+    Mcp {
+        /// The server, e.g. `http://127.0.0.1:7070`.
+        #[arg(long, env = "MARGIN_SERVER", default_value = "http://127.0.0.1:7070")]
+        server: String,
+        /// A file holding your bearer token (from `margin account add` or
+        /// `margin token add`).
+        #[arg(long, value_name = "FILE")]
+        token_file: PathBuf,
     },
 }
 
@@ -179,6 +193,28 @@ pub enum CliError {
     /// empty).
     #[error(transparent)]
     Credential(#[from] ConnectError),
+    /// `margin mcp` stopped or could not start.
+    #[error("margin mcp: {0}")]
+    McpStdio(#[from] crate::mcp_stdio::McpStdioError),
+    /// The ACP bridge stopped or could not start.
+    #[error("ACP bridge: {0}")]
+    Bridge(#[from] margin_acp::BridgeError),
+    /// The working folder or this program's path could not be found.
+    #[error("cannot find {what}: {source}")]
+    Locate {
+        /// What was looked for.
+        what: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The tools relay failed.
+    #[error("cannot reach the ACP bridge's tools socket {path:?}: {source}")]
+    Relay {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The credential file could not be written (the machine is paired;
     /// its unused credential expires on its own).
     #[error("cannot write the credential file {path:?}: {source}; the machine was paired, but its credential is lost: revoke it and pair again")]
@@ -194,10 +230,13 @@ pub enum CliError {
 pub async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Serve(args) => serve::serve(args).await,
-        Command::Planner { command } => serve::planner(command).await,
+        Command::Planner { command } => planner::planner(command).await,
         Command::Account { command } => admin::account(command).await,
         Command::Token { command } => admin::token(command).await,
         Command::Machine { command } => admin::machine(command).await,
+        Command::Mcp { server, token_file } => {
+            Ok(crate::mcp_stdio::run(&server, &token_file).await?)
+        }
     }
 }
 

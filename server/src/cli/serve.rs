@@ -1,19 +1,15 @@
-//! `margin serve` (the server, with the demo Planner when asked) and
-//! `margin planner demo` (the demo Planner alone, on this machine).
+//! `margin serve`: the server, with the demo Planner when asked.
 
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
-use std::path::PathBuf;
 
-use clap::{Args, Subcommand};
-use margin_sdk::Connector;
-use tokio_util::sync::CancellationToken;
+use clap::Args;
 
 use super::{CliError, Database};
 use crate::admission::Limits;
 use crate::auth;
 use crate::cluster::ClusterSettings;
-use crate::demo::{self, Demo};
+use crate::demo::Demo;
 use crate::http::{Cidr, TrustedProxies};
 use crate::link::LinkSettings;
 use crate::serve::{start, wait_for_signal, Running, ServeOptions};
@@ -111,26 +107,6 @@ pub(super) struct ServeArgs {
     demo_planner: Option<String>,
 }
 
-#[derive(Debug, Subcommand)]
-pub(super) enum PlannerCommand {
-    /// The scripted demo Planner: opens a decision card for every block
-    /// that ends in `?` or is marked `TBD`, reports a run, and replies.
-    Demo {
-        /// The server, e.g. `http://127.0.0.1:7070`.
-        #[arg(long, env = "MARGIN_SERVER", default_value = "http://127.0.0.1:7070")]
-        server: String,
-        /// A file holding the machine's credential (from `margin machine
-        /// pair --credential-file` or `POST /machines`). It is read at each
-        /// connect and replaced (mode 0600) with each fresh credential the
-        /// link sends, so it stays current while linked (SPEC L8).
-        #[arg(long, value_name = "FILE")]
-        credential: PathBuf,
-        /// Do not ask for resumable sessions (SPEC L1).
-        #[arg(long)]
-        no_resume: bool,
-    },
-}
-
 /// Runs the server until a signal, with the demo Planner when asked.
 pub(super) async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let ServeArgs {
@@ -220,28 +196,4 @@ fn announce(running: &Running, demo: Demo) -> Demo {
     }
     println!("{}", demo.token);
     demo
-}
-
-/// Runs the demo Planner on this machine until a signal.
-pub(super) async fn planner(command: PlannerCommand) -> Result<(), CliError> {
-    let PlannerCommand::Demo {
-        server,
-        credential,
-        no_resume,
-    } = command;
-    // The file is read at each connect and kept current by each
-    // renewal, so the Planner relinks hours later (SPEC L8).
-    // Beside it, the sessions it holds: restarted, it resumes them.
-    let held = credential.with_extension("sessions.json");
-    let connector = Connector::with_credential_file(server, &credential)
-        .held_file(held)
-        .resumable(!no_resume)
-        .planning(true);
-    connector.check_credential()?;
-    let shutdown = CancellationToken::new();
-    let linked = tokio::spawn(demo::keep_linked(connector, shutdown.clone(), None));
-    wait_for_signal().await;
-    shutdown.cancel();
-    let _ = linked.await;
-    Ok(())
 }

@@ -12,16 +12,21 @@ use axum::body::{to_bytes, Body};
 use axum::extract::{ConnectInfo, FromRequestParts, Request, State};
 use axum::http::header::{AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use axum::http::request::Parts;
+use axum::http::StatusCode;
 use axum::http::{HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use margin_protocol::mcp::{
-    split_document, ListDocumentsInput, MemberTool, OnDocument, PostChatInput,
+    refusal, split_document, unknown_tool, DocumentResource, ListDocumentsInput, MemberTool,
+    OnDocument, PostChatInput, RESOURCE_PREFIX,
 };
+use margin_protocol::DocumentList;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    InitializeResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities, Tool,
+    InitializeResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    Resource, ResourceContents, ResourceTemplate, ServerCapabilities, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -97,15 +102,20 @@ struct Call {
 
 impl ServerHandler for Member {
     fn get_info(&self) -> InitializeResult {
-        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("margin", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "Margin: shared planning documents. list_documents gives the documents you \
+        InitializeResult::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .build(),
+        )
+        .with_server_info(Implementation::new("margin", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "Margin: shared planning documents. list_documents gives the documents you \
                  are a member of; read_document before editing (edits name the revision and \
                  the paragraphs' digests you read); open_decisions turns open questions into \
                  decision cards people answer in the document; post_chat talks to people and, \
                  with @planner, to the document's Planner. You act as yourself, with your role.",
-            )
+        )
     }
 
     async fn list_tools(
@@ -137,11 +147,7 @@ impl ServerHandler for Member {
                 .map(MemberTool::name)
                 .collect();
             return Err(McpError::invalid_params(
-                format!(
-                    "no tool {:?}; the tools are {}",
-                    request.name,
-                    offered.join(", ")
-                ),
+                unknown_tool(&request.name, &offered),
                 None,
             ));
         };
@@ -149,19 +155,102 @@ impl ServerHandler for Member {
             Ok(call) => call,
             Err(message) => return Ok(refused("invalid_input", message).into()),
         };
-        let Some(parts) = context.extensions.get::<Parts>() else {
-            return Err(McpError::internal_error(
-                "the HTTP request is not at hand",
-                None,
-            ));
-        };
+        let parts = request_parts(&context)?;
         Ok(self.send(call, parts).await.into())
+    }
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        let parts = request_parts(&context)?;
+        Ok(ListResourcesResult::with_all_items(
+            self.resources(parts).await?,
+        ))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        let templates = DocumentResource::ALL
+            .into_iter()
+            .map(|resource| {
+                ResourceTemplate::new(resource.template(), resource.name())
+                    .with_description(resource.description())
+                    .with_mime_type("application/json")
+            })
+            .collect();
+        Ok(ListResourceTemplatesResult::with_all_items(templates))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        let parts = request_parts(&context)?;
+        let call = resource_call(&request.uri)
+            .map_err(|message| McpError::resource_not_found(message, None))?;
+        let (status, body) = self
+            .fetch(call, parts)
+            .await
+            .map_err(|message| McpError::internal_error(message, None))?;
+        if !status.is_success() {
+            // The HTTP error body's message: a document the caller cannot
+            // see is not found, as over HTTP.
+            let message = body
+                .pointer("/error/message")
+                .and_then(Value::as_str)
+                .unwrap_or("the server refused the read")
+                .to_owned();
+            return Err(McpError::resource_not_found(message, Some(body)));
+        }
+        let contents = ResourceContents::text(body.to_string(), request.uri)
+            .with_mime_type("application/json");
+        Ok(ReadResourceResult::new(vec![contents]).into())
     }
 }
 
+/// The HTTP request `context` came in, whose caller every call acts as.
+fn request_parts(context: &RequestContext<RoleServer>) -> Result<&Parts, McpError> {
+    context
+        .extensions
+        .get::<Parts>()
+        .ok_or_else(|| McpError::internal_error("the HTTP request is not at hand", None))
+}
+
+/// The HTTP read a resource `uri` stands for, or why there is none.
+fn resource_call(uri: &str) -> Result<Call, String> {
+    let (document, resource) = DocumentResource::parse(uri).ok_or_else(|| {
+        format!("no resource {uri:?}: the resources are {RESOURCE_PREFIX}{{document}}/outline and …/decisions")
+    })?;
+    Ok(Call {
+        method: Method::GET,
+        path: format!("/documents/{}/{}", id(document)?, resource.name()),
+        body: None,
+    })
+}
+
 impl Member {
-    /// Makes `call` through the HTTP surface as the caller of `parts`.
+    /// Makes `call` through the HTTP surface as the caller of `parts`, as
+    /// a tool call's result.
     async fn send(&self, call: Call, parts: &Parts) -> CallToolResult {
+        match self.fetch(call, parts).await {
+            Ok((status, body)) => match (status.is_success(), body) {
+                (true, body @ Value::Object(_)) => CallToolResult::structured(body),
+                (true, body) => CallToolResult::success(vec![ContentBlock::text(body.to_string())]),
+                (false, body @ Value::Object(_)) => CallToolResult::structured_error(body),
+                (false, _) => refused("internal", format!("the server answered {status}")),
+            },
+            Err(message) => refused("internal", message),
+        }
+    }
+
+    /// Makes `call` through the HTTP surface as the caller of `parts`: its
+    /// status and JSON body (`null` when empty or not JSON).
+    async fn fetch(&self, call: Call, parts: &Parts) -> Result<(StatusCode, Value), String> {
         let mut request = axum::http::Request::builder()
             .method(call.method)
             .uri(call.path);
@@ -176,7 +265,7 @@ impl Member {
             None => Body::empty(),
         };
         let Ok(mut request) = request.body(body) else {
-            return refused("invalid_input", "the call names no valid path".into());
+            return Err("the call names no valid path".into());
         };
         // The caller's address, for the throttle and the logs.
         if let Some(peer) = parts.extensions.get::<ConnectInfo<SocketAddr>>() {
@@ -184,29 +273,58 @@ impl Member {
         }
         let Ok(response) = self.api.clone().oneshot(request).await;
         let status = response.status();
-        let body = match to_bytes(response.into_body(), MAX_ANSWER_BYTES).await {
-            Ok(bytes) if bytes.is_empty() => Value::Null,
-            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-            Err(error) => {
-                return refused("internal", format!("the answer could not be read: {error}"))
+        match to_bytes(response.into_body(), MAX_ANSWER_BYTES).await {
+            Ok(bytes) if bytes.is_empty() => Ok((status, Value::Null)),
+            Ok(bytes) => Ok((
+                status,
+                serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            )),
+            Err(error) => Err(format!("the answer could not be read: {error}")),
+        }
+    }
+
+    /// The caller's documents' resources.
+    async fn resources(&self, parts: &Parts) -> Result<Vec<Resource>, McpError> {
+        let listed = Call {
+            method: Method::GET,
+            path: "/documents".into(),
+            body: None,
+        };
+        let (status, body) = self
+            .fetch(listed, parts)
+            .await
+            .map_err(|message| McpError::internal_error(message, None))?;
+        let documents: DocumentList = match status.is_success() {
+            true => serde_json::from_value(body)
+                .map_err(|error| McpError::internal_error(error.to_string(), None))?,
+            false => {
+                return Err(McpError::internal_error(
+                    format!("the server answered {status}"),
+                    None,
+                ))
             }
         };
-        match (status.is_success(), body) {
-            (true, body @ Value::Object(_)) => CallToolResult::structured(body),
-            (true, body) => CallToolResult::success(vec![ContentBlock::text(body.to_string())]),
-            (false, body @ Value::Object(_)) => CallToolResult::structured_error(body),
-            (false, _) => refused("internal", format!("the server answered {status}")),
+        let mut resources = Vec::new();
+        for document in documents.documents {
+            for resource in DocumentResource::ALL {
+                resources.push(
+                    Resource::new(
+                        resource.uri(&document.id),
+                        format!("{} — {}", document.title, resource.name()),
+                    )
+                    .with_description(resource.description())
+                    .with_mime_type("application/json"),
+                );
+            }
         }
+        Ok(resources)
     }
 }
 
 /// A call refused before it reached the HTTP surface, as the error body
-/// one refused there is (`{"error": {code, message}}`), so an agent reads
-/// both alike.
+/// one refused there is, so an agent reads both alike.
 fn refused(code: &str, message: String) -> CallToolResult {
-    CallToolResult::structured_error(
-        serde_json::json!({ "error": { "code": code, "message": message } }),
-    )
+    CallToolResult::structured_error(refusal(code, &message))
 }
 
 /// The HTTP call `tool` with `arguments` stands for, or why there is none.
