@@ -9,7 +9,10 @@
 //     plan, open a decision for each block ending in `?`, reply in two chunks;
 //   "permission": ask permission to "Deploy the draft" first and say the
 //     outcome in the reply;
-//   "slow": wait until the client cancels, then end with `cancelled`.
+//   "in prose": reply with a question in prose (the reply policy withholds
+//     it); a repair prompt: open the questions it lists as decisions;
+//   "slow": wait until the client cancels, then, half a second later, end
+//     with `cancelled`.
 // Each event it sees is appended, one JSON line each, to $ACP_AGENT_LOG.
 
 import { appendFileSync } from 'node:fs';
@@ -82,8 +85,36 @@ const app = agent({ name: 'scripted-acp-agent' })
       if (text.includes('slow')) {
         await update(client, sessionId, { sessionUpdate: 'agent_message_chunk', content: { type: 'text', text: 'Working slowly…' } });
         await new Promise((resolve) => prompt.signal.addEventListener('abort', resolve, { once: true }));
+        // Winding down takes a moment, as real work does: a client that
+        // said "stopped" at the cancel would say it too soon.
+        await new Promise((resolve) => setTimeout(resolve, 500));
         log({ event: 'stopped', sessionId, stopReason: 'cancelled' });
         return { stopReason: 'cancelled' };
+      }
+      const repair = text.split('Your last reply asked these questions')[1];
+      if (repair !== undefined) {
+        // Told back what the reply policy withheld: open the questions as
+        // decisions, and reply without asking.
+        const asked = repair.split('\n').filter((l) => l.startsWith('- ')).map((l) => l.slice(2));
+        const read = await call(session, 'read_document', {});
+        const first = read.outline[0];
+        const result = await call(session, 'open_decisions', {
+          revision: read.revision,
+          cards: asked.map((question, i) => ({
+            key: `repair-${i + 1}`,
+            question,
+            response: 'free_text',
+            passages: [{ index: first.index, digest: first.digest }],
+          })),
+        });
+        await update(client, sessionId, { sessionUpdate: 'agent_message_chunk', content: { type: 'text', text: `Opened ${result.captured} decisions for what I asked.` } });
+        log({ event: 'stopped', sessionId, stopReason: 'end_turn' });
+        return { stopReason: 'end_turn' };
+      }
+      if (text.includes('in prose')) {
+        await update(client, sessionId, { sessionUpdate: 'agent_message_chunk', content: { type: 'text', text: 'Which region should we launch in first?' } });
+        log({ event: 'stopped', sessionId, stopReason: 'end_turn' });
+        return { stopReason: 'end_turn' };
       }
       let permission = null;
       if (text.includes('permission')) {

@@ -11,7 +11,7 @@ use agent_client_protocol::v1::schema::{PermissionOption, RequestPermissionRespo
 use agent_client_protocol::v1::Responder;
 use margin_protocol::decisions::AnswerBody;
 use margin_sdk::{SessionHandle, Turn};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use crate::agent::{self, Work, MAX_QUEUED};
 use crate::held::Held;
@@ -38,6 +38,9 @@ pub(crate) struct Session {
     pub acp: String,
     /// Its worker's queue: plans and runs, in the agent's order.
     queue: mpsc::Sender<Work>,
+    /// Whether the agent is working on a prompt of this session: a Stop
+    /// is confirmed only once it is not (SPEC P4).
+    prompting: watch::Sender<bool>,
     state: Mutex<State>,
 }
 
@@ -83,6 +86,21 @@ impl Session {
     /// Queues `work` for the session's worker, waiting while it is full.
     pub async fn work(&self, work: Work) -> Result<(), mpsc::error::SendError<Work>> {
         self.queue.send(work).await
+    }
+
+    /// Marks the agent at work on a prompt until the mark drops — when
+    /// the prompt's answer came, whether or not its turn still waits.
+    pub fn prompting(&self) -> Prompting {
+        self.prompting.send_replace(true);
+        Prompting {
+            prompting: self.prompting.clone(),
+        }
+    }
+
+    /// Waits until the agent is at work on no prompt of this session.
+    pub async fn idle(&self) {
+        let mut prompting = self.prompting.subscribe();
+        let _ = prompting.wait_for(|prompting| !prompting).await;
     }
 
     /// The running turn.
@@ -131,6 +149,17 @@ impl Session {
             state.titles.insert(tool_call.to_owned(), title.to_owned());
         }
         state.titles.get(tool_call).cloned().unwrap_or_default()
+    }
+}
+
+/// The mark of a prompt the agent works on; dropping it clears it.
+pub(crate) struct Prompting {
+    prompting: watch::Sender<bool>,
+}
+
+impl Drop for Prompting {
+    fn drop(&mut self) {
+        self.prompting.send_replace(false);
     }
 }
 
@@ -199,6 +228,7 @@ impl Live {
             margin: margin.to_owned(),
             acp: acp.to_owned(),
             queue,
+            prompting: watch::channel(false).0,
             state: Mutex::default(),
         });
         tokio::spawn(agent::work(Arc::downgrade(&session), queued));

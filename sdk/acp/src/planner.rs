@@ -55,14 +55,28 @@ impl Handler for Planner {
         let prompt = mapping::prompt(&turn.messages, &turn.repair, &told);
         let turn = Arc::new(turn);
         let running = session.begin(Arc::clone(&turn));
-        let answered = self
-            .connection
-            .send_request(PromptRequest::new(
-                SessionId::new(session.acp.as_str()),
-                vec![ContentBlock::Text(TextContent::new(prompt))],
-            ))
-            .block_task()
-            .await;
+        // The prompt runs in a task of its own: a Stop aborts this turn,
+        // not the agent's work, which ends when the agent says so.
+        let asked = self.connection.send_request(PromptRequest::new(
+            SessionId::new(session.acp.as_str()),
+            vec![ContentBlock::Text(TextContent::new(prompt))],
+        ));
+        let prompting = session.prompting();
+        let (margin, turn_id) = (session.margin.clone(), turn.id.clone());
+        let prompt = tokio::spawn(async move {
+            let answered = asked.block_task().await;
+            if let Ok(response) = &answered {
+                tracing::info!(session = %margin, turn = %turn_id, stop_reason = ?response.stop_reason, "the agent ended its prompt");
+            }
+            drop(prompting);
+            answered
+        });
+        let answered = match prompt.await {
+            Ok(answered) => answered,
+            Err(error) => {
+                Err(agent_client_protocol::Error::internal_error().data(error.to_string()))
+            }
+        };
         // What the agent queued in the turn (its plan) is done in the turn.
         let (done, flushed) = oneshot::channel();
         if session.work(Work::Flush(done)).await.is_ok() {
@@ -113,7 +127,12 @@ impl Handler for Planner {
                 )))
         {
             tracing::warn!(session = %session.id(), %error, "session/cancel could not be sent");
+            return;
         }
+        // "Stopped" only once it stopped (SPEC P4): ACP has the agent end
+        // its prompt, `cancelled`, when told to; until then the session is
+        // stopping, and people can take the Stop back.
+        running.idle().await;
     }
 }
 
