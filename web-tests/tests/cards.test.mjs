@@ -186,3 +186,56 @@ serverTest('an answered card folds to one line with one action, Change answer', 
   assert.deepEqual(stored.body.decisions.find((d) => d.id === ids.region).answer, { choices: ['c1'] });
   assert.deepEqual(page.pageErrors, []);
 });
+
+serverTest('eight cards on neighbouring paragraphs: each one clicked into comes level with its paragraph, and only its paragraph is highlighted', {}, async ({ server, onCleanup }) => {
+  const questions = Array.from({ length: 8 }, (_, i) => `Question ${i + 1}: which way?`);
+  const { doc } = await documentWith(server, 'Dense', ['Launch plan.', ...questions, 'Notes.', 'More notes.']);
+  const keys = questions.map((_, i) => `d${i + 1}`);
+  await openDecisions(
+    server,
+    doc.id,
+    keys.map((key, i) => ({ key, question: `Which way for question ${i + 1}?`, response: 'free_text', at: i + 1 })),
+  );
+  const page = await openPage(onCleanup, { token: server.tokens.alice, baseUrl: server.baseUrl, viewport: WIDE });
+  await openDocument(page, server, doc.id);
+  await card(page, 'd8').waitFor();
+  const highlighted = () =>
+    page.locator('#editor .ProseMirror > .decision-active').evaluateAll((ps) => ps.map((p) => p.textContent));
+  const columnTop = async () => (await page.locator('#decision-margin').boundingBox()).y;
+
+  for (const [i, key] of keys.entries()) {
+    // Clicked as a person clicks: the pointer stays where the field was,
+    // and other cards may slide under it as this one moves.
+    await card(page, key).locator('.answer-text').click();
+    const level = await waitFor(
+      async () => {
+        const c = await card(page, key).boundingBox();
+        const p = await paragraph(page, i + 1).boundingBox();
+        return Math.abs(c.y - p.y) <= 4 && { c, p };
+      },
+      TIMEOUT,
+      `card ${key} level with its paragraph`,
+    ).catch(async (e) => {
+      const c = await card(page, key).boundingBox();
+      const p = await paragraph(page, i + 1).boundingBox();
+      throw new Error(`${e.message}: card at ${c.y}, paragraph at ${p.y}`);
+    });
+    assert.ok(level);
+    await waitFor(async () => (await highlighted()).join() === questions[i], TIMEOUT, `the paragraph of ${key}, the card worked in, highlighted`).catch(async (e) => {
+      throw new Error(`${e.message}: highlighted ${JSON.stringify(await highlighted())}`);
+    });
+    assert.equal(await page.evaluate(() => document.activeElement?.closest('.decision-card')?.dataset?.key), key);
+    // Every card one can see is below the column's top and overlaps none.
+    const top = await columnTop();
+    const shown = await page.locator('#decision-margin .decision-card').evaluateAll((cards) =>
+      cards
+        .filter((c) => getComputedStyle(c).visibility !== 'hidden')
+        .map((c) => c.getBoundingClientRect())
+        .map((r) => ({ top: r.top, bottom: r.bottom })),
+    );
+    shown.sort((a, b) => a.top - b.top);
+    assert.ok(shown[0].top >= top - 1, `no card above the column's top: ${shown[0].top} < ${top}`);
+    for (let j = 1; j < shown.length; j++) assert.ok(shown[j].top >= shown[j - 1].bottom, `cards overlap: ${JSON.stringify(shown)}`);
+  }
+  assert.deepEqual(page.pageErrors, []);
+});

@@ -7,9 +7,13 @@
 // fragment is the ProseMirror top-level node index.
 //
 // Layout: each card's top is its paragraph's top. Cards that would overlap
-// are stacked, and the card that is active — focused, or beside the caret —
+// are stacked, and the card that is pinned — focused, or beside the caret —
 // keeps its paragraph's line exactly while the cards above it move up and
-// those below move down (as comments do in a word processor). Positions are
+// those below move down (as comments do in a word processor); a card above
+// it with no room left under the column's top steps aside (tucked) until
+// the pinned card changes, and its marker still brings it. The active
+// card — focused, else by the caret, else under the pointer — is the one
+// highlighted with its paragraph. Positions are
 // measured again on every document change, resize and card change, so cards
 // follow the text as it reflows or others type. A marker beside each
 // paragraph that has a decision focuses its card; the active card's
@@ -113,9 +117,6 @@ export class DecisionCards implements CardHost {
   private hovered: string | null = null;
   private focused: string | null = null;
   private selected: string | null = null;
-  /** When each of those last changed: the latest one is highlighted. */
-  private readonly changed = { hovered: 0, focused: 0, selected: 0 };
-  private clock = 0;
   private readonly resizeObserver: ResizeObserver;
   private readonly onMapChange = (event: Y.YMapEvent<unknown>) => {
     for (const id of event.keysChanged) this.sync(id);
@@ -131,7 +132,6 @@ export class DecisionCards implements CardHost {
     const id = this.o.editor.isFocused && beside ? beside.card.id : null;
     if (id !== this.selected) {
       this.selected = id;
-      this.changed.selected = ++this.clock;
       this.schedule();
     }
   };
@@ -244,7 +244,6 @@ export class DecisionCards implements CardHost {
     slot.root.addEventListener('focusin', () => {
       if (this.focused !== id) {
         this.focused = id;
-        this.changed.focused = ++this.clock;
         this.schedule();
       }
     });
@@ -253,7 +252,6 @@ export class DecisionCards implements CardHost {
       if (next instanceof Node && slot.root.contains(next)) return;
       if (this.focused === id) {
         this.focused = null;
-        this.changed.focused = ++this.clock;
         this.schedule();
       }
     });
@@ -262,19 +260,17 @@ export class DecisionCards implements CardHost {
   private setHovered(id: string | null): void {
     if (this.hovered === id) return;
     this.hovered = id;
-    this.changed.hovered = ++this.clock;
     this.schedule();
   }
 
-  /** The card to highlight: the one most recently pointed at, focused or reached by the caret. */
-  private highlighted(): string | null {
-    const candidates: [string | null, number][] = [
-      [this.hovered, this.changed.hovered],
-      [this.focused, this.changed.focused],
-      [this.selected, this.changed.selected],
-    ];
-    const live = candidates.filter(([id]) => id !== null).sort((a, b) => b[1] - a[1]);
-    return live[0]?.[0] ?? null;
+  /**
+   * The active card, which both the highlight and the layout follow: the
+   * one holding focus, else the one beside the caret, else the one under
+   * the pointer. Focus first, so a card sliding under a still pointer as
+   * the focused one moves never takes its place.
+   */
+  private active(): string | null {
+    return this.focused ?? this.selected ?? this.hovered;
   }
 
   private schedule(): void {
@@ -356,26 +352,23 @@ export class DecisionCards implements CardHost {
     inOrder(unanchoredList, unanchored.map((slot) => slot.root));
     unanchoredSection.hidden = unanchored.length === 0;
 
-    const highlighted = this.highlighted();
+    const highlighted = this.active();
     // Only focus and the caret move cards: a card moving under the pointer
     // would be hard to reach.
-    const pinned =
-      this.focused !== null && (this.selected === null || this.changed.focused > this.changed.selected)
-        ? this.focused
-        : this.selected;
+    const pinned = this.focused ?? this.selected;
     const marginTop = margin.getBoundingClientRect().top;
     const targets = anchored.map(({ index }) => {
       const dom = editor.view.nodeDOM(starts[index]);
       return dom instanceof HTMLElement ? Math.round(dom.getBoundingClientRect().top - marginTop) : 0;
     });
     const heights = anchored.map(({ slot }) => slot.root.offsetHeight);
-    // A pinned card may push those above it up past the column's top, but
-    // not off the page.
-    const floor = 8 - Math.round(marginTop + window.scrollY);
-    const tops = stack(targets, heights, anchored.findIndex(({ slot }) => slot.card.id === pinned), floor);
+    const { tops, tucked } = stack(targets, heights, anchored.findIndex(({ slot }) => slot.card.id === pinned));
     anchored.forEach(({ slot }, i) => {
       slot.root.style.top = `${tops[i]}px`;
       slot.root.classList.toggle('active', slot.card.id === highlighted);
+      // A card with no room above the active one steps aside; its marker
+      // beside the text still brings it.
+      slot.root.classList.toggle('tucked', tucked[i]);
     });
     const last = anchored.length - 1;
     margin.style.minHeight = last >= 0 ? `${Math.max(0, tops[last] + heights[last] + GAP)}px` : '';
@@ -449,7 +442,9 @@ export class DecisionCards implements CardHost {
   /** Focuses a card (from its marker): it comes to its paragraph's line. */
   private focusCard(slot: CardSlot): void {
     this.focused = slot.card.id;
-    this.changed.focused = ++this.clock;
+    // A tucked card cannot take focus; once focused it is the one pinned,
+    // and the layout shows it.
+    slot.root.classList.remove('tucked');
     slot.root.focus({ preventScroll: true });
     slot.root.scrollIntoView({ block: 'nearest' });
     this.schedule();
@@ -531,27 +526,35 @@ function inOrder(parent: HTMLElement, elements: HTMLElement[]): void {
 
 /**
  * Tops for cards whose paragraphs are at `targets` (ascending) and whose
- * heights are `heights`, so that none overlap: the `pinned` card (−1 for
- * none) sits exactly at its target, those below are pushed down and those
- * above pushed up, never above `floor` (then everything moves down from it).
+ * heights are `heights`, so that none overlap, within the column (top 0):
+ * the `pinned` card (−1 for none) sits exactly at its target, those below
+ * are pushed down and those above pushed up; one that would then start
+ * above the column's top is `tucked` (out of sight, taking no room), so the
+ * pinned card stays level with its paragraph however dense the cards.
  * With none pinned, cards are pushed down only, from the column's top.
  */
-export function stack(targets: number[], heights: number[], pinned: number, floor: number): number[] {
+export function stack(
+  targets: number[],
+  heights: number[],
+  pinned: number,
+): { tops: number[]; tucked: boolean[] } {
   const n = targets.length;
   const tops = targets.map((t) => Math.max(0, t));
-  const down = (from: number) => {
-    for (let i = Math.max(from, 1); i < n; i++) tops[i] = Math.max(tops[i], tops[i - 1] + heights[i - 1] + GAP);
-  };
-  if (pinned < 0) {
-    down(1);
-    return tops;
+  const tucked = targets.map(() => false);
+  for (let i = Math.max(pinned + 1, 1); i < n; i++) tops[i] = Math.max(tops[i], tops[i - 1] + heights[i - 1] + GAP);
+  if (pinned < 0) return { tops, tucked };
+  // Upwards from the pinned card: each card ends a gap above the lowest
+  // card shown below it; one with no room left is tucked.
+  let ceiling = tops[pinned];
+  for (let i = pinned - 1; i >= 0; i--) {
+    const top = Math.min(tops[i], ceiling - heights[i] - GAP);
+    if (top < 0) {
+      tucked[i] = true;
+      tops[i] = 0;
+    } else {
+      tops[i] = top;
+      ceiling = top;
+    }
   }
-  down(pinned + 1);
-  for (let i = pinned - 1; i >= 0; i--) tops[i] = Math.min(tops[i], tops[i + 1] - heights[i] - GAP);
-  if (tops[0] < floor) {
-    // No room above: start from the floor and push down again.
-    tops[0] = floor;
-    down(1);
-  }
-  return tops;
+  return { tops, tucked };
 }
