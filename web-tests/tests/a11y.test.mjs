@@ -139,6 +139,66 @@ serverTest('every card action is reachable and usable from the keyboard alone', 
   assert.deepEqual(page.pageErrors, []);
 });
 
+serverTest('from the keyboard: Enter answers a one-line answer, focus stays on the folded card, and the text shows its focus at 3:1', {}, async ({ server, onCleanup }) => {
+  const { doc } = await documentWith(server, 'Keys', ['Intro.', 'What budget?', 'Which region first?', 'Notes.']);
+  await openDecisions(server, doc.id, [
+    { key: 'budget', question: 'What budget?', response: 'free_text', at: 1 },
+    { key: 'region', question: 'Which region first?', response: 'single_choice', choices: ['EU', 'US'], at: 2 },
+  ]);
+  const page = await openPage(onCleanup, { token: server.tokens.alice, baseUrl: server.baseUrl, viewport: WIDE });
+  await openDocument(page, server, doc.id);
+  await card(page, 'region').waitFor();
+  const focused = () =>
+    page.evaluate(() => {
+      const e = document.activeElement;
+      return { key: e?.closest('.decision-card')?.dataset.key ?? null, field: e?.dataset?.field ?? null, tag: e?.tagName };
+    });
+
+  // Enter answers; Shift+Enter is a new line within the answer.
+  await card(page, 'budget').locator('.answer-text').focus();
+  await page.keyboard.type('Forty');
+  await page.keyboard.press('Shift+Enter');
+  await page.keyboard.type('thousand');
+  await page.keyboard.press('Enter');
+  await waitFor(async () => (await card(page, 'budget').getAttribute('data-state')) === 'answered', TIMEOUT, 'answered by Enter');
+  const stored = (await server.api('GET', `/documents/${doc.id}/decisions`, { as: 'alice' })).body.decisions.find((c) => c.key === 'budget');
+  assert.deepEqual(stored.answer, { text: 'Forty\nthousand' });
+  // The card folded, and focus stayed on it rather than dropping to the page.
+  await waitFor(async () => {
+    const f = await focused();
+    return f.key === 'budget' && f.field === 'summary';
+  }, TIMEOUT, 'focus on the folded card').catch(async (e) => {
+    throw new Error(`${e.message}: focus is on ${JSON.stringify(await focused())}`);
+  });
+
+  // The same after a choice answered from the keyboard.
+  await card(page, 'region').locator('input[type=radio]').first().focus();
+  await page.keyboard.press('Space');
+  await card(page, 'region').locator('.answer-submit').focus();
+  await page.keyboard.press('Enter');
+  await waitFor(async () => {
+    const f = await focused();
+    return f.key === 'region' && f.field === 'summary';
+  }, TIMEOUT, 'focus on the folded choice card').catch(async (e) => {
+    throw new Error(`${e.message}: focus is on ${JSON.stringify(await focused())}`);
+  });
+
+  // The document text's focus indicator, reached by keyboard, against the page.
+  await page.locator('#editor .ProseMirror').focus();
+  await page.keyboard.press('ArrowDown');
+  const ratio = await page.evaluate(() => {
+    const editor = document.querySelector('#editor .ProseMirror');
+    const style = getComputedStyle(editor);
+    const colour = (style.boxShadow.match(/rgba?\([^)]*\)/) ?? [style.outlineColor])[0];
+    const [r, g, b] = colour.match(/[\d.]+/g).map(Number);
+    const lin = (c) => ((c /= 255) <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4);
+    const L = 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b);
+    return (1 + 0.05) / (L + 0.05);
+  });
+  assert.ok(ratio >= 3, `the text's focus ring has ${ratio.toFixed(2)}:1 against white; WCAG asks 3:1`);
+  assert.deepEqual(page.pageErrors, []);
+});
+
 serverTest('a page load finds its icon and precompressed, content-hashed assets; a new document shows a placeholder', {}, async ({ server, onCleanup }) => {
   const page = await openPage(onCleanup, { token: server.tokens.alice, baseUrl: server.baseUrl, viewport: WIDE });
   const problems = [];

@@ -216,7 +216,12 @@ serverTest('answering, discarding, reopening and adding options from the page re
   assert.deepEqual(all.channels.answer, { choices: ['c1'] });
   assert.equal(all.channels.answered_by, 'bob');
   assert.deepEqual(all.budget.answer, { text: 'Up to 40k, see the spreadsheet.' });
-  for (const page of [alice, bob]) await waitBeside(page, 'region', 1);
+  // Bob's focus stays on the card he answered (it is pinned there); with
+  // no card pinned, every card is back beside its paragraph.
+  for (const page of [alice, bob]) {
+    await page.evaluate(() => document.activeElement?.blur());
+    await waitBeside(page, 'region', 1);
+  }
 
   await mkdir(artifacts, { recursive: true });
   await alice.screenshot({ path: path.join(artifacts, 'decision-cards.png'), fullPage: true });

@@ -344,6 +344,14 @@ function fullParts(slot: CardSlot, host: CardHost, questionId: string): HTMLElem
       draft.text = area.value;
       fit();
     });
+    // Enter answers, as in any one-line field; Shift+Enter starts a new
+    // line of a longer answer.
+    area.addEventListener('keydown', (ev) => {
+      if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing) {
+        ev.preventDefault();
+        form.requestSubmit();
+      }
+    });
     if (draft.text) requestAnimationFrame(fit);
     form.append(area, actionRow(...formButtons()));
     actionsPlaced = true;

@@ -478,6 +478,9 @@ export class DecisionCards implements CardHost {
   private async run(slot: CardSlot, action: CardAction, body?: unknown, onSuccess?: () => void): Promise<void> {
     if (slot.busy) return;
     const before = slot.json;
+    // Focus inside the card survives its re-rendering (an answered card
+    // folds): a keyboard user stays where they were.
+    const held = slot.root.contains(document.activeElement);
     slot.busy = true;
     slot.error = null;
     this.render(slot);
@@ -508,8 +511,20 @@ export class DecisionCards implements CardHost {
           : `Could not ${verb}: ${describe(e)}`;
     } finally {
       slot.busy = false;
-      if (!this.destroyed && this.slots.get(slot.card.id) === slot) this.render(slot);
+      if (!this.destroyed && this.slots.get(slot.card.id) === slot) {
+        this.render(slot);
+        const lost = !document.activeElement || document.activeElement === document.body;
+        if (held && lost) this.refocus(slot);
+      }
     }
+  }
+
+  /** Focus back in a re-rendered card: its summary when folded, else its first control. */
+  private refocus(slot: CardSlot): void {
+    const target =
+      slot.root.querySelector<HTMLElement>('[data-field="summary"]') ??
+      slot.root.querySelector<HTMLElement>('button, input, textarea, summary');
+    (target ?? slot.root).focus({ preventScroll: true });
   }
 }
 
