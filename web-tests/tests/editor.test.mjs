@@ -239,6 +239,35 @@ serverTest('the editor shows the connection status and resyncs after a server re
   assert.deepEqual(alice.pageErrors, []);
 });
 
+serverTest('while the server is away a banner says typing is kept, and the Planner status reads unknown rather than unlinked', {}, async ({ server, onCleanup }) => {
+  const doc = await server.createDocument('alice', 'Outage');
+  const alice = await openPage(onCleanup, { token: server.tokens.alice, baseUrl: server.baseUrl });
+  await alice.goto(`${server.baseUrl}/#/d/${doc.id}`);
+  await alice.locator('#editor .ProseMirror').waitFor();
+  await waitFor(async () => (await text(alice, '#status')) === 'connected', TIMEOUT, 'connected');
+  await waitFor(async () => (await text(alice, '#planner-status')) === 'No Planner linked', TIMEOUT, 'the Planner status');
+  assert.equal(await alice.locator('#outage').isVisible(), false, 'no banner while connected');
+
+  await server.stop();
+  await waitFor(async () => alice.locator('#outage').isVisible(), TIMEOUT, 'the outage banner');
+  assert.match(await text(alice, '#outage'), /reconnecting.*what you type is kept.*syncs/i);
+  await waitFor(async () => (await text(alice, '#planner-status')) === 'Unknown while disconnected', TIMEOUT, 'the Planner status to be unknown');
+  assert.equal(await alice.locator('#planner-stop').isVisible(), false);
+  // Typing goes on while away, and reaches the server once it is back.
+  await alice.locator('#editor .ProseMirror').click();
+  await alice.keyboard.type('Typed while away');
+
+  await server.start();
+  await waitFor(async () => !(await alice.locator('#outage').isVisible()), 15000, 'the banner to go once reconnected');
+  await waitFor(async () => (await text(alice, '#planner-status')) === 'No Planner linked', TIMEOUT, 'the Planner status again');
+  await waitFor(
+    async () => (await server.outline('alice', doc.id)).blocks.some((b) => b.text === 'Typed while away'),
+    TIMEOUT,
+    'what was typed while away to reach the server',
+  );
+  assert.deepEqual(alice.pageErrors, []);
+});
+
 serverTest('an archived document opens read-only for its owner, with Chat closed', { accounts: ['alice'] }, async ({ server, onCleanup }) => {
   const doc = await server.createDocument('alice', 'Old plan');
   const archived = await server.api('POST', `/documents/${doc.id}/archive`, { as: 'alice' });

@@ -119,6 +119,7 @@ function closeSession(): void {
   if (!session) return;
   const { editor, provider, ydoc, cards, chat, planner, plan, feed, controls } = session;
   session = null;
+  $('outage').hidden = true;
   feed.destroy();
   controls.destroy();
   chat.destroy();
@@ -256,11 +257,23 @@ async function renderDocument(token: string, id: string, seq: number): Promise<v
     disableBc: true,
   });
   setStatus('connecting');
+  // Once connected, losing the server is an outage, said plainly until it
+  // is back; a final refusal (44xx, no reconnect) is said by the status.
+  let everConnected = false;
+  let refused = false;
+  const outage = (on: boolean) => {
+    $('outage').hidden = !on;
+    planner.setReachable(!on);
+  };
   provider.on('status', ({ status }) => {
-    if (session?.provider === provider) setStatus(status);
+    if (session?.provider !== provider) return;
+    setStatus(status);
+    if (status === 'connected') everConnected = true;
+    outage(everConnected && !refused && status !== 'connected');
   });
   provider.on('connection-close', (event) => {
     if (session?.provider !== provider || !event) return;
+    refused = event.code >= 4400 && event.code < 4500;
     // 44xx are final refusals (the client does not reconnect).
     if (event.code === Close.READ_ONLY) {
       setStatus('disconnected', 'edit refused: read-only access');

@@ -49,6 +49,7 @@ const isLive = (r: RunView) => r.status === 'running' || r.status === 'paused';
 
 export class PlannerPanel {
   private view: PlannerView | null = null;
+  private reachable = true;
   private received = Date.now();
   private timer: ReturnType<typeof setInterval>;
   private readonly status = byId<HTMLElement>('planner-status');
@@ -89,6 +90,16 @@ export class PlannerPanel {
     if (this.view) this.render();
   }
 
+  /**
+   * Whether the server can be reached. While it cannot, the Planner's
+   * status is unknown — not "not linked" — and nothing is offered to do.
+   */
+  setReachable(reachable: boolean): void {
+    if (reachable === this.reachable) return;
+    this.reachable = reachable;
+    this.render();
+  }
+
   /** Shows a view the feed delivered. */
   show(view: PlannerView): void {
     this.view = view;
@@ -98,6 +109,16 @@ export class PlannerPanel {
   }
 
   private render(): void {
+    if (!this.reachable) {
+      this.status.dataset.state = 'unknown';
+      this.status.textContent = 'Unknown while disconnected';
+      this.status.title = '';
+      this.detail.textContent = "The server cannot be reached; the Planner's status shows again once it can.";
+      this.stop.hidden = true;
+      this.resume.hidden = true;
+      this.note.textContent = '';
+      return;
+    }
     const v = this.view;
     if (!v) return;
     const state: PlannerState = v.state ?? 'unlinked';
