@@ -239,3 +239,55 @@ serverTest('eight cards on neighbouring paragraphs: each one clicked into comes 
   }
   assert.deepEqual(page.pageErrors, []);
 });
+
+serverTest('on a 390 px phone each card sits right under its paragraph, covers no text, and its controls are at least 24 px', {}, async ({ server, onCleanup }) => {
+  const paragraphs = Array.from({ length: 10 }, (_, i) =>
+    i % 3 === 1 ? `Question ${i}: which region do we launch in first, and why?` : `${FILLER} (${i})`,
+  );
+  const { doc } = await documentWith(server, 'Phone', paragraphs);
+  const at = [1, 4, 7];
+  await openDecisions(server, doc.id, [
+    { key: 'p1', question: 'Which region first?', response: 'single_choice', choices: ['EU', 'US'], at: at[0] },
+    { key: 'p4', question: 'What budget?', response: 'free_text', at: at[1] },
+    { key: 'p7', question: 'Ship on Friday?', response: 'yes_no', at: at[2] },
+  ]);
+  const page = await openPage(onCleanup, { token: server.tokens.alice, baseUrl: server.baseUrl, viewport: { width: 390, height: 844 } });
+  await openDocument(page, server, doc.id);
+  await card(page, 'p7').waitFor();
+
+  const placed = async () => {
+    const out = [];
+    for (const [i, key] of ['p1', 'p4', 'p7'].entries()) {
+      const c = await card(page, key).boundingBox();
+      const p = await paragraph(page, at[i]).boundingBox();
+      const next = await paragraph(page, at[i] + 1).boundingBox();
+      out.push({ key, gap: Math.round(c.y - (p.y + p.height)), over: Math.round(c.y + c.height - next.y) });
+    }
+    return out;
+  };
+  // Under its paragraph (within a few lines), and above the next one.
+  const spots = await waitFor(
+    async () => {
+      const now = await placed();
+      return now.every(({ gap, over }) => gap >= 0 && gap <= 40 && over <= 0) && now;
+    },
+    TIMEOUT,
+    'every card right under its paragraph',
+  ).catch(async (e) => {
+    throw new Error(`${e.message}: ${JSON.stringify(await placed())}`);
+  });
+  assert.equal(spots.length, 3);
+  assert.ok((await page.evaluate(() => document.scrollingElement.scrollWidth)) <= 390, 'no sideways scroll');
+
+  // Every control in a card is a target of at least 24 by 24 px (WCAG 2.2).
+  const small = await page.locator('#decision-margin .decision-card').evaluateAll((cards) =>
+    cards
+      .flatMap((c) => [...c.querySelectorAll('button, label.choice, summary, textarea')])
+      .filter((e) => e.offsetParent !== null)
+      .map((e) => ({ what: e.getAttribute('aria-label') || e.textContent.trim().slice(0, 30), ...e.getBoundingClientRect().toJSON() }))
+      .filter((r) => r.width < 24 || r.height < 24)
+      .map((r) => `${r.what}: ${Math.round(r.width)}×${Math.round(r.height)}`),
+  );
+  assert.deepEqual(small, []);
+  assert.deepEqual(page.pageErrors, []);
+});

@@ -1,7 +1,8 @@
 // Marks in the text for decisions (SPEC B1a): every top-level block a
 // decision stands beside carries `has-decision`, and the block of the card
 // that is active (hovered, focused, or where the caret is) also carries
-// `decision-active`, so a reader sees which paragraph a card is about.
+// `decision-active`, so a reader sees which paragraph a card is about. On
+// a phone a block also keeps room under it for its cards, which sit there.
 //
 // Node decorations, not classes set on the DOM: ProseMirror owns the
 // editor's DOM and redraws it as people type, while decorations are part of
@@ -19,10 +20,12 @@ export interface AnchorMarks {
   blocks: Map<number, string[]>;
   /** The active card's block, if any. */
   active: number | null;
+  /** Block index → room in px to keep under it for its cards (a phone). */
+  room: Map<number, number>;
 }
 
 const key = new PluginKey<AnchorMarks>('marginDecisionAnchors');
-const none: AnchorMarks = { blocks: new Map(), active: null };
+const none: AnchorMarks = { blocks: new Map(), active: null, room: new Map() };
 
 function decorate(doc: Parameters<typeof DecorationSet.create>[0], marks: AnchorMarks): DecorationSet {
   const found: Decoration[] = [];
@@ -32,10 +35,12 @@ function decorate(doc: Parameters<typeof DecorationSet.create>[0], marks: Anchor
     if (states) {
       const open = states.some((s) => s === 'open' || s === 'reopened');
       const classes = ['has-decision', index === marks.active ? 'decision-active' : ''].filter(Boolean);
+      const room = marks.room.get(index);
       found.push(
         Decoration.node(pos, pos + node.nodeSize, {
           class: classes.join(' '),
           'data-decision': open ? 'open' : 'settled',
+          ...(room ? { style: `margin-bottom: calc(0.8em + ${room}px)` } : {}),
         }),
       );
     }
@@ -72,7 +77,8 @@ export function setAnchorMarks(editor: Editor, marks: AnchorMarks): void {
 }
 
 function same(a: AnchorMarks, b: AnchorMarks): boolean {
-  if (a.active !== b.active || a.blocks.size !== b.blocks.size) return false;
+  if (a.active !== b.active || a.blocks.size !== b.blocks.size || a.room.size !== b.room.size) return false;
+  for (const [index, px] of a.room) if (b.room.get(index) !== px) return false;
   for (const [index, states] of a.blocks) {
     const other = b.blocks.get(index);
     if (!other || other.join() !== states.join()) return false;

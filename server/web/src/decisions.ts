@@ -52,6 +52,8 @@ export interface DecisionCardsOptions {
 
 /** Space between stacked cards. */
 const GAP = 8;
+/** A screen too narrow for cards beside the text (as in app.css). */
+const NARROW = '(max-width: 760px)';
 
 const isString = (v: unknown): v is string => typeof v === 'string';
 
@@ -362,7 +364,23 @@ export class DecisionCards implements CardHost {
       return dom instanceof HTMLElement ? Math.round(dom.getBoundingClientRect().top - marginTop) : 0;
     });
     const heights = anchored.map(({ slot }) => slot.root.offsetHeight);
-    const { tops, tucked } = stack(targets, heights, anchored.findIndex(({ slot }) => slot.card.id === pinned));
+    // A phone has no margin beside the text: each card goes under its own
+    // paragraph, which keeps room for its cards, so no card covers text
+    // and none is more than a paragraph from what it asks about.
+    const narrow = window.matchMedia(NARROW).matches;
+    const room = new Map<number, number>();
+    if (narrow) {
+      anchored.forEach(({ index }, i) => {
+        const dom = editor.view.nodeDOM(starts[index]);
+        if (dom instanceof HTMLElement) targets[i] = Math.round(dom.getBoundingClientRect().bottom - marginTop) + GAP;
+        room.set(index, (room.get(index) ?? GAP) + heights[i] + GAP);
+      });
+    }
+    const { tops, tucked } = stack(
+      targets,
+      heights,
+      narrow ? -1 : anchored.findIndex(({ slot }) => slot.card.id === pinned),
+    );
     anchored.forEach(({ slot }, i) => {
       slot.root.style.top = `${tops[i]}px`;
       slot.root.classList.toggle('active', slot.card.id === highlighted);
@@ -377,7 +395,7 @@ export class DecisionCards implements CardHost {
     const blocks = new Map<number, string[]>();
     for (const { slot, index } of anchored) blocks.set(index, [...(blocks.get(index) ?? []), slot.card.state]);
     const activeSlot = highlighted ? this.slots.get(highlighted) : undefined;
-    setAnchorMarks(editor, { blocks, active: activeSlot?.blockIndex ?? null });
+    setAnchorMarks(editor, { blocks, active: activeSlot?.blockIndex ?? null, room });
     this.summarise();
   }
 
