@@ -24,7 +24,7 @@ export interface AnchorMarks {
   room: Map<number, number>;
 }
 
-const key = new PluginKey<AnchorMarks>('marginDecisionAnchors');
+const key = new PluginKey<Drawn>('marginDecisionAnchors');
 const none: AnchorMarks = { blocks: new Map(), active: null, room: new Map() };
 
 function decorate(doc: Parameters<typeof DecorationSet.create>[0], marks: AnchorMarks): DecorationSet {
@@ -49,19 +49,32 @@ function decorate(doc: Parameters<typeof DecorationSet.create>[0], marks: Anchor
   return DecorationSet.create(doc, found);
 }
 
+/** The plugin's state: the marks, and the decorations drawn for them. */
+interface Drawn {
+  marks: AnchorMarks;
+  set: DecorationSet;
+}
+
 /** The extension the editor is built with. */
 export const DecisionAnchors = Extension.create({
   name: 'decisionAnchors',
   addProseMirrorPlugins() {
     return [
-      new Plugin<AnchorMarks>({
+      new Plugin<Drawn>({
         key,
         state: {
-          init: () => none,
-          apply: (tr, marks) => tr.getMeta(key) ?? marks,
+          init: () => ({ marks: none, set: DecorationSet.empty }),
+          // Drawn again only when the marks change; a keystroke maps the
+          // decorations it has, so typing costs nothing per block of the
+          // document (the marks follow within a frame, from decisions.ts).
+          apply: (tr, drawn) => {
+            const marks = tr.getMeta(key) as AnchorMarks | undefined;
+            if (marks) return { marks, set: decorate(tr.doc, marks) };
+            return tr.docChanged ? { marks: drawn.marks, set: drawn.set.map(tr.mapping, tr.doc) } : drawn;
+          },
         },
         props: {
-          decorations: (state) => decorate(state.doc, key.getState(state) ?? none),
+          decorations: (state) => key.getState(state)?.set ?? DecorationSet.empty,
         },
       }),
     ];
@@ -71,7 +84,7 @@ export const DecisionAnchors = Extension.create({
 /** Sets the marks, if they differ from those shown. */
 export function setAnchorMarks(editor: Editor, marks: AnchorMarks): void {
   if (editor.isDestroyed) return;
-  const shown = key.getState(editor.state) ?? none;
+  const shown = key.getState(editor.state)?.marks ?? none;
   if (same(shown, marks)) return;
   editor.view.dispatch(editor.state.tr.setMeta(key, marks).setMeta('addToHistory', false));
 }

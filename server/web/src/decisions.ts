@@ -120,6 +120,12 @@ export class DecisionCards implements CardHost {
   private focused: string | null = null;
   private selected: string | null = null;
   private readonly resizeObserver: ResizeObserver;
+  /** Each top-level block's index by identity, until blocks come or go. */
+  private indexes: Map<string, number> | null = null;
+  /** Blocks came or went (typing inside a block changes no index). */
+  private readonly onBlocks = () => {
+    this.indexes = null;
+  };
   private readonly onMapChange = (event: Y.YMapEvent<unknown>) => {
     for (const id of event.keysChanged) this.sync(id);
     this.schedule();
@@ -149,6 +155,7 @@ export class DecisionCards implements CardHost {
     o.unanchoredSection.hidden = true;
     o.summary.hidden = true;
     this.map.observe(this.onMapChange);
+    this.fragment.observe(this.onBlocks);
     o.editor.on('transaction', this.onTransaction);
     o.editor.on('selectionUpdate', this.onSelection);
     o.editor.on('focus', this.onSelection);
@@ -163,6 +170,7 @@ export class DecisionCards implements CardHost {
   destroy(): void {
     this.destroyed = true;
     this.map.unobserve(this.onMapChange);
+    this.fragment.unobserve(this.onBlocks);
     this.o.editor.off('transaction', this.onTransaction);
     this.o.editor.off('selectionUpdate', this.onSelection);
     this.o.editor.off('focus', this.onSelection);
@@ -285,19 +293,25 @@ export class DecisionCards implements CardHost {
 
   /** Index of each live top-level block by identity, or null while the editor lags the Y.Doc. */
   private blockIndexes(): Map<string, number> | null {
-    const children = this.fragment.toArray();
-    if (children.length !== this.o.editor.state.doc.childCount) return null;
+    if (this.fragment.length !== this.o.editor.state.doc.childCount) return null;
+    if (this.indexes) return this.indexes;
     const byIdentity = new Map<string, number>();
-    children.forEach((child, i) => {
+    this.fragment.toArray().forEach((child, i) => {
       const item = (child as Y.XmlElement)._item;
       if (item) byIdentity.set(`${item.id.client}:${item.id.clock}`, i);
     });
+    this.indexes = byIdentity;
     return byIdentity;
   }
 
   /** Places every card beside its block, its marker beside the text, and marks the text. */
   private layout(): void {
     if (this.destroyed) return;
+    if (this.slots.size === 0) {
+      // Nothing to place: typing in a plan without decisions costs nothing here.
+      this.clear();
+      return;
+    }
     const indexes = this.blockIndexes();
     if (!indexes) {
       // y-prosemirror has not applied the latest change yet; try next frame.
@@ -396,6 +410,17 @@ export class DecisionCards implements CardHost {
     for (const { slot, index } of anchored) blocks.set(index, [...(blocks.get(index) ?? []), slot.card.state]);
     const activeSlot = highlighted ? this.slots.get(highlighted) : undefined;
     setAnchorMarks(editor, { blocks, active: activeSlot?.blockIndex ?? null, room });
+    this.summarise();
+  }
+
+  /** No cards: no markers, no marks, no room kept. */
+  private clear(): void {
+    const { margin, markers, unanchoredSection, editor } = this.o;
+    margin.style.minHeight = '';
+    if (markers.childElementCount) markers.replaceChildren();
+    this.markerButtons.clear();
+    unanchoredSection.hidden = true;
+    setAnchorMarks(editor, { blocks: new Map(), active: null, room: new Map() });
     this.summarise();
   }
 

@@ -12,11 +12,11 @@ import { Editor } from '@tiptap/core';
 import StarterKit from '@tiptap/starter-kit';
 import Collaboration from '@tiptap/extension-collaboration';
 import CollaborationCursor from '@tiptap/extension-collaboration-cursor';
-import Placeholder from '@tiptap/extension-placeholder';
 import * as Y from 'yjs';
 import { WebsocketProvider } from 'y-websocket';
 import { ApiError, api, describe } from './api';
 import { DecisionAnchors } from './anchors';
+import { EmptyPlaceholder } from './placeholder';
 import { DecisionCards } from './decisions';
 import { ChatPanel } from './chat';
 import { PlannerPanel } from './planner';
@@ -299,8 +299,8 @@ async function renderDocument(token: string, id: string, seq: number): Promise<v
         provider,
         user: { name, color: colourFor(name) },
       }),
-      Placeholder.configure({
-        placeholder: readOnly
+      EmptyPlaceholder.configure({
+        text: readOnly
           ? 'This document is empty.'
           : 'Write the plan here. End a paragraph with “?” and mention @planner in Chat to have the Planner turn it into a decision.',
       }),
