@@ -1,7 +1,7 @@
 // The README's walkthrough, done in a real Chromium against
 // `margin serve --demo-planner`: sign in, open the sample plan, ask the
 // Planner to review it, answer a card, see the paragraph a card is about,
-// and share the plan. Each step's screenshot is written to artifacts/, or
+// share the plan, and open it on a phone. Each step's screenshot is written to artifacts/, or
 // to $SCREENSHOT_DIR — `npm run screenshots` writes them to docs/screenshots,
 // where the README shows them.
 
@@ -93,4 +93,14 @@ serverTest('the README walkthrough with the demo Planner', { accounts: ['alice',
   await page.keyboard.press('Escape');
   assert.equal(await card(page, 'x').count(), 0);
   assert.deepEqual(page.pageErrors, []);
+
+  // 8. The same plan on a phone: each card under its own paragraph.
+  const phone = await openPage(onCleanup, { token: server.tokens.alice, baseUrl: server.baseUrl, viewport: { width: 390, height: 844 } });
+  await phone.goto(page.url());
+  const open = phone.locator('.decision-card[data-state="open"]').first();
+  await open.waitFor();
+  await open.scrollIntoViewIfNeeded();
+  await phone.evaluate(() => window.scrollBy(0, -160));
+  await shot(phone, '6-phone');
+  assert.deepEqual(phone.pageErrors, []);
 });
