@@ -12,8 +12,10 @@
 //   node bench/typing.mjs --sizes=1000 --keys=50   a quick look
 //   JSON=../server/benches/results/$(date +%F)-typing.jsonl node bench/typing.mjs
 //
-// Needs the margin binary (MARGIN_BIN, else target/debug/margin; a release
-// build is what results are published from) and Debian's Chromium.
+// Needs the margin binary (MARGIN_BIN, else target/debug/margin; with
+// MARGIN_COMMIT naming the commit it was built from when not this one) and
+// Debian's Chromium. What is measured is the browser's work; the server's
+// build (debug or release) only serves the page and the document.
 
 import { appendFileSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
@@ -79,7 +81,9 @@ async function typeInto(page, root, paragraphs) {
 async function main() {
   const server = await startServer({ accounts: ['alice'] });
   const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
-  const commit = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
+  // The commit the binary (and the editor it embeds) was built from: this
+  // checkout's, unless MARGIN_COMMIT names another (a binary built elsewhere).
+  const commit = process.env.MARGIN_COMMIT ?? execFileSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim();
   const run = {
     kind: 'run',
     bench: 'typing',
