@@ -58,13 +58,25 @@ impl Scene {
 
     /// Links `handler` through the SDK; cancel the token to detach.
     async fn link(&self, handler: impl Handler) -> CancellationToken {
+        self.link_served(handler).await.0
+    }
+
+    /// As [`Scene::link`], with the serving task, which ends once the link
+    /// has.
+    async fn link_served(
+        &self,
+        handler: impl Handler,
+    ) -> (
+        CancellationToken,
+        tokio::task::JoinHandle<margin_sdk::Ended>,
+    ) {
         let linked = Connector::new(format!("http://{}", self.server.addr), &self.credential)
             .connect()
             .await
             .expect("the connector links");
         let detach = CancellationToken::new();
-        tokio::spawn(linked.serve(handler, detach.clone().cancelled_owned()));
-        detach
+        let serving = tokio::spawn(linked.serve(handler, detach.clone().cancelled_owned()));
+        (detach, serving)
     }
 
     /// Serves `handler` through `connector`, linking again after drops;
@@ -715,11 +727,14 @@ on_both_backends! {
     async fn connector_fails_tool_calls_once_the_link_has_ended(db) {
         let s = Scene::new(&db, &["Text."]).await;
         let kept = Arc::new(Mutex::new(None));
-        let detach = s.link(Keeps(kept.clone())).await;
+        let (detach, serving) = s.link_served(Keeps(kept.clone())).await;
         s.say("@planner hello").await;
         chat_until(&s.server, &s.token, &s.doc, 1, planner_replies).await;
         let turn = kept.lock().unwrap().take().expect("the turn was kept");
         detach.cancel();
+        // Called once the link has ended: called sooner, it could still
+        // reach the server, which refuses it as a turn that ended.
+        tokio::time::timeout(PATIENCE, serving).await.expect("the link ended").expect("serving ran");
         let ended = tokio::time::timeout(PATIENCE, turn.read_document()).await.expect("the call settled");
         assert!(matches!(ended, Err(ToolError::LinkClosed)), "{ended:?}");
     }
