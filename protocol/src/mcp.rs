@@ -171,6 +171,21 @@ impl DocumentResource {
     }
 }
 
+/// Longest id an agent's call may name (Margin's ids are UUIDs).
+pub const MAX_ID_BYTES: usize = 64;
+
+/// Whether `id` can be one of Margin's ids (a document's, a session's):
+/// 1 to [`MAX_ID_BYTES`] letters, digits, `-` or `_`. Checked before an id
+/// an agent sent stands in a path or names a session, so no `/`, `?` or
+/// `..` ever reaches one.
+pub fn is_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_ID_BYTES
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 /// What a call naming a tool not `offered` is told.
 pub fn unknown_tool(name: &str, offered: &[&str]) -> String {
     format!("no tool {name:?}; the tools are {}", offered.join(", "))

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use margin_protocol::mcp::{refusal, unknown_tool, DOCUMENT_TOOLS};
+use margin_protocol::mcp::{is_id, refusal, unknown_tool, DOCUMENT_TOOLS};
 use margin_protocol::tools::ToolName;
 use margin_sdk::ToolError;
 use rmcp::model::{
@@ -32,8 +32,6 @@ use crate::live::Live;
 const MAX_HEADER_BYTES: u64 = 128;
 /// How long a tool connection has to send its header.
 const HEADER_WAIT: Duration = Duration::from_secs(10);
-/// Longest session id a header may name.
-const MAX_SESSION_BYTES: usize = 64;
 
 /// Most tool connections answered at once (an agent opens one per
 /// session); more wait for one to close.
@@ -100,12 +98,7 @@ async fn answer(stream: UnixStream, live: Live) {
 /// The session a header line names: `session ID`.
 fn session_of(header: &str) -> Option<&str> {
     let id = header.trim_end_matches('\n').strip_prefix("session ")?;
-    let fits = !id.is_empty()
-        && id.len() <= MAX_SESSION_BYTES
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    fits.then_some(id)
+    is_id(id).then_some(id)
 }
 
 /// `margin planner acp-tools`: joins this process's stdio to the bridge's

@@ -18,8 +18,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use margin_protocol::mcp::{
-    refusal, split_document, unknown_tool, DocumentResource, ListDocumentsInput, MemberTool,
-    OnDocument, PostChatInput, RESOURCE_PREFIX,
+    is_id, refusal, split_document, unknown_tool, DocumentResource, ListDocumentsInput, MemberTool,
+    OnDocument, PostChatInput, MAX_ID_BYTES, RESOURCE_PREFIX,
 };
 use margin_protocol::DocumentList;
 use rmcp::model::{
@@ -41,10 +41,6 @@ use super::AppState;
 /// Largest answer read back from the HTTP surface: a whole outline of a
 /// document at its bounds, with room.
 const MAX_ANSWER_BYTES: usize = 16 * 1024 * 1024;
-
-/// Largest id a call may name (ids are UUIDs); anything else, or a byte
-/// outside `[A-Za-z0-9_-]`, is refused before it reaches a path.
-const MAX_ID_BYTES: usize = 64;
 
 /// `/mcp`: Streamable HTTP for signed-in callers, its calls made through
 /// `api`, this server's HTTP surface. Requests of at most `max_body` bytes.
@@ -376,12 +372,7 @@ fn route(tool: MemberTool, arguments: Map<String, Value>) -> Result<Call, String
 
 /// `id`, if it can stand in a path as one segment.
 fn id(id: &str) -> Result<&str, String> {
-    let fits = !id.is_empty()
-        && id.len() <= MAX_ID_BYTES
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if fits {
+    if is_id(id) {
         Ok(id)
     } else {
         Err(format!(
