@@ -124,12 +124,8 @@ pub(crate) async fn start(command: &[String], live: Live) -> Result<Agent, Bridg
 pub(crate) enum Work {
     /// Replace the session's plan.
     Plan(Vec<PlanStep>),
-    /// Report a tool call as a run.
-    Run {
-        id: String,
-        name: String,
-        status: RunStatus,
-    },
+    /// Report a tool call as a run: its (id, name) and status.
+    Run((String, String), RunStatus),
     /// Say when everything queued before is done: a turn waits for it
     /// before it ends, so a plan the agent sent in it is kept in it.
     Flush(oneshot::Sender<()>),
@@ -173,12 +169,7 @@ async fn route(live: &Live, notification: SessionNotification) {
 }
 
 fn run_work(tool_call: &str, title: &str, status: ToolCallStatus) -> Work {
-    let (id, name) = mapping::run(tool_call, title);
-    Work::Run {
-        id,
-        name,
-        status: mapping::run_status(status),
-    }
+    Work::Run(mapping::run(tool_call, title), mapping::run_status(status))
 }
 
 /// Runs a session's work in order until the session is gone.
@@ -192,14 +183,7 @@ pub(crate) async fn work(session: Weak<Session>, mut queue: mpsc::Receiver<Work>
             Work::Flush(done) => {
                 let _ = done.send(());
             }
-            Work::Run { id, name, status } => {
-                let Some(handle) = session.handle() else {
-                    continue;
-                };
-                if let Err(error) = handle.run(&id, &name, status).await {
-                    tracing::warn!(session = %session.margin, run = %id, %error, "a tool call's run was not reported");
-                }
-            }
+            Work::Run(run, status) => report(&session, &run, status).await,
         }
     }
 }
@@ -335,13 +319,15 @@ pub(crate) async fn settle(
     report(session, &run, status).await;
 }
 
-/// Reports `run` (id, name) of `session` as `status`.
+/// Reports `run` (id, name) of `session` as `status`: a tool call's, or
+/// the wait of a permission request. Nothing before the session's first
+/// turn, which brings its handle.
 async fn report(session: &Session, run: &(String, String), status: RunStatus) {
     let Some(handle) = session.handle() else {
         return;
     };
     if let Err(error) = handle.run(&run.0, &run.1, status).await {
-        tracing::warn!(session = %session.margin, run = %run.0, %error, "the permission run was not reported");
+        tracing::warn!(session = %session.margin, run = %run.0, %error, "a run was not reported");
     }
 }
 

@@ -154,6 +154,7 @@ impl ServerHandler for Member {
         let parts = request_parts(&context)?;
         Ok(self.send(call, parts).await.into())
     }
+
     async fn list_resources(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -281,11 +282,9 @@ impl Member {
 
     /// The caller's documents' resources.
     async fn resources(&self, parts: &Parts) -> Result<Vec<Resource>, McpError> {
-        let listed = Call {
-            method: Method::GET,
-            path: "/documents".into(),
-            body: None,
-        };
+        // The call `list_documents` stands for.
+        let listed = route(MemberTool::ListDocuments, Map::new())
+            .map_err(|message| McpError::internal_error(message, None))?;
         let (status, body) = self
             .fetch(listed, parts)
             .await
