@@ -373,22 +373,21 @@ export class DecisionCards implements CardHost {
     // would be hard to reach.
     const pinned = this.focused ?? this.selected;
     const marginTop = margin.getBoundingClientRect().top;
-    const targets = anchored.map(({ index }) => {
-      const dom = editor.view.nodeDOM(starts[index]);
-      return dom instanceof HTMLElement ? Math.round(dom.getBoundingClientRect().top - marginTop) : 0;
-    });
-    const heights = anchored.map(({ slot }) => slot.root.offsetHeight);
     // A phone has no margin beside the text: each card goes under its own
     // paragraph, which keeps room for its cards, so no card covers text
-    // and none is more than a paragraph from what it asks about.
+    // and none is more than a paragraph from what it asks about. Beside
+    // the text, a card's place is its paragraph's first line.
     const narrow = window.matchMedia(NARROW).matches;
+    const targets = anchored.map(({ index }) => {
+      const dom = editor.view.nodeDOM(starts[index]);
+      if (!(dom instanceof HTMLElement)) return 0;
+      const box = dom.getBoundingClientRect();
+      return narrow ? Math.round(box.bottom - marginTop) + GAP : Math.round(box.top - marginTop);
+    });
+    const heights = anchored.map(({ slot }) => slot.root.offsetHeight);
     const room = new Map<number, number>();
     if (narrow) {
-      anchored.forEach(({ index }, i) => {
-        const dom = editor.view.nodeDOM(starts[index]);
-        if (dom instanceof HTMLElement) targets[i] = Math.round(dom.getBoundingClientRect().bottom - marginTop) + GAP;
-        room.set(index, (room.get(index) ?? GAP) + heights[i] + GAP);
-      });
+      anchored.forEach(({ index }, i) => room.set(index, (room.get(index) ?? GAP) + heights[i] + GAP));
     }
     const { tops, tucked } = stack(
       targets,
