@@ -2,7 +2,7 @@
 // (sdk/typescript/examples/demo-planner.ts), run as a person runs it — `node
 // dist/examples/demo-planner.js --server URL --credential FILE` with a
 // machine paired by `margin machine pair … --credential-file FILE` — against
-// a real server, as the Rust demo is tested (server/tests/it/connector.rs):
+// a real server, as the Rust demo is tested (server/tests/it/demo_planner.rs):
 // a card per open question, a three-step plan, a reply; a second turn
 // replays the cards; killed and started again, it resumes its session from
 // the held file beside its credential (SPEC D2, D3, U1–U6, L3, L8).

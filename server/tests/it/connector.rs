@@ -1,9 +1,8 @@
 //! The Rust connector SDK (`margin_sdk`) against a real server over real
 //! sockets: turns with typed tool calls and replies, Stop, answers to
 //! questions, refused calls; replies and run reports written into a link
-//! that had died, sent again after `resume` (SPEC L10); and the demo
-//! Planner built on it, including `margin serve --demo-planner` as the
-//! README runs it.
+//! that had died, sent again after `resume` (SPEC L10). The demo Planner
+//! built on it is tested in `demo_planner.rs`, on this file's `Scene`.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -11,12 +10,10 @@ use std::time::Duration;
 
 use margin_protocol::chat::{ChatKind, ChatList};
 use margin_protocol::decisions::{
-    AnswerBody, CardInput, DecisionList, OpenDecisionInput, PassageAddress, ToolRefusal,
+    AnswerBody, CardInput, DecisionList, OpenDecisionInput, PassageAddress,
 };
 use margin_protocol::link::{PlannerView, RunStatus};
-use margin_protocol::RefusalCode;
 use margin_sdk::{Answer, Connector, Handler, SessionHandle, ToolError, Turn};
-use margin_server::demo::DemoPlanner;
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -27,15 +24,15 @@ use crate::on_both_backends;
 const PATIENCE: Duration = Duration::from_secs(10);
 
 /// A document of ada's with `paragraphs`, and a machine paired to her.
-struct Scene {
-    server: InProcess,
-    token: String,
-    doc: String,
-    credential: String,
+pub(crate) struct Scene {
+    pub(crate) server: InProcess,
+    pub(crate) token: String,
+    pub(crate) doc: String,
+    pub(crate) credential: String,
 }
 
 impl Scene {
-    async fn new(db: &crate::harness::TestDb, paragraphs: &[&str]) -> Scene {
+    pub(crate) async fn new(db: &crate::harness::TestDb, paragraphs: &[&str]) -> Scene {
         let server = InProcess::start(db).await;
         let (_, token) = server.account("ada").await;
         let doc = server.create_document(&token, "Plan").await;
@@ -57,7 +54,7 @@ impl Scene {
     }
 
     /// Links `handler` through the SDK; cancel the token to detach.
-    async fn link(&self, handler: impl Handler) -> CancellationToken {
+    pub(crate) async fn link(&self, handler: impl Handler) -> CancellationToken {
         self.link_served(handler).await.0
     }
 
@@ -102,7 +99,7 @@ impl Scene {
         (detach, running)
     }
 
-    async fn say(&self, text: &str) {
+    pub(crate) async fn say(&self, text: &str) {
         self.server.say(&self.token, &self.doc, text).await;
     }
 
@@ -120,7 +117,7 @@ impl Scene {
             .collect()
     }
 
-    async fn planner_view(&self) -> PlannerView {
+    pub(crate) async fn planner_view(&self) -> PlannerView {
         let (status, body) = self
             .server
             .get(
@@ -134,7 +131,7 @@ impl Scene {
 }
 
 /// Waits for the `count`th Chat line matching `wanted`; returns them all.
-async fn chat_until(
+pub(crate) async fn chat_until(
     api: &Api,
     token: &str,
     doc: &str,
@@ -160,7 +157,7 @@ async fn chat_until(
     panic!("chat never had {count} such lines; it has {last:?}");
 }
 
-async fn decisions(api: &Api, token: &str, doc: &str) -> DecisionList {
+pub(crate) async fn decisions(api: &Api, token: &str, doc: &str) -> DecisionList {
     let (status, body) = api
         .get(Some(token), &format!("/documents/{doc}/decisions"))
         .await;
@@ -168,7 +165,7 @@ async fn decisions(api: &Api, token: &str, doc: &str) -> DecisionList {
     serde_json::from_value(body).unwrap()
 }
 
-fn planner_replies(kind: ChatKind, _: &str) -> bool {
+pub(crate) fn planner_replies(kind: ChatKind, _: &str) -> bool {
     kind == ChatKind::Planner
 }
 
@@ -251,7 +248,7 @@ impl Handler for Keeps {
 }
 
 /// Reads the document and says how many blocks it has.
-struct Reads;
+pub(crate) struct Reads;
 
 impl Handler for Reads {
     async fn turn(&self, turn: Turn) -> Result<String, ToolError> {
@@ -260,417 +257,7 @@ impl Handler for Reads {
     }
 }
 
-/// A scripted link server: welcomes one machine, starts one turn, and
-/// answers its tool calls with `results` in order. Yields how many tool
-/// calls it got and the turn's reply.
-async fn scripted_server(
-    results: Vec<Result<serde_json::Value, ToolRefusal>>,
-) -> (String, tokio::task::JoinHandle<(usize, String)>) {
-    use futures_util::{SinkExt, StreamExt};
-    use margin_protocol::link::{Capabilities, ClientMessage, ServerMessage};
-    use tokio_tungstenite::tungstenite::Message;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(async move {
-        let (tcp, _) = listener.accept().await.unwrap();
-        let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
-        let text = |m: &ServerMessage| Message::Text(serde_json::to_string(m).unwrap().into());
-        let _hello = ws.next().await;
-        let welcome = ServerMessage::Welcome {
-            protocol_version: 1,
-            machine: "m".into(),
-            capabilities: Capabilities::default(),
-        };
-        ws.send(text(&welcome)).await.unwrap();
-        let invoke = ServerMessage::Invoke {
-            session: "s".into(),
-            turn: "t".into(),
-            document: "d".into(),
-            messages: vec![],
-            repair: vec![],
-            plan: None,
-        };
-        ws.send(text(&invoke)).await.unwrap();
-        let (mut results, mut calls) = (results.into_iter(), 0);
-        loop {
-            let frame = match ws.next().await {
-                Some(Ok(Message::Text(frame))) => frame,
-                // The connector pings a quiet link.
-                Some(Ok(Message::Ping(_))) => continue,
-                _ => panic!("the machine went away"),
-            };
-            match serde_json::from_str::<ClientMessage>(&frame).unwrap() {
-                ClientMessage::ToolCall { call_id, .. } => {
-                    calls += 1;
-                    let result = results.next().expect("no more scripted results");
-                    let (output, error) = match result {
-                        Ok(o) => (Some(serde_json::from_value(o).unwrap()), None),
-                        Err(e) => (None, Some(e)),
-                    };
-                    let answer = ServerMessage::ToolResult {
-                        session: "s".into(),
-                        turn: "t".into(),
-                        call_id,
-                        output,
-                        error,
-                    };
-                    ws.send(text(&answer)).await.unwrap();
-                }
-                ClientMessage::Reply { text, .. } => return (calls, text),
-                _ => {}
-            }
-        }
-    });
-    (format!("http://{addr}"), task)
-}
-
-fn refusal(code: RefusalCode, retry: bool) -> ToolRefusal {
-    ToolRefusal {
-        code,
-        message: format!("{code} happened"),
-        read_again: false,
-        retry,
-    }
-}
-
-#[tokio::test]
-async fn connector_tries_again_only_a_call_the_server_could_not_decide() {
-    let empty = json!({"revision": 1, "outline": []});
-    let (server, seen) = scripted_server(vec![
-        Err(refusal(RefusalCode::Internal, true)),
-        Err(refusal(RefusalCode::Internal, true)),
-        Ok(empty),
-    ])
-    .await;
-    let linked = Connector::new(server, "mgm_x").connect().await.unwrap();
-    tokio::spawn(linked.serve(Reads, std::future::pending()));
-    let (calls, reply) = tokio::time::timeout(PATIENCE, seen).await.unwrap().unwrap();
-    assert_eq!((calls, reply.as_str()), (3, "0 blocks."));
-
-    // A decision is returned at once, never tried again.
-    let (server, seen) =
-        scripted_server(vec![Err(refusal(RefusalCode::StaleRevision, false))]).await;
-    let linked = Connector::new(server, "mgm_x").connect().await.unwrap();
-    tokio::spawn(linked.serve(Reads, std::future::pending()));
-    let (calls, reply) = tokio::time::timeout(PATIENCE, seen).await.unwrap().unwrap();
-    assert_eq!(calls, 1);
-    assert_eq!(
-        reply,
-        "The Planner could not finish this turn: refused (stale_revision): stale_revision happened"
-    );
-}
-
-/// A scripted link server that sends the same `invoke` again while the
-/// turn runs, and once more after its reply (never acknowledged): yields
-/// the replies it got.
-async fn invokes_twice() -> (String, tokio::task::JoinHandle<Vec<String>>) {
-    use futures_util::{SinkExt, StreamExt};
-    use margin_protocol::link::{Capabilities, ClientMessage, ServerMessage};
-    use tokio_tungstenite::tungstenite::Message;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(async move {
-        let (tcp, _) = listener.accept().await.unwrap();
-        let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
-        let text = |m: &ServerMessage| Message::Text(serde_json::to_string(m).unwrap().into());
-        let _hello = ws.next().await;
-        let welcome = ServerMessage::Welcome {
-            protocol_version: 1,
-            machine: "m".into(),
-            capabilities: Capabilities::default(),
-        };
-        ws.send(text(&welcome)).await.unwrap();
-        let invoke = ServerMessage::Invoke {
-            session: "s".into(),
-            turn: "t".into(),
-            document: "d".into(),
-            messages: vec![],
-            repair: vec![],
-            plan: None,
-        };
-        ws.send(text(&invoke)).await.unwrap();
-        ws.send(text(&invoke)).await.unwrap();
-        let mut replies = Vec::new();
-        while replies.len() < 2 {
-            let frame = match ws.next().await {
-                Some(Ok(Message::Text(frame))) => frame,
-                Some(Ok(Message::Ping(_))) => continue,
-                _ => panic!("the machine went away"),
-            };
-            if let ClientMessage::Reply { text: reply, .. } = serde_json::from_str(&frame).unwrap()
-            {
-                replies.push(reply);
-                ws.send(text(&invoke)).await.unwrap();
-            }
-        }
-        replies
-    });
-    (format!("http://{addr}"), task)
-}
-
-/// Counts its turns and replies after a pause.
-struct CountsSlowly(Arc<AtomicUsize>);
-
-impl Handler for CountsSlowly {
-    async fn turn(&self, _: Turn) -> Result<String, ToolError> {
-        let n = self.0.fetch_add(1, Ordering::SeqCst) + 1;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        Ok(format!("Turn {n}."))
-    }
-}
-
-#[tokio::test]
-async fn connector_runs_an_invoke_sent_again_once_and_answers_it_with_the_kept_reply() {
-    let (server, seen) = invokes_twice().await;
-    let turns = Arc::new(AtomicUsize::new(0));
-    let linked = Connector::new(server, "mgm_x").connect().await.unwrap();
-    tokio::spawn(linked.serve(CountsSlowly(turns.clone()), std::future::pending()));
-    let replies = tokio::time::timeout(PATIENCE, seen).await.unwrap().unwrap();
-    assert_eq!(replies, ["Turn 1.", "Turn 1."]);
-    assert_eq!(
-        turns.load(Ordering::SeqCst),
-        1,
-        "the handler saw the turn once"
-    );
-}
-
-/// What [`loses_a_call`]'s second link saw: the calls its `resume` named,
-/// the tool calls that came after `resumed` (by id), and the reply — or
-/// `stopped` when the script held a Stop.
-#[derive(Debug, PartialEq)]
-struct AfterResume {
-    named: Vec<String>,
-    calls: Vec<String>,
-    reply: String,
-}
-
-/// A scripted link server whose first link dies under the turn's first
-/// tool call, which it never records (written into a dead socket); on the
-/// next link it answers `resumed`, then (with `stop`) a Stop held for the
-/// session, then `unknown_call` naming each call the `resume` named (SPEC
-/// W1), then each tool call with an empty outline.
-async fn loses_a_call(stop: bool) -> (String, tokio::task::JoinHandle<AfterResume>) {
-    use futures_util::{SinkExt, StreamExt};
-    use margin_protocol::link::{Capabilities, ClientMessage, ResumedSession, ServerMessage};
-    use tokio_tungstenite::tungstenite::Message;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(async move {
-        let text = |m: &ServerMessage| Message::Text(serde_json::to_string(m).unwrap().into());
-        let welcome = ServerMessage::Welcome {
-            protocol_version: 1,
-            machine: "m".into(),
-            capabilities: Capabilities::default(),
-        };
-        let next = |frame: Option<Result<Message, _>>| match frame {
-            Some(Ok(Message::Text(frame))) => {
-                Some(serde_json::from_str::<ClientMessage>(&frame).unwrap())
-            }
-            Some(Ok(_)) => None,
-            other => panic!("the machine went away: {other:?}"),
-        };
-
-        let (tcp, _) = listener.accept().await.unwrap();
-        let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
-        let _hello = ws.next().await;
-        ws.send(text(&welcome)).await.unwrap();
-        let invoke = ServerMessage::Invoke {
-            session: "s".into(),
-            turn: "t".into(),
-            document: "d".into(),
-            messages: vec![],
-            repair: vec![],
-            plan: None,
-        };
-        ws.send(text(&invoke)).await.unwrap();
-        while !matches!(next(ws.next().await), Some(ClientMessage::ToolCall { .. })) {}
-        // The link dies with the call: the server never saw it.
-        drop(ws);
-
-        let (tcp, _) = listener.accept().await.unwrap();
-        let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
-        let _hello = ws.next().await;
-        ws.send(text(&welcome)).await.unwrap();
-        let named = loop {
-            if let Some(ClientMessage::Resume { sessions }) = next(ws.next().await) {
-                break sessions
-                    .into_iter()
-                    .flat_map(|s| s.calls)
-                    .collect::<Vec<_>>();
-            }
-        };
-        let resumed = ServerMessage::Resumed {
-            sessions: vec![ResumedSession {
-                session: "s".into(),
-                document: "d".into(),
-                withdrawn: vec![],
-            }],
-            ended: vec![],
-        };
-        ws.send(text(&resumed)).await.unwrap();
-        if stop {
-            let stop = ServerMessage::Stop {
-                session: "s".into(),
-            };
-            ws.send(text(&stop)).await.unwrap();
-        }
-        for call in &named {
-            let unknown = ServerMessage::Refusal {
-                code: RefusalCode::UnknownCall,
-                message: format!("no record of call {call:?} in this turn: it never ran, and calling it again is safe"),
-                call_id: Some(call.clone()),
-                session: None,
-                turn: None,
-                run: None,
-            };
-            ws.send(text(&unknown)).await.unwrap();
-        }
-        let mut calls = Vec::new();
-        loop {
-            match next(ws.next().await) {
-                Some(ClientMessage::ToolCall { call_id, .. }) => {
-                    calls.push(call_id.clone());
-                    let answer = ServerMessage::ToolResult {
-                        session: "s".into(),
-                        turn: "t".into(),
-                        call_id,
-                        output: Some(
-                            serde_json::from_value(json!({"revision": 1, "outline": []})).unwrap(),
-                        ),
-                        error: None,
-                    };
-                    ws.send(text(&answer)).await.unwrap();
-                }
-                Some(ClientMessage::Reply { text: reply, .. }) => {
-                    return AfterResume {
-                        named,
-                        calls,
-                        reply,
-                    };
-                }
-                Some(ClientMessage::Stopped { .. }) => {
-                    // Anything sent again would have come before `stopped`;
-                    // give a late one time to show all the same.
-                    let late = tokio::time::timeout(Duration::from_millis(300), async {
-                        loop {
-                            if let Some(ClientMessage::ToolCall { call_id, .. }) =
-                                next(ws.next().await)
-                            {
-                                break call_id;
-                            }
-                        }
-                    })
-                    .await;
-                    calls.extend(late);
-                    return AfterResume {
-                        named,
-                        calls,
-                        reply: "stopped".into(),
-                    };
-                }
-                _ => {}
-            }
-        }
-    });
-    (format!("http://{addr}"), task)
-}
-
-#[tokio::test]
-async fn connector_sends_again_a_resumed_call_the_server_never_recorded() {
-    let (server, seen) = loses_a_call(false).await;
-    let connector = Connector::new(server, "mgm_x").silence_timeout(Duration::from_secs(1));
-    let detach = CancellationToken::new();
-    let running = tokio::spawn({
-        let until = detach.clone().cancelled_owned();
-        async move { connector.run(Reads, until).await }
-    });
-    let after = tokio::time::timeout(PATIENCE, seen).await.unwrap().unwrap();
-    // Named in `resume`, answered `unknown_call`: it never ran, so it goes
-    // again (the same call) and the turn carries on with its result.
-    assert_eq!(
-        after,
-        AfterResume {
-            named: vec!["c1".into()],
-            calls: vec!["c1".into()],
-            reply: "0 blocks.".into(),
-        }
-    );
-    detach.cancel();
-    let _ = tokio::time::timeout(PATIENCE, running).await;
-}
-
-#[tokio::test]
-async fn connector_does_not_send_again_a_call_of_a_turn_stopped_after_resume() {
-    let (server, seen) = loses_a_call(true).await;
-    let connector = Connector::new(server, "mgm_x").silence_timeout(Duration::from_secs(1));
-    let detach = CancellationToken::new();
-    let running = tokio::spawn({
-        let until = detach.clone().cancelled_owned();
-        async move { connector.run(Reads, until).await }
-    });
-    let after = tokio::time::timeout(PATIENCE, seen).await.unwrap().unwrap();
-    // The held Stop came first after `resumed` and ended the turn: its call
-    // answered `unknown_call` next belongs to no turn, and is not made.
-    assert_eq!(
-        after,
-        AfterResume {
-            named: vec!["c1".into()],
-            calls: vec![],
-            reply: "stopped".into(),
-        }
-    );
-    detach.cancel();
-    let _ = tokio::time::timeout(PATIENCE, running).await;
-}
-
 on_both_backends! {
-    async fn connector_serves_the_demo_planner_which_opens_cards_and_replays_them_on_the_next_turn(db) {
-        let s = Scene::new(&db, &["We launch in March.", "Which region first?", "Pricing: TBD."]).await;
-        let _detach = s.link(DemoPlanner).await;
-
-        s.say("@planner please review").await;
-        let replies = chat_until(&s.server, &s.token, &s.doc, 1, planner_replies).await;
-        assert_eq!(replies[0], "I read the plan and found 2 open questions: added 2 decisions.");
-        let cards = decisions(&s.server, &s.token, &s.doc).await.decisions;
-        let mut questions: Vec<_> = cards.iter().map(|c| (c.question.as_str(), c.state.as_str())).collect();
-        questions.sort();
-        assert_eq!(questions, [("Decide what is still TBD: Pricing: TBD.", "open"), ("Which region first?", "open")]);
-        let view = s.planner_view().await;
-        assert_eq!(view.runs.len(), 1);
-        assert_eq!(view.runs[0].status, RunStatus::Completed);
-
-        // The same text again: its keys replay the cards (SPEC D3), no twins.
-        s.say("@planner once more").await;
-        let replies = chat_until(&s.server, &s.token, &s.doc, 2, planner_replies).await;
-        assert_eq!(replies[1], "I read the plan and found 2 open questions: 2 decisions already in the document.");
-        assert_eq!(decisions(&s.server, &s.token, &s.doc).await.decisions.len(), 2);
-    }
-
-    async fn the_demo_planner_keeps_a_plan_it_marks_as_it_goes(db) {
-        let s = Scene::new(&db, &["Which region first?"]).await;
-        let linked = Connector::new(format!("http://{}", s.server.addr), &s.credential)
-            .planning(true)
-            .connect()
-            .await
-            .expect("the connector links");
-        let detach = CancellationToken::new();
-        tokio::spawn(linked.serve(DemoPlanner, detach.clone().cancelled_owned()));
-        s.say("@planner please review").await;
-        chat_until(&s.server, &s.token, &s.doc, 1, planner_replies).await;
-        let session = s.planner_view().await.session.expect("the view names the session");
-        let (status, body) = s.server.get(Some(&s.token), &format!("/sessions/{session}")).await;
-        assert_eq!(status, 200, "{body}");
-        let snapshot: margin_protocol::sessions::SessionSnapshot = serde_json::from_value(body).unwrap();
-        let plan = snapshot.plan.flatten().expect("the demo made a plan");
-        // Read, capturing, done: three accepted updates in one turn.
-        assert_eq!(plan.revision, 3);
-        let marks: Vec<_> = plan.steps.iter().map(|s| (s.id.as_str(), s.status)).collect();
-        use margin_protocol::sessions::StepStatus::{Completed, Pending};
-        assert_eq!(marks, [("read", Completed), ("capture", Completed), ("answers", Pending)]);
-        assert_eq!(plan.steps[2].description, "People answer the decisions beside their paragraphs");
-        detach.cancel();
-    }
-
     async fn connector_stop_aborts_the_turn_runs_the_stop_handler_then_confirms(db) {
         let s = Scene::new(&db, &["Build it."]).await;
         let (started, mut has_started) = mpsc::unbounded_channel();
@@ -878,61 +465,6 @@ on_both_backends! {
         assert_eq!((turns.load(Ordering::SeqCst), again.load(Ordering::SeqCst)), (1, 0), "the turn ran once");
         detach.cancel();
         assert_eq!(running.await.unwrap(), margin_sdk::Ended::Detached);
-    }
-
-    async fn serve_with_demo_planner_pairs_links_and_opens_cards_in_its_sample_plan(db) {
-        let (server, token) = Server::start_with_demo(&db, "ada").await;
-        let (status, body) = server.get(Some(&token), "/documents").await;
-        assert_eq!(status, 200, "{body}");
-        let doc = body["documents"][0]["id"].as_str().expect("a sample document").to_owned();
-        server.say(&token, &doc, "@planner review the plan").await;
-        let replies = chat_until(&server, &token, &doc, 1, planner_replies).await;
-        assert_eq!(replies[0], "I read the plan and found 3 open questions: added 3 decisions.");
-        let cards = decisions(&server, &token, &doc).await.decisions;
-        let mut kinds: Vec<_> = cards.iter().map(|c| (c.question.as_str(), c.response.as_str())).collect();
-        kinds.sort();
-        assert_eq!(kinds, [
-            ("Decide what is still TBD: Pricing for the team plan: TBD.", "free_text"),
-            ("Should the beta be invite-only?", "yes_no"),
-            ("Which region do we launch in first?", "free_text"),
-        ]);
-    }
-
-    async fn a_restarted_demo_planner_keeps_its_machine_resumes_its_session_and_says_nothing_false(db) {
-        let (mut server, token) = Server::start_with_demo(&db, "ada").await;
-        let (_, body) = server.get(Some(&token), "/documents").await;
-        let doc = body["documents"][0]["id"].as_str().expect("a sample document").to_owned();
-        server.say(&token, &doc, "@planner review the plan").await;
-        chat_until(&server, &token, &doc, 1, planner_replies).await;
-        let planner = format!("/documents/{doc}/planner");
-        let (_, view) = server.get(Some(&token), &planner).await;
-        let session = view["session"].as_str().expect("a session").to_owned();
-        let (_, machines) = server.get(Some(&token), "/machines").await;
-        server.restart().await;
-        // The same machine links again and resumes the same session.
-        let mut view = serde_json::Value::Null;
-        for _ in 0..500 {
-            view = server.get(Some(&token), &planner).await.1;
-            if view["connected"] == json!(true) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        assert_eq!((view["connected"].as_bool(), view["session"].as_str()), (Some(true), Some(session.as_str())), "{view}");
-        assert_eq!(server.get(Some(&token), "/machines").await.1, machines, "no machine paired or revoked");
-        server.say(&token, &doc, "@planner again").await;
-        chat_until(&server, &token, &doc, 2, planner_replies).await;
-        let (_, body) = server.get(Some(&token), &format!("/documents/{doc}/chat")).await;
-        let lines: ChatList = serde_json::from_value(body).unwrap();
-        let system: Vec<_> = lines.messages.iter().filter(|m| m.kind == ChatKind::System).map(|m| m.text.as_str()).collect();
-        assert!(system.is_empty(), "a restart says nothing in Chat: {system:?}");
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let credential = db.data_dir().join("demo-planner-ada.credential");
-            let mode = std::fs::metadata(&credential).unwrap().permissions().mode() & 0o777;
-            assert_eq!(mode, 0o600, "the demo's credential is private");
-        }
     }
 
     async fn connector_gets_one_answer_for_a_call_in_flight_across_a_server_restart(db) {
