@@ -71,6 +71,10 @@ impl Histogram {
 pub struct Counters {
     /// Document updates committed (each published change, SPEC S3).
     pub updates_committed: AtomicU64,
+    /// Transactions begun on the write connection (on SQLite the one
+    /// writer's; each costs a commit's flush): with the calls and edits of
+    /// a run, what group commit saves.
+    pub write_transactions: AtomicU64,
     /// How long a document's batch commit took.
     pub document_commit: Histogram,
     /// How long a Planner session's step commit took.
@@ -196,6 +200,11 @@ pub fn render(gauges: &Gauges) -> String {
         out,
         "# HELP margin_updates_committed_total Document updates committed.\n# TYPE margin_updates_committed_total counter\nmargin_updates_committed_total {}",
         c.updates_committed.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP margin_write_transactions_total Transactions begun on the write connection.\n# TYPE margin_write_transactions_total counter\nmargin_write_transactions_total {}",
+        c.write_transactions.load(Ordering::Relaxed)
     );
     let _ = writeln!(
         out,

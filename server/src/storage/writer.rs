@@ -10,6 +10,7 @@
 //! an editor's append, to check a connection in this very process.
 
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use sqlx::{AnyPool, Connection, Transaction};
 use tokio::sync::{Mutex, OwnedMappedMutexGuard, OwnedMutexGuard};
 
 use super::StorageError;
+use crate::metrics::COUNTERS;
 
 /// How long a writer waits for the owned connection before it gives up
 /// with an error, as it would waiting on sqlx's pool (its default).
@@ -105,6 +107,7 @@ impl Writer {
 impl Lent {
     /// Begins a transaction on the lent connection.
     pub async fn begin(&mut self) -> Result<Transaction<'_, Any>, sqlx::Error> {
+        COUNTERS.write_transactions.fetch_add(1, Ordering::Relaxed);
         Connection::begin(&mut **self).await
     }
 }

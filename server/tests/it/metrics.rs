@@ -67,6 +67,8 @@ on_both_backends! {
         assert_eq!(value(&working, "margin_machine_links"), 1.0);
         assert!(value(&working, "margin_commit_seconds_count{of=\"session\"}") >= 1.0);
 
+        let transactions = value(&working, "margin_write_transactions_total");
+        assert!(transactions >= 1.0, "the session's start was written");
         let read = call(&mut link, &session, &turn, "read_document", json!({})).await;
         let ServerMessage::ToolResult { output: Some(ToolOutput::ReadDocument(read)), .. } = read else { panic!("{read:?}") };
         let digest = read.outline[0].digest.clone();
@@ -95,6 +97,8 @@ on_both_backends! {
         assert_eq!(value(&after, "margin_event_streams{feed=\"document\"}"), 1.0);
         assert_eq!(value(&after, "margin_planner_sessions{state=\"working\"}"), 0.0);
         assert!(value(&after, "margin_updates_committed_total") > value(&before, "margin_updates_committed_total"), "the card's mirror is committed too");
+        // At least the call's write-ahead record and its writes (SPEC W1).
+        assert!(value(&after, "margin_write_transactions_total") >= transactions + 2.0, "{after}");
         drop(feed);
         scrape_until(&s, |t| value(t, "margin_event_streams{feed=\"document\"}") == 0.0).await;
     }
