@@ -62,6 +62,14 @@ impl Api {
         }
     }
 
+    /// The server's address.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.base
+            .trim_start_matches("http://")
+            .parse()
+            .expect("the server's address")
+    }
+
     /// POSTs `body` to `path` as `token`; the answer as JSON.
     pub(crate) async fn post(&self, token: &str, path: &str, body: &Value) -> Value {
         self.http
@@ -201,13 +209,26 @@ type Arrivals = Arc<Mutex<HashMap<String, (Instant, String)>>>;
 /// and files each result under its call id without parsing it.
 pub(crate) struct Link {
     out: mpsc::UnboundedSender<ClientMessage>,
+    /// Tells the writer to close the socket.
+    closing: Arc<tokio::sync::Notify>,
     arrivals: Arrivals,
     invokes: Arc<Mutex<Vec<(String, String, String)>>>,
     woken: Arc<tokio::sync::Notify>,
 }
 
 impl Link {
+    /// A resumable link (SPEC L3): its sessions outlive it.
     pub(crate) async fn open(addr: SocketAddr, credential: &str) -> Link {
+        Link::open_with(addr, credential, hello_message()).await
+    }
+
+    /// A link that says `hello`: with no features, its sessions end with
+    /// it.
+    pub(crate) async fn open_with(
+        addr: SocketAddr,
+        credential: &str,
+        hello: ClientMessage,
+    ) -> Link {
         let request = request(addr, Some(credential)).expect("a link request");
         // Results may be larger than what a machine may send.
         let config = WebSocketConfig::default()
@@ -218,8 +239,20 @@ impl Link {
             .expect("the link opens");
         let (mut sink, mut stream) = ws.split();
         let (out, mut outgoing) = mpsc::unbounded_channel::<ClientMessage>();
+        let closing = Arc::new(tokio::sync::Notify::new());
+        let close = closing.clone();
         tokio::spawn(async move {
-            while let Some(message) = outgoing.recv().await {
+            loop {
+                // What was sent before the close goes first.
+                let message = tokio::select! {
+                    biased;
+                    message = outgoing.recv() => message,
+                    () = close.notified() => None,
+                };
+                let Some(message) = message else {
+                    let _ = sink.close().await;
+                    return;
+                };
                 let text = serde_json::to_string(&message).expect("a frame");
                 if sink.send(Message::text(text)).await.is_err() {
                     return;
@@ -228,6 +261,7 @@ impl Link {
         });
         let link = Link {
             out: out.clone(),
+            closing,
             arrivals: Arrivals::default(),
             invokes: Arc::default(),
             woken: Arc::default(),
@@ -270,7 +304,7 @@ impl Link {
                 }
             }
         });
-        link.out.send(hello_message()).expect("hello");
+        link.out.send(hello).expect("hello");
         tokio::time::sleep(Duration::from_millis(200)).await;
         link
     }
@@ -306,6 +340,20 @@ impl Link {
             assert!(Instant::now() < deadline, "no invoke for {document}");
             let _ = tokio::time::timeout(Duration::from_millis(100), notified).await;
         }
+    }
+
+    /// Sends `turn`'s reply.
+    pub(crate) fn reply(&self, turn: &Turn, text: &str) {
+        let _ = self.out.send(ClientMessage::Reply {
+            session: turn.session.clone(),
+            turn: turn.turn.clone(),
+            text: text.into(),
+        });
+    }
+
+    /// Closes the socket once what was sent before has gone.
+    pub(crate) fn close(&self) {
+        self.closing.notify_one();
     }
 
     /// Sends call `id` of `tool` with `arguments`; when it was sent.

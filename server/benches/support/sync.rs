@@ -20,6 +20,19 @@ use yrs::{Doc, GetString, ReadTxn, Text, Transact, Update, XmlFragment, XmlOut};
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
+/// One update that writes `count` paragraphs, `text(i)` the `i`th: a
+/// document stored whole, for a bench that seeds a store.
+pub(crate) fn paragraphs(count: usize, text: impl Fn(usize) -> String) -> Vec<u8> {
+    let doc = Doc::new();
+    let fragment = doc.get_or_insert_xml_fragment(FRAGMENT_NAME);
+    let mut txn = doc.transact_mut();
+    for i in 0..count {
+        let paragraph = fragment.insert(&mut txn, i as u32, XmlElementPrelim::empty("paragraph"));
+        paragraph.insert(&mut txn, 0, XmlTextPrelim::new(text(i)));
+    }
+    txn.encode_update_v1()
+}
+
 /// One sync connection and the document it holds.
 pub(crate) struct SyncSocket {
     pub(crate) doc: Doc,
