@@ -136,7 +136,12 @@ async fn bench() {
         let began = Instant::now();
         let timed = join_all(level.iter().enumerate().map(|(i, p)| {
             let p = p.clone();
-            let pass = Pass { round, i, blocks };
+            let pass = Pass {
+                round,
+                i,
+                of: n,
+                blocks,
+            };
             tokio::spawn(async move { work(&p, pass, passes, think, until).await })
         }))
         .await;
@@ -198,19 +203,30 @@ async fn join(api: &Api, member: &Member, blocks: usize) -> Planner {
     Planner { link, turn }
 }
 
-/// Whose passes: machine `i` of level `round`, on `blocks` paragraphs.
+/// Whose passes: machine `i` of the `of` of level `round`, on `blocks`
+/// paragraphs.
 #[derive(Clone, Copy)]
 struct Pass {
     round: usize,
     i: usize,
+    of: usize,
     blocks: usize,
 }
 
 /// A machine's loop, `passes` times or until `until`, `think` between
 /// passes: read, edit, open.
 async fn work(p: &Planner, pass: Pass, passes: usize, think: Duration, until: Instant) -> Timed {
-    let Pass { round, i, blocks } = pass;
+    let Pass {
+        round,
+        i,
+        of,
+        blocks,
+    } = pass;
     let mut timed = Timed::default();
+    // Machines that think start spread over one thinking time, as agents
+    // started at different moments would; all at once, they would stay in
+    // step and every pass would be a burst.
+    tokio::time::sleep(think.mul_f64(i as f64 / of.max(1) as f64)).await;
     let mut k = 0usize;
     while k < passes && Instant::now() < until {
         if k > 0 && !think.is_zero() {

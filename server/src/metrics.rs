@@ -101,6 +101,11 @@ impl Counters {
         *closes.entry(code).or_default() += 1;
     }
 
+    /// A transaction was begun on the write connection.
+    pub fn write_transaction(&self) {
+        self.write_transactions.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// A tool call of `tool` ended with `outcome` (`ok`, `refused`,
     /// `failed`) after `took`.
     pub fn tool_call(&self, tool: &'static str, outcome: &'static str, took: Duration) {

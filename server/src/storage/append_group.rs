@@ -12,7 +12,6 @@
 //! which appends landed.
 
 use sqlx::Row;
-use tracing::warn;
 
 use super::group::{Bounds, Commits};
 use super::updates::ClientBinding;
@@ -90,21 +89,14 @@ async fn commit(writer: &Writer, appends: &[Append]) -> Result<Vec<Landed>, Stor
         }
     }
     let mut connection = writer.lend().await?;
+    // Its one transaction is begun by the query's own BEGIN.
+    crate::metrics::COUNTERS.write_transaction();
     // Several statements in one prepared query: sqlx 0.8 runs them in
     // order on SQLite (its docs call this behaviour deprecated, for 0.9).
     let rows = match query.fetch_all(&mut *connection).await {
         Ok(rows) => rows,
         Err(error) => {
-            // A statement that failed part-way leaves the transaction open
-            // on the writer's one connection; it must not carry over into
-            // the next write. A ROLLBACK that fails leaves no telling
-            // whether it is still open, so the connection is replaced.
-            if let Err(rollback) = sqlx::query("ROLLBACK").execute(&mut *connection).await {
-                warn!(%error, %rollback, "a failed append could not be rolled back; the write connection is replaced");
-                if let Err(renew) = writer.renew(connection).await {
-                    warn!(%renew, "the write connection could not be replaced");
-                }
-            }
+            writer.roll_back(connection, &error).await;
             return Err(error.into());
         }
     };

@@ -10,7 +10,6 @@
 //! an editor's append, to check a connection in this very process.
 
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +18,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::AnyConnection;
 use sqlx::{AnyPool, Connection, Transaction};
 use tokio::sync::{Mutex, OwnedMappedMutexGuard, OwnedMutexGuard};
+use tracing::warn;
 
 use super::StorageError;
 use crate::metrics::COUNTERS;
@@ -104,10 +104,25 @@ impl Writer {
     }
 }
 
+impl Writer {
+    /// After a multi-statement write on `lent` failed part-way: rolls back
+    /// the transaction it left open on the connection, which must not
+    /// carry over into the next write; a ROLLBACK that fails leaves no
+    /// telling whether it is still open, so the connection is replaced.
+    pub async fn roll_back(&self, mut lent: Lent, error: &sqlx::Error) {
+        if let Err(rollback) = sqlx::query("ROLLBACK").execute(&mut *lent).await {
+            warn!(%error, %rollback, "a failed write could not be rolled back; the write connection is replaced");
+            if let Err(renew) = self.renew(lent).await {
+                warn!(%renew, "the write connection could not be replaced");
+            }
+        }
+    }
+}
+
 impl Lent {
     /// Begins a transaction on the lent connection.
     pub async fn begin(&mut self) -> Result<Transaction<'_, Any>, sqlx::Error> {
-        COUNTERS.write_transactions.fetch_add(1, Ordering::Relaxed);
+        COUNTERS.write_transaction();
         Connection::begin(&mut **self).await
     }
 }
