@@ -49,7 +49,7 @@ use serde_json::{json, Value};
 
 use support::accounts::{planners, Member};
 use support::cpu::{settle, CpuSnap, ServerCpu};
-use support::knobs::{env_or, require_open_files, under_cargo_bench};
+use support::knobs::{env_list, env_or, require_open_files, under_cargo_bench};
 use support::margin::{margin_bin, Margin};
 use support::planner::{Api, Link, Turn};
 use support::report::{percentile_ms, table_head, ReportFrame};
@@ -77,11 +77,7 @@ struct Timed {
 
 async fn bench() {
     let bin = margin_bin("planners");
-    let levels: Vec<usize> = std::env::var("LEVELS")
-        .unwrap_or_else(|_| "1,10,50,200".into())
-        .split(',')
-        .filter_map(|n| n.trim().parse().ok())
-        .collect();
+    let levels: Vec<usize> = env_list("LEVELS", "1,10,50,200");
     let seconds: f64 = env_or("SECONDS", 10.0);
     let blocks: usize = env_or("BLOCKS", 20);
     let passes: usize = env_or("PASSES", 200);
@@ -276,16 +272,9 @@ async fn call(p: &Planner, id: &str, tool: &str, arguments: Value) -> (Duration,
 
 /// `margin_write_transactions_total` now.
 async fn transactions(api: &Api) -> u64 {
-    let text = api
-        .http
-        .get(format!("{}/metrics", api.base))
-        .send()
+    api.metrics()
         .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("the metrics");
-    text.lines()
+        .lines()
         .find_map(|line| line.strip_prefix("margin_write_transactions_total "))
         .and_then(|v| v.trim().parse().ok())
         .expect("margin_write_transactions_total in /metrics")

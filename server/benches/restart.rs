@@ -44,7 +44,7 @@ use margin_protocol::link::{ClientMessage, PROTOCOL_VERSION};
 use margin_server::storage::Store;
 
 use support::accounts::{owner, planners, Member};
-use support::knobs::{env_or, require_open_files, under_cargo_bench};
+use support::knobs::{env_list, env_or, require_open_files, under_cargo_bench};
 use support::margin::{margin_bin, Margin};
 use support::planner::{Api, Link};
 use support::report::{ms, table_head, ReportFrame};
@@ -89,11 +89,7 @@ struct Restart {
 
 async fn bench() {
     let bin = margin_bin("restart");
-    let scales: Vec<f64> = std::env::var("SCALES")
-        .unwrap_or_else(|_| "0.1,1,10".into())
-        .split(',')
-        .filter_map(|x| x.trim().parse().ok())
-        .collect();
+    let scales: Vec<f64> = env_list("SCALES", "0.1,1,10");
     let repeat: usize = env_or("REPEAT", 3);
     let big_paragraphs: usize = env_or("BIG_PARAGRAPHS", 10_000);
     require_open_files("restart", 1024, "the sessions' links, a few at a time");
@@ -298,16 +294,9 @@ async fn restart(bin: &Path, data: &Path, big: &Big) -> Restart {
 
 /// The Planner sessions running, summed over their states.
 async fn sessions_gauge(api: &Api) -> u64 {
-    let text = api
-        .http
-        .get(format!("{}/metrics", api.base))
-        .send()
+    api.metrics()
         .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("the metrics");
-    text.lines()
+        .lines()
         .filter(|line| line.starts_with("margin_planner_sessions{"))
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64

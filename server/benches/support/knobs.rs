@@ -17,6 +17,20 @@ pub(crate) fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     }
 }
 
+/// Env var `name` as a comma-separated list, `default` when unset; an
+/// item that does not parse stops the bench, as in [`env_or`].
+pub(crate) fn env_list<T: std::str::FromStr>(name: &str, default: &str) -> Vec<T> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .map(|item| {
+            item.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("{name}: {item:?} is not a value"))
+        })
+        .collect()
+}
+
 /// The comma-separated `PARTS` knob: which parts of a bench to run.
 pub(crate) struct Parts(String);
 

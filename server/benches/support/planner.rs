@@ -70,6 +70,18 @@ impl Api {
             .expect("the server's address")
     }
 
+    /// `/metrics`, the exposition's text.
+    pub(crate) async fn metrics(&self) -> String {
+        self.http
+            .get(format!("{}/metrics", self.base))
+            .send()
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("the metrics")
+    }
+
     /// POSTs `body` to `path` as `token`; the answer as JSON.
     pub(crate) async fn post(&self, token: &str, path: &str, body: &Value) -> Value {
         self.http
