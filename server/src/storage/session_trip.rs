@@ -60,18 +60,21 @@ impl Store {
     /// Commits `writes` and answers each one's fate, in order: committed,
     /// or refused by its fence ([`StorageError::JournalMoved`]) with
     /// nothing of it written. On SQLite they are one transaction, in one
-    /// round trip when they fit one query; an error of the whole group (a
-    /// session created twice, the disk, or a fence of a group too large
-    /// for one query) is the outer one, and nothing of the group is
-    /// written. PostgreSQL, which flushes its log for many transactions
-    /// at once, commits each in its own.
+    /// round trip when they fit one query and none is fenced on a lease;
+    /// an error of the whole group (a session created twice, the disk, or
+    /// a fence when they did not fit) is the outer one, and nothing of the
+    /// group is written. PostgreSQL, which flushes its log for many
+    /// transactions at once, commits each in its own.
     pub async fn commit_session_group(
         &self,
         writes: &[SessionWrite],
     ) -> Result<Vec<Result<(), StorageError>>, StorageError> {
         let weight: usize = writes.iter().map(session_write_weight).sum();
+        // A write fenced on a cluster lease (PostgreSQL only) needs its
+        // `FOR SHARE` read, which the one-trip query does not make.
+        let unleased = writes.iter().all(|write| write.lease.is_none());
         match self.backend {
-            Backend::Sqlite if weight <= SESSION_GROUP_PARAMETERS => {
+            Backend::Sqlite if weight <= SESSION_GROUP_PARAMETERS && unleased => {
                 self.commit_sessions_in_one_trip(writes).await
             }
             Backend::Sqlite => {
