@@ -11,7 +11,7 @@
 //!
 //! For each scale `x` of `SCALES`, a fresh SQLite data folder holds, at
 //! `x` times the base sizes: `DOCUMENTS` documents (2,000), `BIG` of them
-//! (100) of `BIG_PARAGRAPHS` paragraphs (10,000: about 1 MB each, stored
+//! (100) of `BIG_PARAGRAPHS` paragraphs (10,000 each, stored
 //! as one update as a compacted document is), and `SESSIONS` journaled
 //! Planner sessions (1,000) — each a machine of its own whose `@planner`
 //! turn was invoked and replied to — of which `LIVE` (50, not scaled:

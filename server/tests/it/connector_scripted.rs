@@ -18,6 +18,41 @@ use crate::connector::Reads;
 
 const PATIENCE: Duration = Duration::from_secs(10);
 
+type Ws = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+
+/// A frame of `message`, as a scripted server sends it.
+fn text(message: &margin_protocol::link::ServerMessage) -> tokio_tungstenite::tungstenite::Message {
+    tokio_tungstenite::tungstenite::Message::Text(serde_json::to_string(message).unwrap().into())
+}
+
+/// The `invoke` every scripted server starts its turn with.
+fn invoke() -> margin_protocol::link::ServerMessage {
+    margin_protocol::link::ServerMessage::Invoke {
+        session: "s".into(),
+        turn: "t".into(),
+        document: "d".into(),
+        messages: vec![],
+        repair: vec![],
+        plan: None,
+    }
+}
+
+/// A scripted server's side of a link's start: accepts the machine on
+/// `listener`, reads its `hello` and welcomes it.
+async fn welcomed(listener: &tokio::net::TcpListener) -> Ws {
+    use futures_util::{SinkExt, StreamExt};
+    let (tcp, _) = listener.accept().await.unwrap();
+    let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+    let _hello = ws.next().await;
+    let welcome = margin_protocol::link::ServerMessage::Welcome {
+        protocol_version: 1,
+        machine: "m".into(),
+        capabilities: margin_protocol::link::Capabilities::default(),
+    };
+    ws.send(text(&welcome)).await.unwrap();
+    ws
+}
+
 /// A scripted link server: welcomes one machine, starts one turn, and
 /// answers its tool calls with `results` in order. Yields how many tool
 /// calls it got and the turn's reply.
@@ -25,29 +60,13 @@ async fn scripted_server(
     results: Vec<Result<serde_json::Value, ToolRefusal>>,
 ) -> (String, tokio::task::JoinHandle<(usize, String)>) {
     use futures_util::{SinkExt, StreamExt};
-    use margin_protocol::link::{Capabilities, ClientMessage, ServerMessage};
+    use margin_protocol::link::{ClientMessage, ServerMessage};
     use tokio_tungstenite::tungstenite::Message;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move {
-        let (tcp, _) = listener.accept().await.unwrap();
-        let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
-        let text = |m: &ServerMessage| Message::Text(serde_json::to_string(m).unwrap().into());
-        let _hello = ws.next().await;
-        let welcome = ServerMessage::Welcome {
-            protocol_version: 1,
-            machine: "m".into(),
-            capabilities: Capabilities::default(),
-        };
-        ws.send(text(&welcome)).await.unwrap();
-        let invoke = ServerMessage::Invoke {
-            session: "s".into(),
-            turn: "t".into(),
-            document: "d".into(),
-            messages: vec![],
-            repair: vec![],
-            plan: None,
-        };
+        let mut ws = welcomed(&listener).await;
+        let invoke = invoke();
         ws.send(text(&invoke)).await.unwrap();
         let (mut results, mut calls) = (results.into_iter(), 0);
         loop {
@@ -123,29 +142,13 @@ async fn connector_tries_again_only_a_call_the_server_could_not_decide() {
 /// the replies it got.
 async fn invokes_twice() -> (String, tokio::task::JoinHandle<Vec<String>>) {
     use futures_util::{SinkExt, StreamExt};
-    use margin_protocol::link::{Capabilities, ClientMessage, ServerMessage};
+    use margin_protocol::link::ClientMessage;
     use tokio_tungstenite::tungstenite::Message;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move {
-        let (tcp, _) = listener.accept().await.unwrap();
-        let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
-        let text = |m: &ServerMessage| Message::Text(serde_json::to_string(m).unwrap().into());
-        let _hello = ws.next().await;
-        let welcome = ServerMessage::Welcome {
-            protocol_version: 1,
-            machine: "m".into(),
-            capabilities: Capabilities::default(),
-        };
-        ws.send(text(&welcome)).await.unwrap();
-        let invoke = ServerMessage::Invoke {
-            session: "s".into(),
-            turn: "t".into(),
-            document: "d".into(),
-            messages: vec![],
-            repair: vec![],
-            plan: None,
-        };
+        let mut ws = welcomed(&listener).await;
+        let invoke = invoke();
         ws.send(text(&invoke)).await.unwrap();
         ws.send(text(&invoke)).await.unwrap();
         let mut replies = Vec::new();
@@ -209,17 +212,11 @@ struct AfterResume {
 /// W1), then each tool call with an empty outline.
 async fn loses_a_call(stop: bool) -> (String, tokio::task::JoinHandle<AfterResume>) {
     use futures_util::{SinkExt, StreamExt};
-    use margin_protocol::link::{Capabilities, ClientMessage, ResumedSession, ServerMessage};
+    use margin_protocol::link::{ClientMessage, ResumedSession, ServerMessage};
     use tokio_tungstenite::tungstenite::Message;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move {
-        let text = |m: &ServerMessage| Message::Text(serde_json::to_string(m).unwrap().into());
-        let welcome = ServerMessage::Welcome {
-            protocol_version: 1,
-            machine: "m".into(),
-            capabilities: Capabilities::default(),
-        };
         let next = |frame: Option<Result<Message, _>>| match frame {
             Some(Ok(Message::Text(frame))) => {
                 Some(serde_json::from_str::<ClientMessage>(&frame).unwrap())
@@ -228,27 +225,13 @@ async fn loses_a_call(stop: bool) -> (String, tokio::task::JoinHandle<AfterResum
             other => panic!("the machine went away: {other:?}"),
         };
 
-        let (tcp, _) = listener.accept().await.unwrap();
-        let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
-        let _hello = ws.next().await;
-        ws.send(text(&welcome)).await.unwrap();
-        let invoke = ServerMessage::Invoke {
-            session: "s".into(),
-            turn: "t".into(),
-            document: "d".into(),
-            messages: vec![],
-            repair: vec![],
-            plan: None,
-        };
-        ws.send(text(&invoke)).await.unwrap();
+        let mut ws = welcomed(&listener).await;
+        ws.send(text(&invoke())).await.unwrap();
         while !matches!(next(ws.next().await), Some(ClientMessage::ToolCall { .. })) {}
         // The link dies with the call: the server never saw it.
         drop(ws);
 
-        let (tcp, _) = listener.accept().await.unwrap();
-        let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
-        let _hello = ws.next().await;
-        ws.send(text(&welcome)).await.unwrap();
+        let mut ws = welcomed(&listener).await;
         let named = loop {
             if let Some(ClientMessage::Resume { sessions }) = next(ws.next().await) {
                 break sessions
