@@ -10,7 +10,7 @@
 import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { table } from './lib/table.mjs';
+import { table, targets } from './lib/table.mjs';
 
 const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const RESULTS = path.join(repo, 'server', 'benches', 'results');
@@ -43,6 +43,8 @@ export function render(run = newestRun()) {
       `started ${head.startedAt}, ${Math.round(head.seconds)} s.`,
     '',
     table(head.cfg, results, servers),
+    '',
+    targets(head, results),
     END,
   ].join('\n');
 }

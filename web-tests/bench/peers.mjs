@@ -41,15 +41,27 @@
 //   join        one document of JOIN_PARAGRAPHS paragraphs (~1 MB of Yjs
 //               state) loaded by a writer (which stays connected), then
 //               JOINS fresh joins one after another (connect, step 1, the
-//               whole step 2) -> join p50/p99, RSS with the document loaded
+//               whole step 2) -> join p50/p99, step 2's arrival after step
+//               1 went out p50, RSS with the document loaded
+//   cold-join   the same document, the writer gone and COLD_SETTLE_MS
+//               passed, then COLD_JOINS times: restart the server on its
+//               stored data, one join -> cold join p50, its step 2 p50.
+//               Margin and y-sweet (given a directory store for this
+//               scenario) only: npm and Hocuspocus keep nothing to restart
+//               from
+//
+// Every repetition first measures the disk the data dirs are on: DISK_SYNCS
+// 4 KiB writes each followed by fdatasync -> p50/p99, kept in the JSON's
+// run line; the light-load target (issue 43) is read against it.
 //
 // Knobs, as env vars or --name=value (names case-insensitive, - or _):
 //   SERVERS=margin,npm,hocuspocus,ysweet   SCENARIOS=idle,many-docs,open-1000,
-//   open-200,closed-64,closed-1024,join    REPEAT=3
+//   open-200,closed-64,closed-1024,join,cold-join   REPEAT=3
 //   IDLE_CONNS=5000 IDLE_DOCS=50 SETTLE_MS=2000
 //   MANY_DOCS=500 MANY_RECEIVERS=3 MANY_SECONDS=20
 //   RECEIVERS=50 OPEN_SECONDS=5 CLOSED_EDITS=5000 CLOSED_SECONDS=10
-//   JOIN_PARAGRAPHS=10000 JOINS=20
+//   JOIN_PARAGRAPHS=10000 JOINS=20 COLD_JOINS=5 COLD_SETTLE_MS=12000
+//   DISK_SYNCS=500
 //   DRAIN_MS=5000      after the last edit, how long to wait for deliveries
 //   CONNECT_CONCURRENCY=100   sockets opening at once
 //   SOURCE_ADDRS=16    client sockets bind 127.0.0.1..127.0.0.N round robin
@@ -68,7 +80,7 @@
 // as % of one core; a high figure marks a disturbed run.
 
 import { writeFile } from 'node:fs/promises';
-import { statSync } from 'node:fs';
+import { closeSync, fdatasyncSync, mkdtempSync, openSync, rmSync, statSync, writeSync } from 'node:fs';
 import { execSync } from 'node:child_process';
 import os from 'node:os';
 import path from 'node:path';
@@ -76,11 +88,11 @@ import * as Y from 'yjs';
 import { RawClient, Writer, localAddresses } from './lib/client.mjs';
 import { startServer, installed, pool, repoRoot } from './lib/servers.mjs';
 import { procStats, loadMeter } from './lib/proc.mjs';
-import { fmt, metricsFor, table } from './lib/table.mjs';
+import { fmt, metricsFor, table, targets } from './lib/table.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const ALL_SERVERS = ['margin', 'npm', 'hocuspocus', 'ysweet'];
-const ALL_SCENARIOS = ['idle', 'many-docs', 'open-1000', 'open-200', 'closed-64', 'closed-1024', 'join'];
+const ALL_SCENARIOS = ['idle', 'many-docs', 'open-1000', 'open-200', 'closed-64', 'closed-1024', 'join', 'cold-join'];
 const TOKEN_RE = /\[(\d+)\.(\d+)@(\d+\.\d+)\]/g;
 
 function config() {
@@ -114,6 +126,9 @@ function config() {
     closedSeconds: num('CLOSED_SECONDS', 10),
     joinParagraphs: num('JOIN_PARAGRAPHS', 10000),
     joins: num('JOINS', 20),
+    coldJoins: num('COLD_JOINS', 5),
+    coldSettleMs: num('COLD_SETTLE_MS', 12000),
+    diskSyncs: num('DISK_SYNCS', 500),
     drainMs: num('DRAIN_MS', 5000),
     connectConcurrency: num('CONNECT_CONCURRENCY', 100),
     sourceAddrs: num('SOURCE_ADDRS', 16),
@@ -127,7 +142,7 @@ function config() {
   };
   for (const s of cfg.servers) if (!ALL_SERVERS.includes(s)) throw new Error(`unknown server ${s} (one of ${ALL_SERVERS})`);
   for (const s of cfg.scenarios) {
-    if (!/^(idle|many-docs|open-\d+|closed-\d+|join)$/.test(s)) throw new Error(`unknown scenario ${s}`);
+    if (!/^(idle|many-docs|open-\d+|closed-\d+|join|cold-join)$/.test(s)) throw new Error(`unknown scenario ${s}`);
   }
   if (!['memory', 'dir'].includes(cfg.ysweetStore)) throw new Error('YSWEET_STORE must be memory or dir');
   return cfg;
@@ -437,13 +452,15 @@ async function closedLoop(cfg, server, window) {
 
 const SENTINEL = 'ENDOFPRELOAD';
 
-async function join(cfg, server) {
-  const [ep] = await server.docs(1);
+/**
+ * Loads one document of JOIN_PARAGRAPHS paragraphs of ~80 characters, 200
+ * per transaction (one update each), then a sentinel paragraph, through a
+ * writer that stays connected; resolves once a probe join sees the sentinel.
+ */
+async function preload(cfg, ep) {
   const writer = new Writer(ep, { localAddress: '127.0.0.1' });
   await writer.connect('writer 0');
   try {
-    // Pre-load: JOIN_PARAGRAPHS paragraphs of ~80 characters, 200 per
-    // transaction (one update each), then a sentinel paragraph.
     const frag = writer.doc.getXmlFragment('prosemirror');
     const chunk = 200;
     for (let i = 0; i < cfg.joinParagraphs; i += chunk) {
@@ -464,56 +481,122 @@ async function join(cfg, server) {
     last.insert(0, [new Y.XmlText(SENTINEL)]);
     frag.push([last]);
     const docBytes = Y.encodeStateAsUpdate(writer.doc).length;
-    // Wait until the server has all of it: a probe join sees the sentinel.
     const deadline = performance.now() + 60000;
-    let probeBytes = 0;
     for (;;) {
-      let full = false;
-      const probe = new RawClient(ep, { onStep2: (p) => { probeBytes = p.length; full = p.includes(SENTINEL); } });
-      await probe.connect(60000);
-      probe.close();
-      if (full) break;
+      const probe = await joinOnce(ep, '127.0.0.1');
+      if (probe.full) return { writer, docBytes, step2Bytes: probe.bytes };
       if (performance.now() > deadline) throw new Error('server never had the whole pre-loaded document');
       await sleep(200);
     }
+  } catch (e) {
+    writer.close();
+    throw e;
+  }
+}
+
+/** One fresh join: connect, step 1, the whole step 2; its times in ms. */
+async function joinOnce(ep, localAddress) {
+  let full = false;
+  let bytes = 0;
+  let step2 = NaN;
+  const t0 = performance.now();
+  const c = new RawClient(ep, {
+    localAddress,
+    onStep2: (p, t) => { full = p.includes(SENTINEL); bytes = p.length; step2 = t - c.step1At; },
+  });
+  await c.connect(60000);
+  const ms = performance.now() - t0;
+  c.close();
+  return { full, bytes, ms, step2 };
+}
+
+function joinFigures(joins) {
+  const ms = sortedF64(joins.map((j) => j.ms));
+  const step2 = sortedF64(joins.map((j) => j.step2));
+  return {
+    joins: joins.length,
+    incomplete: joins.filter((j) => !j.full).length,
+    joinP50: percentile(ms, 50),
+    joinP99: percentile(ms, 99),
+    joinMax: ms[ms.length - 1],
+    step2P50: percentile(step2, 50),
+  };
+}
+
+async function join(cfg, server) {
+  const [ep] = await server.docs(1);
+  const { writer, docBytes, step2Bytes } = await preload(cfg, ep);
+  try {
     await sleep(1000);
     const rssLoaded = rssMiB(server.pid);
     const meter = loadMeter(server.pid);
-    const times = [];
-    let incomplete = 0;
+    const joins = [];
     for (let j = 0; j < cfg.joins; j++) {
-      let full = false;
-      const t0 = performance.now();
-      const c = new RawClient(ep, { onStep2: (p) => { full = p.includes(SENTINEL); }, localAddress: '127.0.0.2' });
-      await c.connect(60000);
-      times.push(performance.now() - t0);
-      if (!full) incomplete++;
-      c.close();
+      joins.push(await joinOnce(ep, '127.0.0.2'));
       await sleep(50);
     }
-    const load = meter.stop();
-    const sorted = sortedF64(times);
-    return {
-      paragraphs: cfg.joinParagraphs,
-      docBytes,
-      step2Bytes: probeBytes,
-      rssLoadedMiB: rssLoaded,
-      joins: cfg.joins,
-      incomplete,
-      joinP50: percentile(sorted, 50),
-      joinP99: percentile(sorted, 99),
-      joinMax: sorted[sorted.length - 1],
-      _load: load,
-    };
+    return { paragraphs: cfg.joinParagraphs, docBytes, step2Bytes, rssLoadedMiB: rssLoaded, ...joinFigures(joins), _load: meter.stop() };
   } finally {
     writer.close();
   }
+}
+
+// The same document joined by the first client after the server started
+// again from what it stored: nothing loaded. The writer leaves, then
+// COLD_SETTLE_MS passes for every server alike (y-sweet writes its store
+// in the background every 10 s; Margin has committed every edit already).
+async function coldJoin(cfg, server) {
+  const [ep] = await server.docs(1);
+  const { writer, step2Bytes } = await preload(cfg, ep);
+  writer.close();
+  await sleep(cfg.coldSettleMs);
+  const joins = [];
+  const loads = [];
+  for (let j = 0; j < cfg.coldJoins; j++) {
+    await server.restart();
+    await sleep(500);
+    const meter = loadMeter(server.pid);
+    joins.push(await joinOnce(ep, '127.0.0.2'));
+    loads.push(meter.stop());
+  }
+  const f = joinFigures(joins);
+  if (f.incomplete) throw new Error(`${f.incomplete} of ${f.joins} cold joins did not see the whole document`);
+  const mean = (k) => loads.reduce((a, l) => a + l[k], 0) / loads.length;
+  return {
+    paragraphs: cfg.joinParagraphs, step2Bytes, ...f,
+    _load: { otherCpuPct: mean('otherCpuPct'), harnessCpuPct: mean('harnessCpuPct'), serverCpuPct: mean('serverCpuPct') },
+  };
+}
+
+// The disk the servers' data dirs are on: one 4 KiB write then
+// `fdatasync`, DISK_SYNCS times, in the temp dir every server's store uses.
+// Margin pays one such sync per batch of edits before it broadcasts them;
+// issue 43's light-load target allows Margin y-sweet's latency plus it.
+function diskProbe(cfg) {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'disk-probe-'));
+  const fd = openSync(path.join(dir, 'probe'), 'w');
+  const block = Buffer.alloc(4096, 7);
+  const times = [];
+  try {
+    for (let i = 0; i < cfg.diskSyncs; i++) {
+      writeSync(fd, block, 0, block.length, i * block.length);
+      const t0 = performance.now();
+      fdatasyncSync(fd);
+      times.push(performance.now() - t0);
+    }
+  } finally {
+    closeSync(fd);
+    rmSync(dir, { recursive: true, force: true });
+  }
+  const sorted = sortedF64(times);
+  return { syncs: cfg.diskSyncs, fdatasyncP50: percentile(sorted, 50), fdatasyncP99: percentile(sorted, 99) };
 }
 
 function runScenario(cfg, server, scenario) {
   if (scenario === 'idle') return idle(cfg, server);
   if (scenario === 'many-docs') return manyDocs(cfg, server);
   if (scenario === 'join') return join(cfg, server);
+  if (scenario === 'cold-join') return coldJoin(cfg, server);
   const [kind, n] = scenario.split('-');
   if (kind === 'open') return openLoop(cfg, server, Number(n));
   return closedLoop(cfg, server, Number(n));
@@ -563,19 +646,26 @@ async function main() {
   const results = [];
   const startedAt = new Date().toISOString();
   const tStart = performance.now();
+  const disk = [];
   for (let rep = 0; rep < cfg.repeat; rep++) {
+    disk.push({ rep: rep + 1, ...diskProbe(cfg) });
+    console.log(`disk, repetition ${rep + 1}: fdatasync p50 ${fmt.f2(disk[rep].fdatasyncP50)} ms, p99 ${fmt.f2(disk[rep].fdatasyncP99)} ms`);
     for (const scenario of cfg.scenarios) {
       // Interleaved: every server once per (repetition, scenario), the order
       // reversed on odd repetitions.
       const order = rep % 2 === 0 ? servers : [...servers].reverse();
       for (const name of order) {
+        // A cold join needs a server that stores documents: y-sweet gets
+        // its directory store; npm and Hocuspocus, in memory, have none.
+        if (scenario === 'cold-join' && (name === 'npm' || name === 'hocuspocus')) continue;
+        const serverCfg = scenario === 'cold-join' && name === 'ysweet' ? { ...cfg, ysweetStore: 'dir' } : cfg;
         process.stdout.write(`run ${rep + 1}/${cfg.repeat} ${scenario} ${name} ... `);
         let server = null;
         let timer;
         const t0 = performance.now();
         let r;
         try {
-          server = await startServer(name, cfg);
+          server = await startServer(name, serverCfg);
           const meter = loadMeter(server.pid);
           const res = await Promise.race([
             runScenario(cfg, server, scenario),
@@ -612,11 +702,12 @@ async function main() {
   console.log(`\nMedians of ${cfg.repeat} repetition(s); total ${fmt.f0((performance.now() - tStart) / 1000)} s. ` +
     `Margin: SQLite, each batch committed before broadcast; npm, hocuspocus: in memory; ysweet: ${cfg.ysweetStore === 'dir' ? 'temp dir store, background checkpoints' : 'in memory'}.\n`);
   console.log(table(cfg, results, servers));
+  console.log(`\n${targets({ cfg, disk }, results)}`);
   for (const r of results) if (r.failed) console.log(`FAILED rep ${r.rep} ${r.scenario} ${r.server}: ${r.failed}`);
   if (cfg.json) {
     // JSON lines: what ran where first, then every run as it was measured;
     // headline.mjs renders docs/performance.md's table from such a file.
-    const head = { kind: 'run', startedAt, seconds: (performance.now() - tStart) / 1000, machine: machine(), build: build(cfg), cfg };
+    const head = { kind: 'run', startedAt, seconds: (performance.now() - tStart) / 1000, machine: machine(), build: build(cfg), cfg, disk };
     const lines = [head, ...results.map((r) => ({ kind: 'result', ...r }))].map((x) => JSON.stringify(x));
     await writeFile(cfg.json, lines.join('\n') + '\n');
     console.log(`\nwrote ${cfg.json}`);

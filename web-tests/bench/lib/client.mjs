@@ -31,6 +31,9 @@ export class RawClient {
     this.closeCode = null;
     this.messages = 0;
     this.ws = null;
+    // When step 1 went out: step 2's arrival less this is the server's
+    // answer to it, without the connection's set-up.
+    this.step1At = NaN;
   }
 
   /** Opens the socket and syncs; resolves once the server's step 2 arrived. */
@@ -52,6 +55,7 @@ export class RawClient {
         for (const m of this.framing.hello()) ws.send(m);
         const sv = this.doc ? Y.encodeStateVector(this.doc) : EMPTY_STATE_VECTOR;
         ws.send(syncMessage(SYNC_STEP1, sv, this.framing.prefix));
+        this.step1At = performance.now();
       });
       ws.on('message', (data) => this.#onMessage(data));
       ws.on('error', (e) => {

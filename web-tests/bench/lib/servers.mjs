@@ -1,8 +1,11 @@
 // How the peer benchmark starts each server (a fresh process for every run)
 // and addresses its documents. Each start() resolves to
-//   { name, pid, docs(n) -> [{ url, framing }], stop(), notes }
+//   { name, pid, log, docs(n) -> [{ url, framing }], restart(), stop() }
 // where docs(n) makes n documents the way that server makes them and returns
-// one sync endpoint per document.
+// one sync endpoint per document, and restart() — only where the server
+// keeps documents somewhere to start again from (Margin; y-sweet with a
+// store) — stops the process and starts it on the same data and port, so
+// nothing is loaded (pid and log then name the new process).
 
 import { mkdtemp, rm } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
@@ -72,21 +75,28 @@ async function startMargin(cfg) {
     RUST_LOG: cfg.serverLog,
     MARGIN_MAX_CONNECTIONS: String(cfg.maxConnections),
     MARGIN_MAX_CONNECTIONS_PER_ADDRESS: String(cfg.maxConnections),
+    // A stop is the run's end or a restart: no balancer to drain for.
+    MARGIN_DRAIN_SECONDS: '0',
   };
   const out = await run(bin, ['account', 'add', 'bench', '--data', dataDir], env);
   const token = out.trim().split('\n').pop().trim();
-  const { child, log, matched } = spawnUntil(
-    bin, ['serve', '--data', dataDir, '--listen', '127.0.0.1:0'], env,
-    /margin listening on http:\/\/127\.0\.0\.1:(\d+)/, 'margin serve',
-  );
-  const port = Number((await matched)[1]);
+  const serve = async (listen) => {
+    const spawned = spawnUntil(
+      bin, ['serve', '--data', dataDir, '--listen', listen], env,
+      /margin listening on http:\/\/127\.0\.0\.1:(\d+)/, 'margin serve',
+    );
+    const port = Number((await spawned.matched)[1]);
+    await waitHttp(`http://127.0.0.1:${port}/healthz`, 'margin /healthz');
+    return { ...spawned, port };
+  };
+  let proc = await serve('127.0.0.1:0');
+  const { port } = proc;
   const base = `http://127.0.0.1:${port}`;
-  await waitHttp(`${base}/healthz`, 'margin /healthz');
   return {
     name: 'margin',
-    pid: child.pid,
-    child,
-    log,
+    get pid() { return proc.child.pid; },
+    get child() { return proc.child; },
+    get log() { return proc.log; },
     async docs(n) {
       return pool(n, 8, async (i) => {
         const res = await fetch(`${base}/documents`, {
@@ -99,8 +109,13 @@ async function startMargin(cfg) {
         return { url: `ws://127.0.0.1:${port}/documents/${id}/sync?token=${encodeURIComponent(token)}`, framing: plainFraming() };
       });
     },
+    /** Stops the process and starts it again on the same data and port: nothing is loaded. */
+    async restart() {
+      await stopChild(proc.child);
+      proc = await serve(`127.0.0.1:${port}`);
+    },
     async stop() {
-      await stopChild(child);
+      await stopChild(proc.child);
       await rm(dataDir, { recursive: true, force: true });
     },
   };
@@ -168,18 +183,22 @@ async function startYsweet(cfg) {
     storeDir = await mkdtemp(path.join(os.tmpdir(), 'ysweet-peers-'));
     args.splice(1, 0, storeDir);
   }
-  const { child, log, matched } = spawnUntil(
-    cfg.ysweetBin, args, { RUST_LOG: cfg.serverLog, Y_SWEET_STORE: undefined },
-    /ys:\/\/127\.0\.0\.1:\d+|Listening on ws:\/\//, 'y-sweet serve',
-  );
-  await matched;
   const base = `http://127.0.0.1:${port}`;
-  await waitHttp(`${base}/ready`, 'y-sweet /ready');
+  const serve = async () => {
+    const spawned = spawnUntil(
+      cfg.ysweetBin, args, { RUST_LOG: cfg.serverLog, Y_SWEET_STORE: undefined },
+      /ys:\/\/127\.0\.0\.1:\d+|Listening on ws:\/\//, 'y-sweet serve',
+    );
+    await spawned.matched;
+    await waitHttp(`${base}/ready`, 'y-sweet /ready');
+    return spawned;
+  };
+  let proc = await serve();
   return {
     name: 'ysweet',
-    pid: child.pid,
-    child,
-    log,
+    get pid() { return proc.child.pid; },
+    get child() { return proc.child; },
+    get log() { return proc.log; },
     async docs(n) {
       return pool(n, 8, async (i) => {
         const res = await fetch(`${base}/doc/new`, {
@@ -192,8 +211,13 @@ async function startYsweet(cfg) {
         return { url: `ws://127.0.0.1:${port}/d/${docId}/ws/${docId}`, framing: plainFraming() };
       });
     },
+    // Only with a store is there anything to start again from.
+    restart: storeDir && (async () => {
+      await stopChild(proc.child);
+      proc = await serve();
+    }),
     async stop() {
-      await stopChild(child);
+      await stopChild(proc.child);
       if (storeDir) await rm(storeDir, { recursive: true, force: true });
     },
   };

@@ -45,8 +45,13 @@ export const METRICS = {
   join: [
     ['joinP50', 'join p50, ms', 'lower', 'f1'],
     ['joinP99', 'join p99, ms', 'lower', 'f1'],
+    ['step2P50', 'step 2 after step 1 p50, ms', 'lower', 'f1'],
     ['rssLoadedMiB', 'RSS with the document loaded, MiB', 'lower', 'f1'],
     ['step2Bytes', 'step 2 bytes', 'lower', 'f0'],
+  ],
+  'cold-join': [
+    ['joinP50', 'join p50 after a restart, ms', 'lower', 'f1'],
+    ['step2P50', 'step 2 after step 1 p50, ms', 'lower', 'f1'],
   ],
 };
 
@@ -91,3 +96,42 @@ export function table(cfg, results, servers) {
   return lines.join('\n');
 }
 
+
+/**
+ * Issue 43's light-load and big-document targets read off a run: each
+ * Margin median against y-sweet's, the light-load latencies allowing the
+ * disk's `fdatasync` measured in the same run (medians of its repetitions).
+ */
+export function targets({ cfg, disk }, results) {
+  const med = (scenario, server, key) => median(results
+    .filter((r) => r.scenario === scenario && r.server === server && !r.failed)
+    .map((r) => r[key]));
+  const sync50 = median((disk ?? []).map((d) => d.fdatasyncP50));
+  const sync99 = median((disk ?? []).map((d) => d.fdatasyncP99));
+  const rows = [];
+  const row = (scenario, key, label, slack = 0, slackLabel = '') => {
+    if (!cfg.scenarios.includes(scenario)) return;
+    const margin = med(scenario, 'margin', key);
+    const ysweet = med(scenario, 'ysweet', key);
+    const allowed = ysweet + slack;
+    const met = Number.isFinite(margin) && Number.isFinite(allowed) ? (margin <= allowed ? '✓' : '✗') : '—';
+    const bound = slackLabel ? `${fmt.f2(ysweet)} + ${fmt.f2(slack)} ${slackLabel} = ${fmt.f2(allowed)}` : fmt.f2(allowed);
+    rows.push(`| ${scenario} | ${label} | ${fmt.f2(margin)} | ${fmt.f2(ysweet)} | ≤ ${bound} | ${met} |`);
+  };
+  for (const scenario of cfg.scenarios.filter((s) => /^open-\d+$/.test(s))) {
+    row(scenario, 'cpuUsPerDelivery', 'server CPU µs per delivery');
+    row(scenario, 'latP50', 'latency p50, ms', sync50, 'fdatasync p50');
+    row(scenario, 'latP99', 'latency p99, ms', sync99, 'fdatasync p99');
+  }
+  row('join', 'joinP50', 'join p50, ms');
+  row('join', 'step2P50', 'step 2 after step 1 p50, ms');
+  row('join', 'rssLoadedMiB', 'RSS with the document loaded, MiB');
+  row('cold-join', 'joinP50', 'join p50 after a restart, ms');
+  return [
+    `The disk in this run: 4 KiB write + \`fdatasync\` p50 ${fmt.f2(sync50)} ms, p99 ${fmt.f2(sync99)} ms (medians of ${(disk ?? []).length} repetitions).`,
+    '',
+    '| scenario | target (issue 43) | margin | ysweet | allowed | met |',
+    '|---|---|---|---|---|---|',
+    ...rows,
+  ].join('\n');
+}
