@@ -16,6 +16,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use margin_protocol::sync::{
@@ -152,6 +153,9 @@ pub struct LoadFailed {
     pub cause: String,
 }
 
+/// The key of the observer that marks the whole-document step 2 stale.
+const WHOLE_OBSERVER: &str = "margin-sync-core-whole";
+
 /// A loaded document (see the module's comment).
 pub struct LiveDocument {
     awareness: Awareness,
@@ -163,6 +167,14 @@ pub struct LiveDocument {
     members: HashMap<MemberId, HashSet<ClientID>>,
     /// Each member's updates that wait for changes it has not sent yet.
     waiting: HashMap<MemberId, Waiting>,
+    /// The whole document as a sync step 2, for joiners that hold nothing
+    /// (a new tab's Yjs document is empty): encoding a large document is
+    /// most of a join, and it is done once for all of them until it changes.
+    whole: Option<Vec<u8>>,
+    /// Set by every transaction that may change the document, whichever
+    /// way it comes (a member's frame, the server's write, a caller's own
+    /// transaction on [`LiveDocument::doc`]): `whole` is then stale.
+    changed: Arc<AtomicBool>,
 }
 
 impl LiveDocument {
@@ -215,6 +227,15 @@ impl LiveDocument {
             if known.clock(server) > 0 || owners.contains_key(&server) {
                 continue;
             }
+            let changed = Arc::new(AtomicBool::new(true));
+            let seen = changed.clone();
+            doc.observe_after_transaction(WHOLE_OBSERVER, move |_| {
+                seen.store(true, Ordering::Relaxed)
+            })
+            .map_err(|e| LoadFailed {
+                position: 0,
+                cause: format!("watching the document for changes: {e}"),
+            })?;
             return Ok((
                 LiveDocument {
                     awareness: Awareness::new(doc),
@@ -223,6 +244,8 @@ impl LiveDocument {
                     server,
                     members: HashMap::new(),
                     waiting: HashMap::new(),
+                    whole: None,
+                    changed,
                 },
                 skipped,
             ));
@@ -277,8 +300,7 @@ impl LiveDocument {
         for message in messages {
             match message {
                 Message::SyncStep1(remote) => {
-                    let awareness = &self.awareness;
-                    match catch_unwind(AssertUnwindSafe(|| messages::step2(awareness, &remote))) {
+                    match catch_unwind(AssertUnwindSafe(|| self.step2(&remote))) {
                         Ok(step2) => effects.push(Effect::Reply(step2)),
                         Err(_) => {
                             return Err(Close::poisoned("the document failed; reconnect to resync"))
@@ -343,6 +365,21 @@ impl LiveDocument {
             }
         }
         Ok(())
+    }
+
+    /// Sync step 2 for a member holding `remote`; one holding nothing gets
+    /// the whole document, encoded once until it changes.
+    fn step2(&mut self, remote: &StateVector) -> Vec<u8> {
+        if !remote.is_empty() {
+            return messages::step2(&self.awareness, remote);
+        }
+        if self.changed.swap(false, Ordering::Relaxed) {
+            self.whole = None;
+        }
+        let awareness = &self.awareness;
+        self.whole
+            .get_or_insert_with(|| messages::step2(awareness, remote))
+            .clone()
     }
 
     /// Takes an editor's update: applies it, or keeps it waiting when it

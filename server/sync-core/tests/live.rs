@@ -1,14 +1,16 @@
 //! The live document as the server drives it (SPEC A3a): an editor's new
 //! edit may overtake the sync step 2 of what it wrote offline, as
 //! y-websocket sends it on reconnecting; it waits, and applies once what it
-//! builds on has come.
+//! builds on has come. A joiner holding nothing is answered with the whole
+//! document as it stands, however it last changed.
 
 use std::sync::Arc;
 
-use margin_sync_core::{Access, Effect, LiveDocument, Owner};
+use margin_sync_core::{Access, Effect, LiveDocument, Owner, Written};
 use yrs::sync::{Message, SyncMessage};
+use yrs::updates::decoder::Decode;
 use yrs::updates::encoder::Encode;
-use yrs::{Doc, ReadTxn, Text, Transact};
+use yrs::{Doc, GetString, ReadTxn, StateVector, Text, Transact, Update};
 
 fn frame(update: Vec<u8>) -> Vec<u8> {
     Message::Sync(SyncMessage::Update(update)).encode_v1()
@@ -165,4 +167,64 @@ fn a_client_rearranging_its_own_text_as_yjs_redo_does_is_accepted() {
         })
         .collect();
     assert_eq!(reorders, vec![true]);
+}
+
+/// The text `t` of what a joiner holding nothing gets in answer to its
+/// sync step 1.
+fn joined(live: &mut LiveDocument) -> String {
+    let step1 = Message::Sync(SyncMessage::SyncStep1(StateVector::default())).encode_v1();
+    let zed = Owner::Account(Arc::from("zed"));
+    let mut effects = Vec::new();
+    live.frame(9, &zed, Access::Edit, &step1, &mut effects)
+        .expect("answered");
+    let reply = effects
+        .iter()
+        .find_map(|effect| match effect {
+            Effect::Reply(bytes) => Some(bytes.clone()),
+            _ => None,
+        })
+        .expect("a reply");
+    let Ok(Message::Sync(SyncMessage::SyncStep2(update))) = Message::decode_v1(&reply) else {
+        panic!("the reply is not a sync step 2");
+    };
+    let joiner = Doc::new();
+    joiner
+        .transact_mut()
+        .apply_update(Update::decode_v1(&update).expect("an update"))
+        .expect("applied");
+    let text = joiner.get_or_insert_text("t");
+    let got = text.get_string(&joiner.transact());
+    got
+}
+
+#[test]
+fn a_joiner_holding_nothing_gets_the_document_as_it_stands_after_every_change() {
+    let (mut live, _) = LiveDocument::load([], []).unwrap();
+    let ada = Owner::Account(Arc::from("ada"));
+    let editor = Doc::with_client_id(7);
+    let text = editor.get_or_insert_text("t");
+    let send = |live: &mut LiveDocument, change: &dyn Fn(&mut yrs::TransactionMut)| {
+        let seen = editor.transact().state_vector();
+        change(&mut editor.transact_mut());
+        let diff = editor.transact().encode_diff_v1(&seen);
+        let mut effects = Vec::new();
+        live.frame(1, &ada, Access::Edit, &frame(diff), &mut effects)
+            .expect("accepted");
+        assert_eq!(changes(&effects), 1);
+    };
+    send(&mut live, &|txn| text.insert(txn, 0, "hello world"));
+    assert_eq!(joined(&mut live), "hello world");
+    assert_eq!(joined(&mut live), "hello world", "asked again, unchanged");
+    // A deletion moves no state vector: the answer must still follow it.
+    send(&mut live, &|txn| text.remove_range(txn, 5, 6));
+    assert_eq!(joined(&mut live), "hello");
+    // The server's own write.
+    let written = live.write(|doc| {
+        let seen = doc.transact().state_vector();
+        let t = doc.get_or_insert_text("t");
+        t.insert(&mut doc.transact_mut(), 5, ", Ada");
+        Ok::<_, std::convert::Infallible>(Some(doc.transact().encode_diff_v1(&seen)))
+    });
+    assert!(matches!(written, Written::Changed(_)));
+    assert_eq!(joined(&mut live), "hello, Ada");
 }
