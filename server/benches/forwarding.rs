@@ -2,7 +2,8 @@
 //! receivers connected to a node that does not own the document (their
 //! sockets forwarded to the owner) against receivers on the owner itself,
 //! in the same run and for the same edits; the CPU each node spends; and
-//! what a node's lease upkeep costs per document it owns. Results and how
+//! what a node's lease upkeep costs per document it owns; and the fan-out
+//! through a forwarder in a closed loop. Results and how
 //! to read them: `server/benches/results/cluster.md`.
 //!
 //! ```sh
@@ -19,6 +20,11 @@
 //! edit and each side, the slowest receiver's arrival is that side's
 //! edit-to-all latency; the figure of merit is forwarded p99 / direct p99.
 //!
+//! Closed loop, on a second document A owns: `RECEIVERS` fresh receivers
+//! on A only, then as many on B only; its writer keeps at most `WINDOW` edits not yet at every one of
+//! them, `CLOSED_EDITS` edits -> edits/s fanned out to all, and each
+//! node's CPU a delivery, direct against forwarded.
+//!
 //! Lease upkeep: node A is then left to own `OWNED` documents (a client
 //! joins each, then stays idle) and the database's commits are counted
 //! over `QUIET_SECONDS` with none and with all of them owned; a node
@@ -32,7 +38,8 @@
 //! `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`; a
 //! schema of the bench's own, dropped at the end), `RECEIVERS` (20 a
 //! side), `RATE` (50 edits/s), `SECONDS` (20), `IDLE_CONNECTIONS` (300 a
-//! side), `OWNED` (200), `QUIET_SECONDS` (5).
+//! side), `WINDOW` (64), `CLOSED_EDITS` (3000), `OWNED` (200),
+//! `QUIET_SECONDS` (5).
 
 // Each bench uses part of the shared helpers.
 #[allow(dead_code)]
@@ -163,6 +170,56 @@ async fn bench() {
     );
     drop(direct);
     drop(forwarded);
+
+    // Fan-out at a window: the same writer on A, receivers all on one side.
+    let window: usize = env_or("WINDOW", 64);
+    let closed_edits: usize = env_or("CLOSED_EDITS", 3000);
+    println!();
+    println!(
+        "closed loop, window {window}: the writer on A keeps at most {window} edits not yet at \
+         every receiver; {closed_edits} edits to {receivers} receivers on one side at a time"
+    );
+    // A document of its own, so the memory figures below see the same
+    // document as before this phase existed; its writer joins first, so A
+    // owns it.
+    let looped = store
+        .create_document(&account, "Closed loop")
+        .await
+        .expect("a document")
+        .id;
+    let mut looper = SyncSocket::connect(&sync(&a, &looped), PATIENCE)
+        .await
+        .expect("the closed loop's writer");
+    let looper_client = looper.doc.client_id();
+    for (side, node) in [("on the owner (direct)", &a), ("on B (forwarded)", &b)] {
+        let mut side_receivers = Vec::new();
+        for _ in 0..receivers {
+            side_receivers.push(Receiver::start(&sync(node, &looped), looper_client).await);
+        }
+        let (snap_a, snap_b) = (CpuSnap::take(cpu_a), CpuSnap::take(cpu_b));
+        let (edits, wall) = closed_loop(
+            &mut looper,
+            looper_client,
+            &mut side_receivers,
+            window,
+            closed_edits,
+        )
+        .await;
+        let (used_a, used_b) = (snap_a.since(cpu_a), snap_b.since(cpu_b));
+        let deliveries = (edits * receivers) as f64;
+        println!(
+            "{side:<24} {:>7.0} edits/s to all   node A {:.1} µs, node B {:.1} µs of CPU a delivery{}",
+            edits as f64 / wall.as_secs_f64(),
+            used_a.server * 1e6 / deliveries,
+            used_b.server * 1e6 / deliveries,
+            if edits < closed_edits {
+                format!("   (only {edits} edits reached every receiver within {PATIENCE:?})")
+            } else {
+                String::new()
+            }
+        );
+    }
+    looper.close().await;
     writer.close().await;
 
     // Memory: idle connections on A (direct) and on B (forwarded to A).
@@ -276,6 +333,51 @@ fn edit_to_all(sent: &[(Instant, u32)], receivers: &[Receiver]) -> Vec<f64> {
         .collect();
     ms.sort_by(f64::total_cmp);
     ms
+}
+
+/// Sends up to `edits` edits, each only once every receiver has the one
+/// `window` before it; returns how many reached them all and the time
+/// from the first send to the last arrival.
+async fn closed_loop(
+    writer: &mut SyncSocket,
+    client: ClientID,
+    receivers: &mut [Receiver],
+    window: usize,
+    edits: usize,
+) -> (usize, Duration) {
+    let reached_all = |receivers: &[Receiver]| {
+        receivers
+            .iter()
+            .map(|r| *r.clock.borrow())
+            .min()
+            .unwrap_or(0)
+    };
+    let start = Instant::now();
+    let mut clocks: Vec<u32> = Vec::with_capacity(edits);
+    for k in 0..edits {
+        if let Some(&due) = k.checked_sub(window).and_then(|back| clocks.get(back)) {
+            for receiver in receivers.iter_mut() {
+                receiver.until(due).await;
+            }
+            if reached_all(receivers) < due {
+                return (k - window, start.elapsed());
+            }
+        }
+        writer
+            .append(&format!("closed {k}"))
+            .await
+            .expect("the writer's connection");
+        clocks.push(writer.doc.transact().state_vector().get(&client));
+    }
+    let last = clocks.last().copied().unwrap_or(0);
+    for receiver in receivers.iter_mut() {
+        receiver.until(last).await;
+    }
+    let done = clocks
+        .iter()
+        .filter(|c| **c <= reached_all(receivers))
+        .count();
+    (done, start.elapsed())
 }
 
 /// A receiver: when each frame arrived and the writer's clock it reached.
