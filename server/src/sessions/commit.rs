@@ -11,7 +11,10 @@ use margin_protocol::sessions::{SessionSnapshot, SessionState};
 use tokio_util::task::TaskTracker;
 
 use crate::storage::group::{Bounds, Commits, Group};
-use crate::storage::{Backend, SessionOwner, SessionWrite, StorageError, Store, StoredEvent};
+use crate::storage::{
+    session_write_weight, Backend, SessionOwner, SessionWrite, StorageError, Store, StoredEvent,
+    SESSION_GROUP_PARAMETERS,
+};
 
 /// Most writes committed in one transaction.
 const BATCH: usize = 256;
@@ -132,16 +135,23 @@ enum Lane {
     Direct(Store),
 }
 
-/// Sessions' writes, committed together.
+/// Sessions' writes, committed together: each one's fate, a stale one
+/// refused by its fence while the others land.
 struct SessionWrites(Store);
 
 impl Commits for SessionWrites {
     type Write = SessionWrite;
-    type Landed = ();
+    type Landed = Result<(), StorageError>;
 
-    async fn commit(&self, writes: &[SessionWrite]) -> Result<Vec<()>, StorageError> {
-        self.0.commit_sessions(writes).await?;
-        Ok(vec![(); writes.len()])
+    async fn commit(
+        &self,
+        writes: &[SessionWrite],
+    ) -> Result<Vec<Result<(), StorageError>>, StorageError> {
+        self.0.commit_session_group(writes).await
+    }
+
+    fn weight(write: &SessionWrite) -> usize {
+        session_write_weight(write)
     }
 }
 
@@ -157,7 +167,7 @@ impl Journal {
                 Bounds {
                     queue: QUEUE,
                     writes: BATCH,
-                    weight: usize::MAX,
+                    weight: SESSION_GROUP_PARAMETERS,
                 },
                 Some(tracker),
             )),
@@ -170,7 +180,7 @@ impl Journal {
     pub async fn commit(&self, write: SessionWrite) -> Result<(), StorageError> {
         match &self.lane {
             Lane::Direct(store) => store.commit_sessions(std::slice::from_ref(&write)).await,
-            Lane::Queued(group) => group.commit(write).await,
+            Lane::Queued(group) => group.commit(write).await?,
         }
     }
 }

@@ -29,6 +29,7 @@ mod documents;
 pub mod group;
 mod machines;
 mod members;
+mod session_trip;
 mod sessions;
 mod updates;
 mod writer;
@@ -45,6 +46,7 @@ pub use claim::{Claim, ClaimMode};
 pub use cluster::{LeaseHolder, Node, Take};
 pub use documents::DocumentRow;
 pub use machines::{Machine, StoredCredential, EXPIRED_CREDENTIALS_KEPT_MS};
+pub use session_trip::{session_write_weight, SESSION_GROUP_PARAMETERS};
 pub use sessions::{
     write_session, LeaseFence, SessionOwner, SessionWrite, StoredEvent, StoredSession,
 };

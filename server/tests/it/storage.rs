@@ -290,4 +290,72 @@ on_both_backends! {
         ));
         assert_eq!(store.session_journal("s1", 0).await.unwrap().len() as u64, rows);
     }
+
+    // SPEC W1, W2a: sessions' writes committed as a group land each whose
+    // fence holds — rows, prunes and domain snapshot — and refuse a stale
+    // one alone, writing nothing of it; a session created twice is refused.
+    async fn a_group_of_session_writes_refuses_only_the_stale_one(db) {
+        let store = db.open().await;
+        let ada = store.create_account("ada").await.unwrap();
+        let doc = store.create_document(&ada, "Plan").await.unwrap();
+        let machine = store.pair_machine(&ada, "laptop", "hash", i64::MAX).await.unwrap();
+        let owner = SessionOwner { document: doc.id.clone(), account: ada.id.clone(), machine: machine.id.clone() };
+        let event = |seq: u64| StoredEvent { seq, kind: "turn_started".into(), body: format!("{{\"event\":{seq}}}") };
+        let first = |session: &str| SessionWrite {
+            session: session.into(),
+            owner: Some(owner.clone()),
+            records: vec![(1, format!("{{\"it's\":\"{session}\"}}"))],
+            events: vec![event(1)],
+            snapshot: "{\"at\":1}".into(),
+            state: "active",
+            ..SessionWrite::default()
+        };
+        let fates = store.commit_session_group(&[first("s1"), first("s2")]).await.unwrap();
+        assert!(fates.iter().all(Result::is_ok), "{fates:?}");
+
+        let next = SessionWrite {
+            session: "s1".into(),
+            base: 1,
+            cursor: 1,
+            records: vec![(2, "{\"record\":2}".into())],
+            events: vec![event(2)],
+            snapshot: "{\"at\":2}".into(),
+            state: "disconnected",
+            domain: Some("{\"domain\":2}".into()),
+            prune_journal: Some(1),
+            prune_events: Some(1),
+            ..SessionWrite::default()
+        };
+        let stale = SessionWrite {
+            session: "s2".into(),
+            base: 0,
+            cursor: 0,
+            records: vec![(1, "{\"stale\":true}".into())],
+            events: vec![event(1)],
+            snapshot: "{\"stale\":true}".into(),
+            state: "ended",
+            prune_journal: Some(1),
+            ..SessionWrite::default()
+        };
+        let fates = store.commit_session_group(&[next, stale]).await.unwrap();
+        assert!(fates[0].is_ok(), "{fates:?}");
+        assert!(matches!(fates[1], Err(StorageError::JournalMoved { expected: 0, found: 1 })), "{fates:?}");
+        // The landed write, whole: its rows, its prunes, its row.
+        assert_eq!(store.session_journal("s1", 0).await.unwrap(), vec![(2, "{\"record\":2}".to_owned())]);
+        assert_eq!(store.session_events("s1", 0, 10).await.unwrap(), vec![event(2)]);
+        let s1 = store.session("s1").await.unwrap().unwrap();
+        assert_eq!((s1.journal_seq, s1.cursor, s1.snapshot.as_str()), (2, 2, "{\"at\":2}"));
+        assert_eq!(s1.domain, Some((2, "{\"domain\":2}".to_owned())));
+        // The stale one: nothing of it.
+        assert_eq!(store.session_journal("s2", 0).await.unwrap(), vec![(1, "{\"it's\":\"s2\"}".to_owned())]);
+        assert_eq!(store.session_events("s2", 0, 10).await.unwrap(), vec![event(1)]);
+        let s2 = store.session("s2").await.unwrap().unwrap();
+        assert_eq!((s2.journal_seq, s2.cursor, s2.snapshot.as_str()), (1, 1, "{\"at\":1}"));
+        assert!(store.open_session("s2").await.unwrap().is_some(), "still open");
+
+        // Created twice: refused, and s1 as it was.
+        let again = store.commit_session_group(&[first("s1")]).await;
+        assert!(again.is_err() || again.as_ref().is_ok_and(|f| f[0].is_err()), "{again:?}");
+        assert_eq!(store.session("s1").await.unwrap().unwrap().journal_seq, 2);
+    }
 }
