@@ -373,10 +373,8 @@ async fn closed_loop(
     for receiver in receivers.iter_mut() {
         receiver.until(last).await;
     }
-    let done = clocks
-        .iter()
-        .filter(|c| **c <= reached_all(receivers))
-        .count();
+    let reached = reached_all(receivers);
+    let done = clocks.iter().filter(|c| **c <= reached).count();
     (done, start.elapsed())
 }
 
