@@ -25,12 +25,14 @@ mod cards;
 mod chat;
 mod claim;
 mod cluster;
+mod document_trip;
 mod documents;
 pub mod group;
 mod machines;
 mod members;
 mod session_trip;
 mod sessions;
+mod trip;
 mod updates;
 mod writer;
 

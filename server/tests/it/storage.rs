@@ -1,7 +1,10 @@
 //! The storage suite: the same cases on SQLite and PostgreSQL (SPEC S3, W3).
 
 use margin_protocol::Role;
-use margin_server::storage::{SessionOwner, SessionWrite, StorageError, StoredEvent, StoredState};
+use margin_server::storage::{
+    Alongside, ClientBinding, SessionOwner, SessionWrite, StorageError, StoredCard, StoredEvent,
+    StoredState,
+};
 
 use crate::on_both_backends;
 
@@ -357,5 +360,132 @@ on_both_backends! {
         let again = store.commit_session_group(&[first("s1")]).await;
         assert!(again.is_err() || again.as_ref().is_ok_and(|f| f[0].is_err()), "{again:?}");
         assert_eq!(store.session("s1").await.unwrap().unwrap().journal_seq, 2);
+    }
+
+    // SPEC W1, W3, D: a document's changes commit with the cards they
+    // create, the cards they change and the session writes recording the
+    // tool calls that made them — all of it, or, when any one fence moved
+    // (the document's, a card's version, a session's journal) or a card's
+    // key is taken, nothing of it; the write after a refusal lands.
+    async fn a_documents_changes_and_what_rides_with_them_land_whole_or_not_at_all(db) {
+        let store = db.open().await;
+        let ada = store.create_account("ada").await.unwrap();
+        let doc = store.create_document(&ada, "Plan").await.unwrap();
+        let epoch = store.claim_document(&doc.id).await.unwrap();
+        let machine = store.pair_machine(&ada, "laptop", "hash", i64::MAX).await.unwrap();
+        let owner = SessionOwner { document: doc.id.clone(), account: ada.id.clone(), machine: machine.id.clone() };
+        let event = |seq: u64| StoredEvent { seq, kind: "tool_called".into(), body: format!("{{\"event\":{seq}}}") };
+        let created = SessionWrite {
+            session: "s1".into(),
+            owner: Some(owner),
+            records: vec![(1, "{\"record\":1}".into())],
+            events: vec![event(1)],
+            snapshot: "{\"at\":1}".into(),
+            state: "active",
+            ..SessionWrite::default()
+        };
+        assert!(store.commit_session_group(&[created]).await.unwrap()[0].is_ok());
+        let card = |id: &str, key: &str| margin_decisions::DecisionCard {
+            id: id.into(),
+            key: margin_decisions::Key::parse(key).unwrap(),
+            question: format!("Which {key}?"),
+            description: None,
+            response: margin_decisions::ResponseKind::FreeText,
+            choices: vec![],
+            criteria: vec![],
+            anchors: vec![],
+            state: margin_decisions::CardState::Open,
+            answer: None,
+            answered_by: None,
+            excerpt: Some("Which one first?".into()),
+        };
+        store.create_cards(&doc.id, &[card("c0", "region")]).await.unwrap();
+        let closed = |version: i64| {
+            let mut card = card("c0", "region");
+            card.state = margin_decisions::CardState::Discarded;
+            StoredCard { card, version }
+        };
+        let result = |base: u64| SessionWrite {
+            session: "s1".into(),
+            base,
+            cursor: base,
+            records: vec![(base + 1, format!("{{\"result\":{}}}", base + 1))],
+            events: vec![event(base + 1)],
+            snapshot: format!("{{\"at\":{}}}", base + 1),
+            state: "active",
+            ..SessionWrite::default()
+        };
+        let bindings = [ClientBinding { client: 7, account: Some("ada".into()) }];
+
+        let new = [card("c1", "budget")];
+        let changed = [closed(2)];
+        let sessions = [result(1)];
+        let alongside = Alongside {
+            cards: &new,
+            changed: &changed,
+            sessions: &sessions,
+            edited_by: Some("planner"),
+            clients: &bindings,
+        };
+        let landed = store.append_with(&doc.id, epoch, 0, vec![vec![1], vec![2]], alongside).await;
+        assert_eq!(landed.unwrap(), 2);
+        let state = store.load_state(&doc.id, None).await.unwrap();
+        assert_eq!((state.revision, state.updates.clone()), (2, vec![vec![1], vec![2]]));
+        assert_eq!(state.clients.iter().map(|b| b.client).collect::<Vec<_>>(), vec![7]);
+        let cards = store.cards(&doc.id).await.unwrap();
+        assert_eq!(cards.iter().map(|c| (c.card.id.as_str(), c.version)).collect::<Vec<_>>(), vec![("c0", 2), ("c1", 1)]);
+        assert_eq!(cards[0].card.state, margin_decisions::CardState::Discarded);
+        assert_eq!(store.session("s1").await.unwrap().unwrap().journal_seq, 2);
+        assert_eq!(store.documents_of(&ada).await.unwrap()[0].edited_by.as_deref(), Some("planner"));
+
+        // Each refusal below carries changes, a new card, a card change and
+        // a session write; what the store holds must not move.
+        let held = |store: &margin_server::storage::Store| {
+            let store = store.clone();
+            let id = doc.id.clone();
+            async move {
+                let state = store.load_state(&id, None).await.unwrap();
+                let cards: Vec<(String, i64)> =
+                    store.cards(&id).await.unwrap().into_iter().map(|c| (c.card.id, c.version)).collect();
+                let journal = store.session_journal("s1", 0).await.unwrap();
+                let events = store.session_events("s1", 0, 10).await.unwrap();
+                (state.revision, state.updates, state.clients.len(), cards, journal, events)
+            }
+        };
+        let before = held(&store).await;
+        let attempt = |expected: i64, new: &'static str, key: &'static str, version: i64, base: u64| {
+            let store = store.clone();
+            let id = doc.id.clone();
+            let new = [card(new, key)];
+            let changed = [closed(version)];
+            let sessions = [result(base)];
+            let bindings = [ClientBinding { client: 8, account: Some("ada".into()) }];
+            async move {
+                let alongside = Alongside {
+                    cards: &new,
+                    changed: &changed,
+                    sessions: &sessions,
+                    edited_by: Some("planner"),
+                    clients: &bindings,
+                };
+                store.append_with(&id, epoch, expected, vec![vec![9]], alongside).await
+            }
+        };
+        let stale_session = attempt(2, "c2", "scope", 3, 1).await;
+        assert!(matches!(stale_session, Err(StorageError::JournalMoved { expected: 1, found: 2 })), "{stale_session:?}");
+        assert_eq!(held(&store).await, before, "a stale session's write moved the store");
+        let stale_card = attempt(2, "c2", "scope", 2, 2).await;
+        assert!(matches!(&stale_card, Err(StorageError::Conflict(why)) if why.contains("c0")), "{stale_card:?}");
+        assert_eq!(held(&store).await, before, "a stale card change moved the store");
+        let stale_document = attempt(0, "c2", "scope", 3, 2).await;
+        assert!(matches!(stale_document, Err(StorageError::RevisionMoved { expected: 0, found: 2 })), "{stale_document:?}");
+        assert_eq!(held(&store).await, before, "a stale document write moved the store");
+        let key_taken = attempt(2, "c2", "budget", 3, 2).await;
+        assert!(matches!(&key_taken, Err(StorageError::Conflict(why)) if why.contains("key")), "{key_taken:?}");
+        assert_eq!(held(&store).await, before, "a taken key moved the store");
+
+        assert_eq!(attempt(2, "c2", "scope", 3, 2).await.unwrap(), 3);
+        let after = held(&store).await;
+        assert_eq!((after.0, after.2, after.3.len(), after.4.len()), (3, 2, 3, 3));
     }
 }
