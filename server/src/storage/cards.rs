@@ -8,7 +8,6 @@ use margin_protocol::decisions::{AnswerBody, ChoiceView};
 use sqlx::any::{Any, AnyRow};
 use sqlx::{Row, Transaction};
 
-use super::trip::Bound::{self, Int, MaybeText, Text};
 use super::{conflict_on_unique, int, now_ms, Backend, StorageError, Store};
 
 /// A stored card and the version a change must start from.
@@ -90,69 +89,36 @@ pub(super) async fn update_cards(
     changed: &[StoredCard],
 ) -> Result<(), StorageError> {
     for stored in changed {
-        let row = CardRow::new(&stored.card);
-        let mut update = sqlx::query(CHANGE_CARD);
-        for value in row.change(id, stored.version) {
-            update = value.bind(update);
-        }
-        if update.execute(&mut **tx).await?.rows_affected() != 1 {
-            return Err(changed_meanwhile(&stored.card));
+        let card = &stored.card;
+        let done = sqlx::query(
+            "UPDATE decision_cards SET choices = $1, criteria = $2, state = $3, answer = $4, \
+             answered_by = $5, version = $6 \
+             WHERE document_id = $7 AND id = $8 AND version = $9",
+        )
+        .bind(encode_choices(&card.choices))
+        .bind(encode_json(&card.criteria))
+        .bind(card.state.as_str())
+        .bind(card.answer.as_ref().map(encode_answer))
+        .bind(card.answered_by.as_deref())
+        .bind(stored.version)
+        .bind(id)
+        .bind(&card.id)
+        .bind(stored.version - 1)
+        .execute(&mut **tx)
+        .await?;
+        if done.rows_affected() != 1 {
+            return Err(StorageError::Conflict(format!(
+                "card {:?} changed meanwhile; nothing was written",
+                card.id
+            )));
         }
     }
     Ok(())
 }
 
-/// Why a change of `card` wrote nothing: its row is no longer at the
-/// version the change started from.
-pub(super) fn changed_meanwhile(card: &DecisionCard) -> StorageError {
-    StorageError::Conflict(format!(
-        "card {:?} changed meanwhile; nothing was written",
-        card.id
-    ))
-}
-
-/// Why a batch of new cards wrote nothing.
-pub(super) fn key_taken(error: sqlx::Error) -> StorageError {
-    conflict_on_unique(error, || {
-        "a card key of this batch was just taken".to_owned()
-    })
-}
-
-/// The fenced update of one card's row, its parameters in
-/// [`CardRow::change`]'s order.
-pub(super) const CHANGE_CARD: &str =
-    "UPDATE decision_cards SET choices = $1, criteria = $2, state = $3, answer = $4, \
-     answered_by = $5, version = $6 \
-     WHERE document_id = $7 AND id = $8 AND version = $9";
-
-/// Parameters of one card in [`insert_sql`]: every column but `version`,
-/// which starts at 1.
-pub(super) const CARD_PARAMETERS: usize = 14;
-
 /// Cards per multi-row `INSERT`: 14 parameters each, well under SQLite's
 /// and PostgreSQL's limits on parameters per statement.
 const CARDS_PER_INSERT: usize = 64;
-
-/// The insert of `rows` new cards, each parameter named by
-/// `param(row, 1..=14)` in [`CardRow::insert`]'s order.
-pub(super) fn insert_sql(rows: usize, param: impl Fn(usize, usize) -> String) -> String {
-    let rows: Vec<String> = (0..rows)
-        .map(|row| {
-            let leading: Vec<String> = (1..CARD_PARAMETERS).map(|c| param(row, c)).collect();
-            format!(
-                "({}, 1, {})",
-                leading.join(", "),
-                param(row, CARD_PARAMETERS)
-            )
-        })
-        .collect();
-    format!(
-        "INSERT INTO decision_cards (id, document_id, card_key, question, description, response, \
-         choices, criteria, anchors, state, answer, answered_by, excerpt, version, created_at) \
-         VALUES {}",
-        rows.join(", ")
-    )
-}
 
 /// Inserts `cards` of document `id` inside `tx`, a statement per
 /// [`CARDS_PER_INSERT`] (a statement per card made a batch of 32 wait on
@@ -168,86 +134,49 @@ pub(super) async fn insert_cards(
     id: &str,
     cards: &[DecisionCard],
 ) -> Result<(), StorageError> {
+    // Every column but `version`, which starts at 1.
+    const PARAMS: usize = 14;
     let created_at = now_ms();
     for batch in cards.chunks(CARDS_PER_INSERT) {
-        let sql = insert_sql(batch.len(), |row, column| match backend {
-            Backend::Sqlite => "?".to_owned(),
-            Backend::Postgres => format!("${}", row * CARD_PARAMETERS + column),
-        });
-        let rows: Vec<CardRow> = batch.iter().map(CardRow::new).collect();
+        let rows: Vec<String> = (0..batch.len())
+            .map(|row| {
+                let param = |column: usize| match backend {
+                    Backend::Sqlite => "?".to_owned(),
+                    Backend::Postgres => format!("${}", row * PARAMS + column),
+                };
+                let leading: Vec<String> = (1..PARAMS).map(param).collect();
+                format!("({}, 1, {})", leading.join(", "), param(PARAMS))
+            })
+            .collect();
+        let sql = format!(
+            "INSERT INTO decision_cards (id, document_id, card_key, question, description, response, \
+             choices, criteria, anchors, state, answer, answered_by, excerpt, version, created_at) \
+             VALUES {}",
+            rows.join(", ")
+        );
         let mut insert = sqlx::query(&sql);
-        for row in &rows {
-            for value in row.insert(id, created_at) {
-                insert = value.bind(insert);
-            }
+        for card in batch {
+            insert = insert
+                .bind(&card.id)
+                .bind(id)
+                .bind(card.key.as_str())
+                .bind(&card.question)
+                .bind(card.description.as_deref())
+                .bind(card.response.as_str())
+                .bind(encode_choices(&card.choices))
+                .bind(encode_json(&card.criteria))
+                .bind(encode_anchors(&card.anchors))
+                .bind(card.state.as_str())
+                .bind(card.answer.as_ref().map(encode_answer))
+                .bind(card.answered_by.as_deref())
+                .bind(card.excerpt.as_deref())
+                .bind(created_at);
         }
-        insert.execute(&mut **tx).await.map_err(key_taken)?;
+        insert.execute(&mut **tx).await.map_err(|e| {
+            conflict_on_unique(e, || "a card key of this batch was just taken".to_owned())
+        })?;
     }
     Ok(())
-}
-
-/// A card's columns as stored, its JSON ones encoded once.
-pub(super) struct CardRow<'a> {
-    card: &'a DecisionCard,
-    choices: String,
-    criteria: String,
-    anchors: String,
-    answer: Option<String>,
-}
-
-impl<'a> CardRow<'a> {
-    pub fn new(card: &'a DecisionCard) -> Self {
-        CardRow {
-            card,
-            choices: encode_choices(&card.choices),
-            criteria: encode_json(&card.criteria),
-            anchors: encode_anchors(&card.anchors),
-            answer: card.answer.as_ref().map(encode_answer),
-        }
-    }
-
-    /// The new row of document `document`'s card, in [`insert_sql`]'s
-    /// order.
-    pub fn insert<'b>(
-        &'b self,
-        document: &'b str,
-        created_at: i64,
-    ) -> [Bound<'b>; CARD_PARAMETERS] {
-        let card = self.card;
-        [
-            Text(&card.id),
-            Text(document),
-            Text(card.key.as_str()),
-            Text(&card.question),
-            MaybeText(card.description.as_deref()),
-            Text(card.response.as_str()),
-            Text(&self.choices),
-            Text(&self.criteria),
-            Text(&self.anchors),
-            Text(card.state.as_str()),
-            MaybeText(self.answer.as_deref()),
-            MaybeText(card.answered_by.as_deref()),
-            MaybeText(card.excerpt.as_deref()),
-            Int(created_at),
-        ]
-    }
-
-    /// The change of the row to `version`, fenced on the one before, in
-    /// [`CHANGE_CARD`]'s order.
-    pub fn change<'b>(&'b self, document: &'b str, version: i64) -> [Bound<'b>; 9] {
-        let card = self.card;
-        [
-            Text(&self.choices),
-            Text(&self.criteria),
-            Text(card.state.as_str()),
-            MaybeText(self.answer.as_deref()),
-            MaybeText(card.answered_by.as_deref()),
-            Int(version),
-            Text(document),
-            Text(&card.id),
-            Int(version - 1),
-        ]
-    }
 }
 
 fn decode(row: &AnyRow) -> Result<StoredCard, StorageError> {

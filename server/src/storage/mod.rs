@@ -25,14 +25,12 @@ mod cards;
 mod chat;
 mod claim;
 mod cluster;
-mod document_trip;
 mod documents;
 pub mod group;
 mod machines;
 mod members;
 mod session_trip;
 mod sessions;
-mod trip;
 mod updates;
 mod writer;
 

@@ -14,15 +14,42 @@
 //! write by write. The fence is read from the index that holds all three
 //! columns (`planner_sessions_fence`): read from the table, `journal_seq`
 //! lies past the row's snapshots, whose overflow pages each statement
-//! would walk. The query is built as a `trip`.
+//! would walk. Parameters are anonymous (`?`), bound in the order they
+//! appear: with numbered ones the driver looks each up by name in a list
+//! as long as the query.
+
+use sqlx::Row;
 
 use super::sessions::SessionWrite;
-use super::trip::{moved, Bound, Moved, Trip, TRIP_PARAMETERS};
 use super::{int, now_ms, Backend, StorageError, Store};
 
-/// Most parameters one group's query binds; a write that needs more
-/// alone goes through `commit_sessions`.
-pub const SESSION_GROUP_PARAMETERS: usize = TRIP_PARAMETERS;
+/// Most parameters one group's query binds, well under SQLite's 32,766;
+/// a write that needs more alone goes through `commit_sessions`.
+pub const SESSION_GROUP_PARAMETERS: usize = 16_000;
+
+/// A value bound to one `?`.
+#[derive(Clone, Copy)]
+enum Bound<'a> {
+    Text(&'a str),
+    MaybeText(Option<&'a str>),
+    Int(i64),
+}
+
+/// A query and the values of its `?`s, in order.
+#[derive(Default)]
+struct Trip<'a> {
+    sql: String,
+    bound: Vec<Bound<'a>>,
+}
+
+impl<'a> Trip<'a> {
+    /// Appends `sql`, whose `?`s take `values` in order.
+    fn push(&mut self, sql: &str, values: impl IntoIterator<Item = Bound<'a>>) {
+        self.sql.push_str(sql);
+        self.sql.push('\n');
+        self.bound.extend(values);
+    }
+}
 
 /// How many parameters `write` binds in a group's query: its weight in a
 /// group of at most [`SESSION_GROUP_PARAMETERS`].
@@ -77,7 +104,14 @@ impl Store {
         writes: &[SessionWrite],
     ) -> Result<Vec<Result<(), StorageError>>, StorageError> {
         let trip = group_query(writes, now_ms());
-        let query = trip.query();
+        let mut query = sqlx::query(&trip.sql);
+        for value in &trip.bound {
+            query = match value {
+                Bound::Text(text) => query.bind(*text),
+                Bound::MaybeText(text) => query.bind(*text),
+                Bound::Int(int) => query.bind(*int),
+            };
+        }
         let mut connection = self.writes().await?;
         // Its one transaction is begun by the query's own BEGIN.
         crate::metrics::COUNTERS.write_transaction();
@@ -91,7 +125,13 @@ impl Store {
             }
         };
         drop(connection);
-        let moved = moved(&rows)?;
+        let mut moved = Vec::with_capacity(rows.len());
+        for row in &rows {
+            moved.push((
+                row.try_get::<String, _>("id")?,
+                int(row, "journal_seq")? as u64,
+            ));
+        }
         let mut fates = Vec::with_capacity(writes.len());
         for (write, landed) in writes.iter().zip(landed(writes, &moved)) {
             fates.push(match landed {
@@ -103,7 +143,7 @@ impl Store {
     }
 
     /// Why `write`'s fence did not hold: where its session's journal is.
-    pub(super) async fn journal_fence_failure(&self, write: &SessionWrite) -> StorageError {
+    async fn journal_fence_failure(&self, write: &SessionWrite) -> StorageError {
         let found = sqlx::query("SELECT journal_seq FROM planner_sessions WHERE id = $1")
             .bind(&write.session)
             .fetch_optional(&self.pool)
@@ -122,16 +162,15 @@ impl Store {
     }
 }
 
-/// Each write's fate from the rows a trip's fenced updates returned, in
-/// order: a write landed when its session's row was returned at the
-/// journal record it made. Rows of other fences are passed over.
-pub(super) fn landed(writes: &[SessionWrite], moved: &[Moved]) -> Vec<bool> {
-    let mut moved = moved.iter().filter(|row| row.fence == "session").peekable();
+/// Each write's fate from the session rows the group moved, in order: a
+/// write landed when its row was returned at the journal record it made.
+fn landed(writes: &[SessionWrite], moved: &[(String, u64)]) -> Vec<bool> {
+    let mut moved = moved.iter().peekable();
     writes
         .iter()
         .map(|write| {
             moved
-                .next_if(|row| row.id == write.session && row.at == write.journal_seq() as i64)
+                .next_if(|(id, seq)| *id == write.session && *seq == write.journal_seq())
                 .is_some()
         })
         .collect()
@@ -151,7 +190,7 @@ fn group_query(writes: &[SessionWrite], now: i64) -> Trip<'_> {
 /// One write's statements. A new session's row comes first (its records
 /// refer to it); an existing one's fenced update comes last, so every
 /// statement before it saw the fence as it stood.
-pub(super) fn push_write<'a>(trip: &mut Trip<'a>, write: &'a SessionWrite, now: i64) {
+fn push_write<'a>(trip: &mut Trip<'a>, write: &'a SessionWrite, now: i64) {
     use Bound::{Int, MaybeText, Text};
     let id = write.session.as_str();
     let (journal_seq, cursor) = (write.journal_seq() as i64, write.feed_cursor() as i64);
@@ -167,7 +206,7 @@ pub(super) fn push_write<'a>(trip: &mut Trip<'a>, write: &'a SessionWrite, now: 
     if let Some(owner) = created {
         trip.push(
             "INSERT INTO planner_sessions (id, document_id, account_id, machine_id, cursor, snapshot, state, created_at, journal_seq, domain, domain_seq) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING 'session' AS fence, id, journal_seq AS at;",
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id, journal_seq;",
             [
                 Text(id),
                 Text(&owner.document),
@@ -256,7 +295,7 @@ pub(super) fn push_write<'a>(trip: &mut Trip<'a>, write: &'a SessionWrite, now: 
         trip.push(
             &format!(
                 "UPDATE planner_sessions SET cursor = ?, snapshot = ?, state = ?, journal_seq = ?{domain} \
-                 WHERE id = ? AND journal_seq = ? AND cursor = ? RETURNING 'session' AS fence, id, journal_seq AS at;"
+                 WHERE id = ? AND journal_seq = ? AND cursor = ? RETURNING id, journal_seq;"
             ),
             values,
         );
@@ -280,22 +319,14 @@ mod tests {
         }
     }
 
-    fn row(id: &str, at: i64) -> Moved {
-        Moved {
-            fence: "session".into(),
-            id: id.into(),
-            at,
-        }
-    }
-
     #[test]
     fn the_rows_moved_tell_landed_from_fenced_writes() {
         let group = [write("a", 1, 2), write("b", 4, 1), write("a", 1, 1)];
         // The first landed at 3; the second's fence had moved; the third
         // (the first's session again, from 1) was fenced by the first.
-        assert_eq!(landed(&group, &[row("a", 3)]), [true, false, false]);
+        assert_eq!(landed(&group, &[("a".into(), 3)]), [true, false, false]);
         // A row at another record than the write's is not the write's.
-        assert_eq!(landed(&group[..1], &[row("a", 2)]), [false]);
+        assert_eq!(landed(&group[..1], &[("a".into(), 2)]), [false]);
     }
 
     #[test]

@@ -262,14 +262,6 @@ impl Store {
                     .append_in_one_trip(committer, id, epoch, expected, updates, &alongside)
                     .await;
             }
-            // SQLite's worker thread: the rest in two round trips when
-            // they fit one query (`document_trip`).
-            let done = self
-                .append_in_two_trips(id, epoch, expected, &updates, &alongside)
-                .await;
-            if let Some(done) = done {
-                return done;
-            }
         }
         let next = expected + updates.len() as i64;
         let mut writer = self.writes().await?;
@@ -453,12 +445,7 @@ impl Store {
 
     /// Why a fenced write of document `id` by owner `epoch`, expecting
     /// revision `expected`, found nothing to update.
-    pub(super) async fn fence_failure(
-        &self,
-        id: &str,
-        epoch: Epoch,
-        expected: i64,
-    ) -> StorageError {
+    async fn fence_failure(&self, id: &str, epoch: Epoch, expected: i64) -> StorageError {
         let row = sqlx::query("SELECT revision, epoch FROM documents WHERE id = $1")
             .bind(id)
             .fetch_optional(&self.pool)

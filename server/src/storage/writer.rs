@@ -109,7 +109,7 @@ impl Writer {
     /// the transaction it left open on the connection, which must not
     /// carry over into the next write; a ROLLBACK that fails leaves no
     /// telling whether it is still open, so the connection is replaced.
-    pub async fn roll_back(&self, mut lent: Lent, error: &(dyn std::fmt::Display + Sync)) {
+    pub async fn roll_back(&self, mut lent: Lent, error: &sqlx::Error) {
         if let Err(rollback) = sqlx::query("ROLLBACK").execute(&mut *lent).await {
             warn!(%error, %rollback, "a failed write could not be rolled back; the write connection is replaced");
             if let Err(renew) = self.renew(lent).await {
