@@ -17,7 +17,12 @@
 //! what is known. A struct the document already holds is skipped by yrs, so
 //! it is not judged, only decoded.
 
-use std::collections::HashMap;
+// The maps here and in `order` hash with `foldhash`, seeded at random per
+// process, as the outline's indexes do: with the standard SipHash, hashing
+// was about a fifth of a load's time (server/benches/results/
+// 2026-12-06-tool-trips-and-hashing.md). The seed keeps keys a member
+// chooses (client ids, names) from being aimed at one bucket.
+use foldhash::{HashMap, HashMapExt};
 
 use crate::order::{NewItem, Order};
 use crate::refusal::{Id, Reference, Refusal};

@@ -24,7 +24,9 @@
 //! is the order yrs and every client give. Placing an update can be undone
 //! until the next one begins.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use foldhash::{HashMap, HashSet, HashSetExt};
 
 use crate::known::{Name, Parent};
 use crate::refusal::Id;
