@@ -169,6 +169,24 @@ on_both_backends! {
 
 /// How many rows each table holds for document `id`, read straight from the
 /// database.
+/// An open free-text card `id` asking about `key`.
+fn open_card(id: &str, key: &str) -> margin_decisions::DecisionCard {
+    margin_decisions::DecisionCard {
+        id: id.into(),
+        key: margin_decisions::Key::parse(key).unwrap(),
+        question: format!("Which {key}?"),
+        description: None,
+        response: margin_decisions::ResponseKind::FreeText,
+        choices: vec![],
+        criteria: vec![],
+        anchors: vec![],
+        state: margin_decisions::CardState::Open,
+        answer: None,
+        answered_by: None,
+        excerpt: Some(format!("Which {key} first?")),
+    }
+}
+
 async fn rows_of(db: &crate::harness::TestDb, id: &str) -> Vec<(&'static str, i64)> {
     use sqlx::Row;
     let pool = sqlx::AnyPool::connect(&db.url()).await.unwrap();
@@ -222,21 +240,7 @@ on_both_backends! {
         store.compact(&doc.id, epoch, 2, b"snap").await.unwrap();
         store.append_chat(&doc.id, "ada", margin_protocol::chat::ChatKind::Member, "hi").await.unwrap();
         store.append_chat(&other.id, "ada", margin_protocol::chat::ChatKind::Member, "kept").await.unwrap();
-        let card = margin_decisions::DecisionCard {
-            id: "card-1".into(),
-            key: margin_decisions::Key::parse("region").unwrap(),
-            question: "Which region?".into(),
-            description: None,
-            response: margin_decisions::ResponseKind::FreeText,
-            choices: vec![],
-            criteria: vec![],
-            anchors: vec![],
-            state: margin_decisions::CardState::Open,
-            answer: None,
-            answered_by: None,
-            excerpt: Some("Which region first?".into()),
-        };
-        store.create_cards(&doc.id, &[card]).await.unwrap();
+        store.create_cards(&doc.id, &[open_card("card-1", "region")]).await.unwrap();
         let before = rows_of(&db, &doc.id).await;
         assert!(before.iter().all(|(_, n)| *n > 0), "{before:?}");
 
@@ -385,20 +389,7 @@ on_both_backends! {
             ..SessionWrite::default()
         };
         assert!(store.commit_session_group(&[created]).await.unwrap()[0].is_ok());
-        let card = |id: &str, key: &str| margin_decisions::DecisionCard {
-            id: id.into(),
-            key: margin_decisions::Key::parse(key).unwrap(),
-            question: format!("Which {key}?"),
-            description: None,
-            response: margin_decisions::ResponseKind::FreeText,
-            choices: vec![],
-            criteria: vec![],
-            anchors: vec![],
-            state: margin_decisions::CardState::Open,
-            answer: None,
-            answered_by: None,
-            excerpt: Some("Which one first?".into()),
-        };
+        let card = open_card;
         store.create_cards(&doc.id, &[card("c0", "region")]).await.unwrap();
         let closed = |version: i64| {
             let mut card = card("c0", "region");
@@ -415,19 +406,28 @@ on_both_backends! {
             state: "active",
             ..SessionWrite::default()
         };
-        let bindings = [ClientBinding { client: 7, account: Some("ada".into()) }];
-
-        let new = [card("c1", "budget")];
-        let changed = [closed(2)];
-        let sessions = [result(1)];
-        let alongside = Alongside {
-            cards: &new,
-            changed: &changed,
-            sessions: &sessions,
-            edited_by: Some("planner"),
-            clients: &bindings,
+        // Changes written at `expected` with a new card `new` keyed `key`,
+        // c0's change to `version` and s1's write from `base`.
+        let attempt = |expected: i64, changes: Vec<Vec<u8>>, new: &'static str, key: &'static str, version: i64, base: u64| {
+            let store = store.clone();
+            let id = doc.id.clone();
+            let new = [card(new, key)];
+            let changed = [closed(version)];
+            let sessions = [result(base)];
+            let bindings = [ClientBinding { client: 7 + expected as u64, account: Some("ada".into()) }];
+            async move {
+                let alongside = Alongside {
+                    cards: &new,
+                    changed: &changed,
+                    sessions: &sessions,
+                    edited_by: Some("planner"),
+                    clients: &bindings,
+                };
+                store.append_with(&id, epoch, expected, changes, alongside).await
+            }
         };
-        let landed = store.append_with(&doc.id, epoch, 0, vec![vec![1], vec![2]], alongside).await;
+
+        let landed = attempt(0, vec![vec![1], vec![2]], "c1", "budget", 2, 1).await;
         assert_eq!(landed.unwrap(), 2);
         let state = store.load_state(&doc.id, None).await.unwrap();
         assert_eq!((state.revision, state.updates.clone()), (2, vec![vec![1], vec![2]]));
@@ -453,38 +453,20 @@ on_both_backends! {
             }
         };
         let before = held(&store).await;
-        let attempt = |expected: i64, new: &'static str, key: &'static str, version: i64, base: u64| {
-            let store = store.clone();
-            let id = doc.id.clone();
-            let new = [card(new, key)];
-            let changed = [closed(version)];
-            let sessions = [result(base)];
-            let bindings = [ClientBinding { client: 8, account: Some("ada".into()) }];
-            async move {
-                let alongside = Alongside {
-                    cards: &new,
-                    changed: &changed,
-                    sessions: &sessions,
-                    edited_by: Some("planner"),
-                    clients: &bindings,
-                };
-                store.append_with(&id, epoch, expected, vec![vec![9]], alongside).await
-            }
-        };
-        let stale_session = attempt(2, "c2", "scope", 3, 1).await;
+        let stale_session = attempt(2, vec![vec![9]], "c2", "scope", 3, 1).await;
         assert!(matches!(stale_session, Err(StorageError::JournalMoved { expected: 1, found: 2 })), "{stale_session:?}");
         assert_eq!(held(&store).await, before, "a stale session's write moved the store");
-        let stale_card = attempt(2, "c2", "scope", 2, 2).await;
+        let stale_card = attempt(2, vec![vec![9]], "c2", "scope", 2, 2).await;
         assert!(matches!(&stale_card, Err(StorageError::Conflict(why)) if why.contains("c0")), "{stale_card:?}");
         assert_eq!(held(&store).await, before, "a stale card change moved the store");
-        let stale_document = attempt(0, "c2", "scope", 3, 2).await;
+        let stale_document = attempt(0, vec![vec![9]], "c2", "scope", 3, 2).await;
         assert!(matches!(stale_document, Err(StorageError::RevisionMoved { expected: 0, found: 2 })), "{stale_document:?}");
         assert_eq!(held(&store).await, before, "a stale document write moved the store");
-        let key_taken = attempt(2, "c2", "budget", 3, 2).await;
+        let key_taken = attempt(2, vec![vec![9]], "c2", "budget", 3, 2).await;
         assert!(matches!(&key_taken, Err(StorageError::Conflict(why)) if why.contains("key")), "{key_taken:?}");
         assert_eq!(held(&store).await, before, "a taken key moved the store");
 
-        assert_eq!(attempt(2, "c2", "scope", 3, 2).await.unwrap(), 3);
+        assert_eq!(attempt(2, vec![vec![9]], "c2", "scope", 3, 2).await.unwrap(), 3);
         let after = held(&store).await;
         assert_eq!((after.0, after.2, after.3.len(), after.4.len()), (3, 2, 3, 3));
     }
