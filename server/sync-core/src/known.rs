@@ -18,10 +18,11 @@
 //! it is not judged, only decoded.
 
 // The maps here and in `order` hash with `foldhash`, seeded at random per
-// process, as the outline's indexes do: with the standard SipHash, hashing
-// was about a fifth of a load's time (server/benches/results/
-// 2026-12-06-tool-trips-and-hashing.md). The seed keeps keys a member
-// chooses (client ids, names) from being aimed at one bucket.
+// process, as the outline's indexes do: the standard SipHash was a large
+// share of loading a document and of checking each keystroke (see
+// server/benches/results/2026-12-06-tool-trips-and-hashing.md). The seed
+// keeps keys a member chooses (client ids, names) from being aimed at one
+// bucket.
 use foldhash::{HashMap, HashMapExt};
 
 use crate::order::{NewItem, Order};
