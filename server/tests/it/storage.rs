@@ -167,8 +167,6 @@ on_both_backends! {
     }
 }
 
-/// How many rows each table holds for document `id`, read straight from the
-/// database.
 /// An open free-text card `id` asking about `key`.
 fn open_card(id: &str, key: &str) -> margin_decisions::DecisionCard {
     margin_decisions::DecisionCard {
@@ -187,6 +185,8 @@ fn open_card(id: &str, key: &str) -> margin_decisions::DecisionCard {
     }
 }
 
+/// How many rows each table holds for document `id`, read straight from the
+/// database.
 async fn rows_of(db: &crate::harness::TestDb, id: &str) -> Vec<(&'static str, i64)> {
     use sqlx::Row;
     let pool = sqlx::AnyPool::connect(&db.url()).await.unwrap();
@@ -389,10 +389,9 @@ on_both_backends! {
             ..SessionWrite::default()
         };
         assert!(store.commit_session_group(&[created]).await.unwrap()[0].is_ok());
-        let card = open_card;
-        store.create_cards(&doc.id, &[card("c0", "region")]).await.unwrap();
+        store.create_cards(&doc.id, &[open_card("c0", "region")]).await.unwrap();
         let closed = |version: i64| {
-            let mut card = card("c0", "region");
+            let mut card = open_card("c0", "region");
             card.state = margin_decisions::CardState::Discarded;
             StoredCard { card, version }
         };
@@ -411,7 +410,7 @@ on_both_backends! {
         let attempt = |expected: i64, changes: Vec<Vec<u8>>, new: &'static str, key: &'static str, version: i64, base: u64| {
             let store = store.clone();
             let id = doc.id.clone();
-            let new = [card(new, key)];
+            let new = [open_card(new, key)];
             let changed = [closed(version)];
             let sessions = [result(base)];
             let bindings = [ClientBinding { client: 7 + expected as u64, account: Some("ada".into()) }];
