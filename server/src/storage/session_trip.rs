@@ -20,7 +20,7 @@
 
 use sqlx::Row;
 
-use super::sessions::SessionWrite;
+use super::sessions::{journal_moved, SessionWrite, JOURNAL_AT};
 use super::{int, now_ms, Backend, StorageError, Store};
 
 /// Most parameters one group's query binds, well under SQLite's 32,766;
@@ -144,19 +144,12 @@ impl Store {
 
     /// Why `write`'s fence did not hold: where its session's journal is.
     async fn journal_fence_failure(&self, write: &SessionWrite) -> StorageError {
-        let found = sqlx::query("SELECT journal_seq FROM planner_sessions WHERE id = $1")
+        let found = sqlx::query(JOURNAL_AT)
             .bind(&write.session)
             .fetch_optional(&self.pool)
             .await;
         match found {
-            Ok(Some(row)) => match int(&row, "journal_seq") {
-                Ok(found) => StorageError::JournalMoved {
-                    expected: write.base,
-                    found: found as u64,
-                },
-                Err(error) => error,
-            },
-            Ok(None) => StorageError::NotFound("session"),
+            Ok(found) => journal_moved(write, found.as_ref()),
             Err(error) => error.into(),
         }
     }

@@ -11,7 +11,7 @@
 //! in one transaction (group commit); [`write_session`] runs one inside
 //! another transaction — a tool call's result with the call's own writes.
 
-use sqlx::any::Any;
+use sqlx::any::{Any, AnyRow};
 use sqlx::{Row, Transaction};
 
 use super::{int, now_ms, Backend, StorageError, Store};
@@ -116,7 +116,7 @@ impl SessionWrite {
 const SELECT: &str = "SELECT id, document_id, account_id, machine_id, cursor, snapshot, \
      journal_seq, domain, domain_seq FROM planner_sessions";
 
-fn decode(row: &sqlx::any::AnyRow) -> Result<StoredSession, StorageError> {
+fn decode(row: &AnyRow) -> Result<StoredSession, StorageError> {
     let domain: Option<String> = row.try_get("domain")?;
     Ok(StoredSession {
         document: row.try_get("document_id")?,
@@ -320,17 +320,11 @@ pub async fn write_session(
             .execute(&mut **tx)
             .await?;
             if moved.rows_affected() != 1 {
-                let found = sqlx::query("SELECT journal_seq FROM planner_sessions WHERE id = $1")
+                let found = sqlx::query(JOURNAL_AT)
                     .bind(id)
                     .fetch_optional(&mut **tx)
-                    .await?
-                    .map(|row| int(&row, "journal_seq"))
-                    .transpose()?
-                    .ok_or(StorageError::NotFound("session"))?;
-                return Err(StorageError::JournalMoved {
-                    expected: write.base,
-                    found: found as u64,
-                });
+                    .await?;
+                return Err(journal_moved(write, found.as_ref()));
             }
         }
     }
@@ -377,6 +371,22 @@ pub async fn write_session(
             .await?;
     }
     Ok(())
+}
+
+/// Where a session's journal stands, to say why a write's fence moved.
+pub(super) const JOURNAL_AT: &str = "SELECT journal_seq FROM planner_sessions WHERE id = $1";
+
+/// Why `write`'s fence did not hold, from its session's row as
+/// [`JOURNAL_AT`] found it.
+pub(super) fn journal_moved(write: &SessionWrite, found: Option<&AnyRow>) -> StorageError {
+    match found.map(|row| int(row, "journal_seq")) {
+        Some(Ok(found)) => StorageError::JournalMoved {
+            expected: write.base,
+            found: found as u64,
+        },
+        Some(Err(error)) => error,
+        None => StorageError::NotFound("session"),
+    }
 }
 
 /// Inserts `rows` of session `id` into `table`, a statement per
