@@ -121,3 +121,26 @@ on_both_backends! {
         assert_eq!(value(&text, "margin_documents_loaded"), 1.0);
     }
 }
+
+on_both_backends! {
+    // SPEC W1: a call that writes is two commits — its write-ahead record,
+    // then its writes with its result in their one transaction — never a
+    // third that records the result after the writes landed.
+    async fn a_writing_call_commits_its_result_in_the_transaction_of_its_writes(db) {
+        let s = Scene::new(&db).await;
+        let mut link = s.planner().await;
+        s.say("@planner look").await;
+        let (session, turn, _, _) = invoked(&mut link).await;
+        let read = call(&mut link, &session, &turn, "read_document", json!({})).await;
+        let ServerMessage::ToolResult { output: Some(ToolOutput::ReadDocument(read)), .. } = read else { panic!("{read:?}") };
+        let before = value(&scrape(&s).await, "margin_write_transactions_total");
+        let opened = call(&mut link, &session, &turn, "open_decisions", json!({
+            "revision": read.revision,
+            "cards": [{"key": "region", "question": "Which region?", "response": "free_text",
+                       "passages": [{"index": 0, "digest": read.outline[0].digest}]}],
+        })).await;
+        assert!(matches!(opened, ServerMessage::ToolResult { error: None, .. }), "{opened:?}");
+        let after = value(&scrape(&s).await, "margin_write_transactions_total");
+        assert_eq!(after - before, 2.0, "the write-ahead record, then the writes with the result");
+    }
+}
