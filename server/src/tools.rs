@@ -249,9 +249,9 @@ impl Tools {
         account: &Account,
         document: &str,
         call: ToolCall,
-        record: RecordResult,
+        record: Option<RecordResult>,
     ) -> Ran {
-        self.call(account, document, call, PLANNER_EDITOR, Some(record))
+        self.call(account, document, call, PLANNER_EDITOR, record)
             .await
     }
 

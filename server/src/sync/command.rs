@@ -6,7 +6,7 @@ use axum::body::Bytes;
 use margin_decisions::{BatchError, Edit, EditError, Outline};
 use margin_protocol::tools::ToolOutput;
 use margin_protocol::Role;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use super::cards::{CardChange, ChangeRefused};
 use super::conn::{Conn, ConnId};
@@ -125,28 +125,26 @@ pub type DecideReply = oneshot::Sender<Result<Decided, DecideRefused>>;
 /// Where a card's change goes.
 pub type ChangeReply = oneshot::Sender<Result<Option<StoredCard>, ChangeRefused>>;
 
-/// Where a Planner session's tool call that writes has its result recorded
+/// How a Planner session's tool call that writes has its result recorded
 /// in the transaction of its own writes, so a call is never "landed but
-/// unrecorded" (SPEC W1). Before committing the call's writes the task
-/// sends the call's output here; the session's driver, which runs the call
-/// and waits on it, answers with the write that records it, and the task
-/// commits that write with its batch. The session is stepped by its driver
-/// alone; the task only carries the write.
+/// unrecorded" (SPEC W1). The session's driver, which runs the call and
+/// waits on it, hands the task this recorder: given the call's output, it
+/// steps a copy of the session (a pure step, no I/O) and returns the write
+/// that records it, which the task commits with its batch. The task runs
+/// it itself once it knows the revision: asking the driver instead was a
+/// round trip between two tasks on every writing call. `None`: the call's
+/// writes commit alone and the driver records the result afterwards.
 ///
-/// A channel, not a one-off: a command retried on a fresh task (the first
-/// one unloaded) asks again, and the driver answers each time from the
-/// same session.
-#[derive(Clone, Debug)]
-pub struct RecordResult(pub mpsc::Sender<ToRecord>);
+/// Callable again: a command retried on a fresh task (the first one
+/// unloaded) records again, from the same session, and the driver keeps
+/// the step of the write that committed.
+#[derive(Clone)]
+pub struct RecordResult(pub Arc<dyn Fn(ToolOutput) -> Option<ResultWrite> + Send + Sync>);
 
-/// A call's output to record, and where its session write goes.
-#[derive(Debug)]
-pub struct ToRecord {
-    /// The call's output at the revision its writes make.
-    pub output: ToolOutput,
-    /// Where the driver sends the write recording it; dropped, the call's
-    /// writes commit alone and the driver records the result afterwards.
-    pub write: oneshot::Sender<ResultWrite>,
+impl std::fmt::Debug for RecordResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RecordResult")
+    }
 }
 
 /// The session write recording a call's output, and who hears that it

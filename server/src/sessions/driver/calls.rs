@@ -2,6 +2,8 @@
 //! with the call's own writes when it wrote, after it otherwise, and sent
 //! only once recorded; a result asked for again read from the journal.
 
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
 use margin_planner::{
     CallId, Effect, Millis, PlannerSession, Record, RequestId, Step, ToolOutcome,
 };
@@ -9,13 +11,13 @@ use margin_protocol::decisions::ToolRefusal;
 use margin_protocol::link::ServerMessage;
 use margin_protocol::tools::ToolCall;
 use margin_protocol::RefusalCode;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tracing::{warn, Instrument};
 
 use super::Driver;
 use crate::sessions::commit::{write_of, Written};
 use crate::sessions::result_frame::encoded_size;
-use crate::sync::command::{RecordResult, ResultWrite, ToRecord};
+use crate::sync::command::{RecordResult, ResultWrite};
 use crate::tools::{Ran, ToolError, Tools};
 
 impl Driver {
@@ -25,7 +27,10 @@ impl Driver {
     pub(super) async fn run_tool(&mut self, call: CallId, tool: ToolCall) -> Vec<Effect> {
         let now = self.shared.now();
         let name = tool.name();
-        let (record, mut to_record) = mpsc::channel(1);
+        let recorded = Arc::new(Mutex::new(None));
+        let record = name
+            .writes()
+            .then(|| self.recorder(&call, now, recorded.clone()));
         let tools = Tools::new(self.shared.hub.clone());
         // Inside the session's span: the call's log lines name the session,
         // its document, the turn and the call.
@@ -35,29 +40,13 @@ impl Driver {
             call = %call.0,
             turn = self.session.turn().map(|t| t.0.as_str()).unwrap_or_default(),
         );
-        let (Ran { result, answered }, recorded) = {
-            let run = tools
-                .run(
-                    &self.account,
-                    self.session.document(),
-                    tool,
-                    RecordResult(record),
-                )
-                .instrument(span);
-            tokio::pin!(run);
-            // A call that writes asks, before its writes commit, for the
-            // write recording its output; the one answered last rides with
-            // them.
-            let mut recorded = None;
-            loop {
-                tokio::select! {
-                    ran = &mut run => break (ran, recorded),
-                    Some(asked) = to_record.recv() => {
-                        recorded = self.record_with_writes(&call, asked, now);
-                    }
-                }
-            }
-        };
+        let Ran { result, answered } = tools
+            .run(&self.account, self.session.document(), tool, record)
+            .instrument(span)
+            .await;
+        // The record the document task made last, if any, is the one that
+        // rode with the call's writes.
+        let recorded = lock(&recorded).take();
         if let (Ok(_), Some((next, step, written, mut committed))) = (&result, recorded) {
             if committed.try_recv().is_ok() {
                 // Recorded with the call's writes, in their transaction.
@@ -89,41 +78,43 @@ impl Driver {
         }
     }
 
-    /// Steps the session with a writing call's `output` and hands the
-    /// write recording it to the document task, to commit with the call's
-    /// writes; the session, step and write, to keep if they committed, and
-    /// where the task says they did.
-    pub(super) fn record_with_writes(
+    /// How the document task records a writing call's output with the
+    /// call's writes: it steps a copy of the session as it stands (the
+    /// driver steps nothing else while the call runs) and returns the
+    /// write; the session, step and write go to `recorded`, to keep if
+    /// they committed, with where the task says they did.
+    fn recorder(
         &self,
         call: &CallId,
-        asked: ToRecord,
         now: Millis,
-    ) -> Option<(PlannerSession, Step, Written, oneshot::Receiver<()>)> {
-        let ToRecord { output, write } = asked;
-        let mut next = self.session.clone();
-        let outcome = ToolOutcome {
-            result: Ok(output),
-            answered: Vec::new(),
-            // A writing tool's result is always kept.
-            bytes: 0,
-        };
-        let step = next.handle_tool_finished(call.clone(), outcome, now);
-        match write_of(&next, &step, &self.feed, self.shared.keeping) {
-            Ok(written) => {
-                let (committed, heard) = oneshot::channel();
-                let result = ResultWrite {
-                    write: written.write.clone(),
-                    committed,
-                };
-                let sent = write.send(result);
-                sent.is_ok().then_some((next, step, written, heard))
+        recorded: Arc<Mutex<Option<Recorded>>>,
+    ) -> RecordResult {
+        let (session, feed) = (self.session.clone(), self.feed.clone());
+        let (call, keeping) = (call.clone(), self.shared.keeping);
+        RecordResult(Arc::new(move |output| {
+            let mut next = session.clone();
+            let outcome = ToolOutcome {
+                result: Ok(output),
+                answered: Vec::new(),
+                // A writing tool's result is always kept.
+                bytes: 0,
+            };
+            let step = next.handle_tool_finished(call.clone(), outcome, now);
+            match write_of(&next, &step, &feed, keeping) {
+                Ok(written) => {
+                    let (committed, heard) = oneshot::channel();
+                    let write = written.write.clone();
+                    *lock(&recorded) = Some((next, step, written, heard));
+                    Some(ResultWrite { write, committed })
+                }
+                Err(error) => {
+                    // Recorded after the commit instead. Logged from the
+                    // document's task: the session is named here.
+                    warn!(%error, session = %session.id(), call = %call, "a call's result could not ride with its writes");
+                    None
+                }
             }
-            Err(error) => {
-                // Recorded after the commit instead.
-                warn!(%error, call = %call, "a call's result could not ride with its writes");
-                None
-            }
-        }
+        }))
     }
 
     /// Sends again the result of `call` journaled in record `seq`.
@@ -163,6 +154,17 @@ impl Driver {
         };
         self.send(&message);
     }
+}
+
+/// A writing call's result as the document task recorded it: the session
+/// stepped with it, the step, its write, and where the task says the
+/// write committed.
+type Recorded = (PlannerSession, Step, Written, oneshot::Receiver<()>);
+
+/// The record slot; a panic elsewhere while holding it leaves a value
+/// still whole (it is only ever replaced).
+fn lock(recorded: &Mutex<Option<Recorded>>) -> MutexGuard<'_, Option<Recorded>> {
+    recorded.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A tool's failure as the refusal its call returns.

@@ -18,7 +18,7 @@ use super::open::bindings;
 use super::{DocumentTask, Member, Target, SERVER};
 use crate::metrics::COUNTERS;
 use crate::storage::{Alongside, ClientBinding, SessionWrite, StorageError, StoredCard};
-use crate::sync::command::{ChangeReply, DecideReply, EditReply, RecordResult, ToRecord};
+use crate::sync::command::{ChangeReply, DecideReply, EditReply, RecordResult};
 use crate::sync::conn::{ConnId, Refused};
 use crate::sync::decide::{Answered, Captured, Decided};
 
@@ -84,26 +84,18 @@ impl Made {
     }
 }
 
-/// Asks each session call's driver for the write recording its output at
-/// the revision the batch gives it (SPEC W1): the writes, and whom to tell
-/// once they committed. A driver that is gone answers nothing: its call's
+/// The write recording each session call's output at the revision the
+/// batch gives it (SPEC W1), and whom to tell once they committed. A call
+/// whose result cannot ride with its writes records nothing here: its
 /// writes commit alone.
-pub(super) async fn record_results(
+pub(super) fn record_results(
     recorded: &[(RecordResult, usize, Made)],
     base: i64,
 ) -> (Vec<SessionWrite>, Vec<oneshot::Sender<()>>) {
-    let mut waiting = Vec::with_capacity(recorded.len());
+    let mut writes = Vec::with_capacity(recorded.len());
+    let mut committed = Vec::with_capacity(recorded.len());
     for (record, before, made) in recorded {
-        let (write, written) = oneshot::channel();
-        let output = made.output(base + *before as i64);
-        if record.0.send(ToRecord { output, write }).await.is_ok() {
-            waiting.push(written);
-        }
-    }
-    let mut writes = Vec::with_capacity(waiting.len());
-    let mut committed = Vec::with_capacity(waiting.len());
-    for written in waiting {
-        if let Ok(result) = written.await {
+        if let Some(result) = (record.0)(made.output(base + *before as i64)) {
             writes.push(result.write);
             committed.push(result.committed);
         }
@@ -129,7 +121,7 @@ impl DocumentTask {
             let changes: Vec<Vec<u8>> = effects.deltas.iter().map(|(_, d)| d.clone()).collect();
             let count = changes.len() as u64;
             let bytes = changes.iter().map(|change| change.len() as u64).sum();
-            let (sessions, recorded) = Box::pin(record_results(&effects.recorded, base)).await;
+            let (sessions, recorded) = record_results(&effects.recorded, base);
             let alongside = Alongside {
                 cards: &effects.cards,
                 changed: &effects.changed,
