@@ -14,6 +14,9 @@
 //! stands; anything the observer cannot place (a change outside the XML
 //! tree) makes the next refresh read everything.
 //!
+//! It is read at the first refresh, not when made: a document nobody
+//! asks the outline of (people typing, no Planner) never pays for it.
+//!
 //! It performs no I/O and starts no threads; the caller decides when to
 //! refresh.
 
@@ -89,10 +92,20 @@ static NEXT_KEY: AtomicU64 = AtomicU64::new(0);
 /// The outline of one document, kept current cheaply: after a one-block edit
 /// a refresh reads that one block, not all of them.
 ///
+/// Built lazily: nothing is observed or read until the first refresh, so a
+/// document only people edit (no Planner reading it) pays neither the full
+/// read when it loads nor the observer on every transaction. Once read, it
+/// follows the document until dropped.
+///
 /// Holds a handle on the document (so the observer it registers can always
 /// be removed) and unregisters it when dropped.
 pub struct LiveOutline {
     doc: Doc,
+    following: Option<Following>,
+}
+
+/// A live outline once it has been read: the observer and what it saw.
+struct Following {
     fragment: XmlFragmentRef,
     key: Origin,
     changes: Arc<Mutex<Changes>>,
@@ -100,15 +113,56 @@ pub struct LiveOutline {
 }
 
 impl LiveOutline {
-    /// Starts following `doc`: observes its `prosemirror` fragment (creating
-    /// the empty root type if nobody has typed yet, which changes nothing in
-    /// the document's state) and reads the outline once in full.
-    ///
-    /// Like `yrs`'s own `get_or_insert_*`, this opens a write transaction
-    /// (which emits no update: creating a root type changes no state), so it
-    /// waits for other transactions and must not be called while this thread
-    /// holds one.
+    /// An outline of `doc`, read at the first [`LiveOutline::refresh`].
+    /// Costs nothing until then.
     pub fn new(doc: &Doc) -> Self {
+        LiveOutline {
+            doc: doc.clone(),
+            following: None,
+        }
+    }
+
+    /// Whether the outline has been read (and the document is observed).
+    pub fn is_read(&self) -> bool {
+        self.following.is_some()
+    }
+
+    /// Brings the outline up to date with the document and returns it.
+    /// Blocks that did not change keep their text and digest unread; the
+    /// first call reads every block.
+    ///
+    /// Opens a transaction (the first call a write one, which emits no
+    /// update: creating an empty root type changes no state, as `yrs`'s own
+    /// `get_or_insert_*` do): it must not be called while the same thread
+    /// holds a transaction on the document.
+    pub fn refresh(&mut self) -> &Outline {
+        self.current()
+    }
+
+    /// [`LiveOutline::refresh`], shared: what
+    /// [`ReadCache::remember`](crate::ReadCache::remember) keeps. The next
+    /// refresh that finds a change copies the outline once instead of
+    /// changing the snapshot.
+    pub fn snapshot(&mut self) -> Arc<Outline> {
+        Arc::clone(self.current())
+    }
+
+    fn current(&mut self) -> &Arc<Outline> {
+        if let Some(following) = &mut self.following {
+            following.refresh(&self.doc);
+        }
+        let doc = &self.doc;
+        &self
+            .following
+            .get_or_insert_with(|| Following::start(doc))
+            .outline
+    }
+}
+
+impl Following {
+    /// Observes `doc`'s `prosemirror` fragment (creating the empty root
+    /// type if nobody has typed yet) and reads the outline once in full.
+    fn start(doc: &Doc) -> Self {
         let fragment = doc.get_or_insert_xml_fragment(FRAGMENT_NAME);
         let changes = Arc::new(Mutex::new(Changes::default()));
         let key = Origin::from(format!(
@@ -125,8 +179,7 @@ impl LiveOutline {
             }
         });
         let outline = Arc::new(Outline::read(&doc.transact(), &fragment));
-        LiveOutline {
-            doc: doc.clone(),
+        Following {
             fragment,
             key,
             changes,
@@ -134,25 +187,21 @@ impl LiveOutline {
         }
     }
 
-    /// Brings the outline up to date with the document and returns it.
-    /// Blocks that did not change keep their text and digest unread.
-    ///
-    /// Opens a read transaction: it must not be called while the same
-    /// thread holds a write transaction on the document.
-    pub fn refresh(&mut self) -> &Outline {
-        let txn = self.doc.transact();
+    /// Reads again what changed since the last refresh.
+    fn refresh(&mut self, doc: &Doc) {
+        let txn = doc.transact();
         // Taken under the read transaction, so no write can slip between
         // what is taken and what is read.
         let changes =
             std::mem::take(&mut *self.changes.lock().unwrap_or_else(PoisonError::into_inner));
         if changes.is_empty() {
-            return &self.outline;
+            return;
         }
         // Copies the outline only if a snapshot of it is still held.
         let outline = Arc::make_mut(&mut self.outline);
         if changes.everything {
             *outline = Outline::read(&txn, &self.fragment);
-            return &self.outline;
+            return;
         }
         if changes.order {
             outline.resync(&txn, &self.fragment);
@@ -163,33 +212,31 @@ impl LiveOutline {
                 break;
             }
         }
-        &self.outline
-    }
-
-    /// The outline as of the last refresh.
-    pub fn outline(&self) -> &Outline {
-        &self.outline
-    }
-
-    /// The outline as of the last refresh, shared: what
-    /// [`ReadCache::remember`](crate::ReadCache::remember) keeps. Cheap; the
-    /// next refresh that finds a change copies the outline once instead of
-    /// changing the snapshot.
-    pub fn snapshot(&self) -> Arc<Outline> {
-        Arc::clone(&self.outline)
     }
 }
 
 impl Drop for LiveOutline {
+    // Here, not on `Following`: the fragment points into the document's
+    // store, which `self.doc` may be the last handle on, and fields drop
+    // after this runs; a `Following` dropped as a field after `doc` would
+    // unobserve through a freed store.
     fn drop(&mut self) {
-        self.fragment.unobserve_deep(self.key.clone());
+        if let Some(following) = self.following.take() {
+            following.fragment.unobserve_deep(following.key);
+        }
     }
 }
 
 impl std::fmt::Debug for LiveOutline {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LiveOutline")
-            .field("blocks", &self.outline.len())
+            .field(
+                "blocks",
+                &self
+                    .following
+                    .as_ref()
+                    .map(|following| following.outline.len()),
+            )
             .finish_non_exhaustive()
     }
 }

@@ -18,14 +18,35 @@ const PLAN: [&str; 5] = ["Intro", "Pick a region", "Budget", "Launch date", "Ris
 fn assert_current(live: &mut LiveOutline, doc: &Doc) {
     let full = Outline::of_doc(doc);
     assert_eq!(*live.refresh(), full);
-    assert_eq!(*live.outline(), full);
+    assert_eq!(*live.snapshot(), full);
+}
+
+#[test]
+fn an_outline_is_read_only_when_first_asked_for() {
+    let mut f = Fixture::with(&PLAN);
+    let mut live = LiveOutline::new(&f.doc);
+    f.rewrite(1, "Pick a region in the EU");
+    f.insert(0, "Typed before anyone asked");
+    assert!(!live.is_read(), "nothing is read before the first refresh");
+    assert_current(&mut live, &f.doc);
+    assert!(live.is_read());
+    f.delete(2);
+    assert_current(&mut live, &f.doc);
+
+    let empty = Doc::new();
+    let live = LiveOutline::new(&empty);
+    assert!(
+        empty.transact().get_xml_fragment(FRAGMENT_NAME).is_none(),
+        "an outline never asked for creates no root type"
+    );
+    drop(live);
 }
 
 #[test]
 fn starts_equal_to_a_full_read_and_on_an_empty_document() {
     let f = Fixture::with(&PLAN);
     let mut live = LiveOutline::new(&f.doc);
-    assert_eq!(*live.outline(), f.outline());
+    assert_eq!(*live.refresh(), f.outline());
     assert_current(&mut live, &f.doc);
 
     let empty = Doc::new();
@@ -38,13 +59,13 @@ fn starts_equal_to_a_full_read_and_on_an_empty_document() {
 fn rewriting_one_block_updates_its_text_and_digest_and_keeps_its_identity() {
     let mut f = Fixture::with(&PLAN);
     let mut live = LiveOutline::new(&f.doc);
-    let before = live.outline().get(1).unwrap().clone();
+    let before = live.refresh().get(1).unwrap().clone();
     f.rewrite(1, "Pick a region in the EU");
     assert_current(&mut live, &f.doc);
-    let after = live.outline().get(1).unwrap();
+    let after = live.refresh().get(1).unwrap();
     assert_eq!(&*after.text, "Pick a region in the EU");
     assert_eq!(after.identity, before.identity);
-    assert_eq!(live.outline().count_digest(&before.digest), 0);
+    assert_eq!(live.refresh().count_digest(&before.digest), 0);
 }
 
 #[test]
@@ -57,18 +78,18 @@ fn inserts_at_the_start_middle_and_end_renumber_later_blocks() {
     assert_current(&mut live, &f.doc);
     f.insert(7, "At the end");
     assert_current(&mut live, &f.doc);
-    assert_eq!(live.outline().len(), 8);
-    assert_eq!(&*live.outline().get(7).unwrap().text, "At the end");
+    assert_eq!(live.refresh().len(), 8);
+    assert_eq!(&*live.refresh().get(7).unwrap().text, "At the end");
 }
 
 #[test]
 fn deletes_at_the_start_middle_and_end_renumber_later_blocks() {
     let mut f = Fixture::with(&PLAN);
     let mut live = LiveOutline::new(&f.doc);
-    let gone = live.outline().get(0).unwrap().identity;
+    let gone = live.refresh().get(0).unwrap().identity;
     f.delete(0);
     assert_current(&mut live, &f.doc);
-    assert!(live.outline().by_identity(gone).is_none());
+    assert!(live.refresh().by_identity(gone).is_none());
     f.delete(2);
     assert_current(&mut live, &f.doc);
     f.delete(2);
@@ -76,17 +97,17 @@ fn deletes_at_the_start_middle_and_end_renumber_later_blocks() {
     f.delete(0);
     f.delete(0);
     assert_current(&mut live, &f.doc);
-    assert!(live.outline().is_empty());
+    assert!(live.refresh().is_empty());
 }
 
 #[test]
 fn moved_block_takes_its_new_place_with_a_new_identity() {
     let mut f = Fixture::with(&PLAN);
     let mut live = LiveOutline::new(&f.doc);
-    let old = live.outline().get(1).unwrap().identity;
+    let old = live.refresh().get(1).unwrap().identity;
     f.move_block(1, 3);
     assert_current(&mut live, &f.doc);
-    let moved = live.outline().get(3).unwrap();
+    let moved = live.refresh().get(3).unwrap();
     assert_eq!(&*moved.text, "Pick a region");
     assert_ne!(moved.identity, old);
     f.move_block(4, 0);
@@ -99,17 +120,17 @@ fn twins_are_counted_as_a_full_read_counts_them() {
     let mut live = LiveOutline::new(&f.doc);
     f.insert(0, "Pick a region");
     assert_current(&mut live, &f.doc);
-    assert_eq!(live.outline().count_digest(&digest_of("Pick a region")), 2);
+    assert_eq!(live.refresh().count_digest(&digest_of("Pick a region")), 2);
     // Rewriting one twin leaves one; rewriting it back makes two again.
     f.rewrite(0, "Pick two regions");
     assert_current(&mut live, &f.doc);
-    assert_eq!(live.outline().count_digest(&digest_of("Pick a region")), 1);
+    assert_eq!(live.refresh().count_digest(&digest_of("Pick a region")), 1);
     f.rewrite(0, "Pick a region");
     assert_current(&mut live, &f.doc);
-    assert_eq!(live.outline().count_digest(&digest_of("Pick a region")), 2);
+    assert_eq!(live.refresh().count_digest(&digest_of("Pick a region")), 2);
     f.delete(2);
     assert_current(&mut live, &f.doc);
-    assert_eq!(live.outline().count_digest(&digest_of("Pick a region")), 1);
+    assert_eq!(live.refresh().count_digest(&digest_of("Pick a region")), 1);
 }
 
 #[test]
@@ -146,7 +167,7 @@ fn changes_made_in_one_transaction_are_all_seen() {
         fragment.remove_range(&mut txn, 3, 1);
     }
     assert_current(&mut live, &f.doc);
-    assert_eq!(&*live.outline().get(1).unwrap().kind, "heading");
+    assert_eq!(&*live.refresh().get(1).unwrap().kind, "heading");
 }
 
 #[test]
@@ -184,7 +205,7 @@ fn editing_a_nested_list_item_rereads_the_whole_list_block() {
     }
     assert_current(&mut live, &doc);
     assert_eq!(
-        &*live.outline().get(0).unwrap().text,
+        &*live.refresh().get(0).unwrap().text,
         "first item second and last item third"
     );
 }
@@ -208,7 +229,7 @@ fn updates_from_another_replica_are_seen() {
     remote.insert(3, "From far away");
     sync(&remote.doc, &local);
     assert_current(&mut live, &local);
-    assert_eq!(*live.outline(), remote.outline());
+    assert_eq!(*live.refresh(), remote.outline());
 }
 
 #[test]
@@ -221,7 +242,7 @@ fn a_snapshot_keeps_the_outline_it_was_taken_from() {
     f.insert(0, "New");
     assert_current(&mut live, &f.doc);
     assert_eq!(*read, expected);
-    assert_ne!(*read, *live.outline());
+    assert_ne!(*read, *live.refresh());
 }
 
 #[test]
@@ -231,6 +252,17 @@ fn a_dropped_live_outline_leaves_the_document_editable() {
     drop(live);
     f.insert(0, "Still typing");
     assert_eq!(f.outline().len(), PLAN.len() + 1);
+}
+
+#[test]
+fn a_read_live_outline_holding_the_last_handle_on_its_document_drops_cleanly() {
+    let f = Fixture::with(&PLAN);
+    let mut live = LiveOutline::new(&f.doc);
+    assert_eq!(live.refresh().len(), PLAN.len());
+    // The document's store lives on in `live` alone: its observer must be
+    // removed while the store is still there.
+    drop(f);
+    drop(live);
 }
 
 #[test]

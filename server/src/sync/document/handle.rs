@@ -103,7 +103,6 @@ impl DocumentTask {
                             effects.server_change(change);
                             effects.edited_by = Some(by);
                         }
-                        self.outline.refresh();
                         let outline = self.outline.snapshot();
                         let before = effects.deltas.len();
                         if let Some(record) = record {
@@ -155,7 +154,6 @@ impl DocumentTask {
     ) {
         // Changes earlier in this batch already moved the document.
         let current = self.revision + effects.deltas.len() as i64;
-        self.outline.refresh();
         let outline = self.outline.snapshot();
         let (cards, id) = (&self.cards, &self.id);
         let judged = self.reads.with(id, |reads| {

@@ -183,7 +183,6 @@ impl DocumentTask {
             let _ = reply.send(Ok(Some(changed)));
         }
         if !effects.outlines.is_empty() {
-            self.outline.refresh();
             let outline = self.outline.snapshot();
             for reply in effects.outlines {
                 let _ = reply.send((self.revision, outline.clone()));
