@@ -27,6 +27,12 @@ pub(crate) struct Wanted {
     pub(crate) document: Option<String>,
 }
 
+/// How long the benches' machine credentials open links: longer than a
+/// seeding takes (the restart bench's 100× makes 100,000 sessions over
+/// links, over half an hour), where the server's own lifetime is 15
+/// minutes and a credential's clock starts when it is paired.
+const CREDENTIAL_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
+
 /// Makes one account as `wanted` says.
 pub(crate) async fn member(store: &Store, wanted: Wanted) -> Member {
     let name = &wanted.name;
@@ -39,10 +45,9 @@ pub(crate) async fn member(store: &Store, wanted: Wanted) -> Member {
         .unwrap_or_else(|e| panic!("issuing a token for {name}: {e}"));
     let credential = match &wanted.machine {
         Some(machine) => {
-            let (_, credential) =
-                auth::pair_machine(store, &account, machine, auth::MACHINE_CREDENTIAL_TTL)
-                    .await
-                    .unwrap_or_else(|e| panic!("pairing a machine to {name}: {e}"));
+            let (_, credential) = auth::pair_machine(store, &account, machine, CREDENTIAL_TTL)
+                .await
+                .unwrap_or_else(|e| panic!("pairing a machine to {name}: {e}"));
             Some(credential.secret)
         }
         None => None,
