@@ -126,7 +126,7 @@ fn main() {
         let mut known = Known::new();
         let update = decode(&base).expect("decodes");
         let checked = known.check(&update).expect("fits");
-        known.order(&update, &checked);
+        known.order_kept(&update, &checked);
         known.learn(&checked);
         known
     };

@@ -213,7 +213,7 @@ impl LiveDocument {
                     // is what yrs takes from them, so each is learned as it
                     // is (re-encoding the load's one transaction after
                     // every part would cost the square of the log).
-                    known.order(&update, &checked);
+                    known.order_kept(&update, &checked);
                     if let Err(cause) = apply_part(&mut txn, bytes) {
                         return Err(LoadFailed { position, cause });
                     }
@@ -532,7 +532,7 @@ impl LiveDocument {
         let learned = decode(&change).and_then(|update| {
             let checked = self.known.check(&update)?;
             // The server writes beside its neighbours.
-            self.known.order(&update, &checked);
+            self.known.order_kept(&update, &checked);
             self.known.learn(&checked);
             Ok(checked.new_clients().collect::<Vec<_>>())
         });

@@ -264,7 +264,23 @@ impl Known {
     /// before applying the update. Until the next update is placed,
     /// [`Known::unplace`] takes them out again.
     pub fn order(&mut self, update: &Update<'_>, checked: &Checked<'_>) -> Vec<Suspect> {
-        self.order.begin();
+        self.place_items(update, checked, true)
+    }
+
+    /// [`Known::order`] for a change the document takes whatever it
+    /// says (a stored part, the server's own write): placed for good,
+    /// with nothing kept to undo it.
+    pub fn order_kept(&mut self, update: &Update<'_>, checked: &Checked<'_>) {
+        self.place_items(update, checked, false);
+    }
+
+    fn place_items(
+        &mut self,
+        update: &Update<'_>,
+        checked: &Checked<'_>,
+        undoable: bool,
+    ) -> Vec<Suspect> {
+        self.order.begin(undoable);
         let mut suspects = Vec::new();
         for &(run, index, from, place) in &checked.taken {
             let Place::Item { parent, sub, .. } = place else {

@@ -37,6 +37,9 @@ pub type Slot = (Parent<'static>, Option<Name<'static>>);
 
 const NONE: u32 = u32::MAX;
 
+/// Undo entries whose room an emptied log keeps (48 bytes each).
+const KEPT_UNDO: usize = 1024;
+
 #[derive(Clone, Copy, Debug)]
 struct Node {
     client: u64,
@@ -79,6 +82,8 @@ pub struct Order {
     starts: Vec<u32>,
     lists: HashMap<Slot, u32>,
     undo: Vec<Undo>,
+    /// Whether the placing in progress can be undone (it records `undo`).
+    undoable: bool,
     /// The node count when the placing in progress began.
     mark: usize,
 }
@@ -114,20 +119,27 @@ impl Order {
         self.nodes.len()
     }
 
-    /// Begins placing an update: what follows is undone by
-    /// [`Order::undo`] or kept by [`Order::keep`].
-    pub fn begin(&mut self) {
+    /// Begins placing an update: when `undoable`, what follows is undone
+    /// by [`Order::undo`] until the next begins; otherwise it is kept for
+    /// good and records nothing to undo (a stored update, the server's own
+    /// write: a loaded document's one stored update places tens of
+    /// thousands of items, whose undo log would be written, grown and then
+    /// held for nothing).
+    pub fn begin(&mut self, undoable: bool) {
         self.undo.clear();
+        // A large update's log (an editor's pasted chapter) is not held
+        // for the keystrokes after it.
+        self.undo.shrink_to(KEPT_UNDO);
+        self.undoable = undoable;
         self.mark = self.nodes.len();
     }
 
-    /// Keeps what was placed since [`Order::begin`].
-    pub fn keep(&mut self) {
-        self.undo.clear();
-    }
-
-    /// Undoes what was placed since [`Order::begin`].
+    /// Undoes what was placed since an undoable [`Order::begin`]; after
+    /// one that was not, there is nothing to undo.
     pub fn undo(&mut self) {
+        if !self.undoable {
+            return;
+        }
         while let Some(write) = self.undo.pop() {
             match write {
                 Undo::Left(node, old) => self.nodes[node as usize].left = old,
@@ -152,19 +164,26 @@ impl Order {
         self.nodes.truncate(self.mark);
     }
 
+    /// Records `write` to undo, when the placing in progress can be.
+    fn log(&mut self, write: Undo) {
+        if self.undoable {
+            self.undo.push(write);
+        }
+    }
+
     fn set_left(&mut self, node: u32, to: u32) {
         let old = std::mem::replace(&mut self.nodes[node as usize].left, to);
-        self.undo.push(Undo::Left(node, old));
+        self.log(Undo::Left(node, old));
     }
 
     fn set_right(&mut self, node: u32, to: u32) {
         let old = std::mem::replace(&mut self.nodes[node as usize].right, to);
-        self.undo.push(Undo::Right(node, old));
+        self.log(Undo::Right(node, old));
     }
 
     fn set_start(&mut self, list: u32, to: u32) {
         let old = std::mem::replace(&mut self.starts[list as usize], to);
-        self.undo.push(Undo::Start(list, old));
+        self.log(Undo::Start(list, old));
     }
 
     fn list(&mut self, slot: &Slot) -> u32 {
@@ -174,7 +193,7 @@ impl Order {
         let list = self.starts.len() as u32;
         self.starts.push(NONE);
         self.lists.insert(*slot, list);
-        self.undo.push(Undo::NewList(*slot));
+        self.log(Undo::NewList(*slot));
         list
     }
 
@@ -185,7 +204,7 @@ impl Order {
             .entry(node.client)
             .or_default()
             .insert(node.clock, at);
-        self.undo.push(Undo::Indexed(node.client, node.clock));
+        self.log(Undo::Indexed(node.client, node.clock));
         at
     }
 
@@ -215,7 +234,7 @@ impl Order {
             label,
         });
         let old = std::mem::replace(&mut self.nodes[node as usize].len, offset);
-        self.undo.push(Undo::Len(node, old));
+        self.log(Undo::Len(node, old));
         if left.right != NONE {
             self.set_left(left.right, right);
         }
@@ -257,10 +276,12 @@ impl Order {
         suspect |= (item.origin.is_some() && left.is_none())
             || (item.right_origin.is_some() && right.is_none());
         // The clients whose earlier clocks the writer provably saw.
-        let mut knew: Vec<Id> = vec![item.written];
-        knew.extend(item.origin);
-        knew.extend(item.right_origin);
-        knew.extend(item.parent);
+        let knew = [
+            Some(item.written),
+            item.origin,
+            item.right_origin,
+            item.parent,
+        ];
         let this = Node {
             client: item.id.client,
             clock: item.id.clock,
@@ -285,7 +306,7 @@ impl Order {
                 && (run.right == NONE || Some(run.right) == right);
             if continues {
                 let old = std::mem::replace(&mut self.nodes[l as usize].len, run.len + this.len);
-                self.undo.push(Undo::Len(l, old));
+                self.log(Undo::Len(l, old));
                 return suspect;
             }
         }
@@ -365,7 +386,7 @@ impl Order {
         let mut label = step;
         while at != NONE {
             let old = std::mem::replace(&mut self.nodes[at as usize].label, label);
-            self.undo.push(Undo::Label(at, old));
+            self.log(Undo::Label(at, old));
             label += step;
             at = self.nodes[at as usize].right;
         }
@@ -379,7 +400,7 @@ impl Order {
         list: u32,
         left: Option<u32>,
         right: Option<u32>,
-        knew: &[Id],
+        knew: &[Option<Id>],
     ) -> (Option<u32>, bool) {
         let right_node = right.unwrap_or(NONE);
         let conflict = match (left, right) {
@@ -402,6 +423,7 @@ impl Order {
             let node = self.nodes[o as usize];
             enclosed |= knew
                 .iter()
+                .flatten()
                 .any(|k| k.client == node.client && node.clock < k.clock);
             before_origin.insert(o);
             conflicting.insert(o);
@@ -427,5 +449,54 @@ impl Order {
             o = node.right;
         }
         (placed, enclosed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Client 1 typing one character at `clock`, after `origin`.
+    fn typed(clock: u32, origin: Option<u32>) -> NewItem {
+        NewItem {
+            slot: (Parent::Root(Name::Known(0)), None),
+            id: Id::new(1, clock),
+            len: 1,
+            origin: origin.map(|clock| Id::new(1, clock)),
+            right_origin: None,
+            written: Id::new(1, clock),
+            parent: None,
+        }
+    }
+
+    #[test]
+    fn an_update_placed_for_good_keeps_nothing_to_undo_and_an_undoable_one_is_undone() {
+        let mut order = Order::new();
+        order.begin(false);
+        order.place(&typed(0, None));
+        // Beside another writer's text, so it is a node of its own.
+        order.place(&NewItem {
+            id: Id::new(2, 0),
+            written: Id::new(2, 0),
+            origin: Some(Id::new(1, 0)),
+            ..typed(0, None)
+        });
+        let kept = order.nodes();
+        assert!(order.undo.is_empty(), "nothing is logged to undo");
+        order.undo();
+        assert_eq!(order.nodes(), kept, "what was placed for good stays");
+
+        order.begin(true);
+        order.place(&NewItem {
+            id: Id::new(3, 0),
+            written: Id::new(3, 0),
+            origin: Some(Id::new(2, 0)),
+            ..typed(0, None)
+        });
+        assert_eq!(order.nodes(), kept + 1);
+        order.undo();
+        assert_eq!(order.nodes(), kept, "an undoable placing is taken out");
+        assert!(order.find(Id::new(3, 0)).is_none());
+        assert!(order.find(Id::new(2, 0)).is_some());
     }
 }
