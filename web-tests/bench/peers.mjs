@@ -45,7 +45,8 @@
 //               1 went out p50, RSS with the document loaded
 //   cold-join   the same document, the writer gone and COLD_SETTLE_MS
 //               passed, then COLD_JOINS times: restart the server on its
-//               stored data, one join -> cold join p50, its step 2 p50.
+//               stored data, one join -> cold join p50, its step 2 p50,
+//               RSS after it.
 //               Margin and y-sweet (given a directory store for this
 //               scenario) only: npm and Hocuspocus keep nothing to restart
 //               from
@@ -88,7 +89,7 @@ import * as Y from 'yjs';
 import { RawClient, Writer, localAddresses } from './lib/client.mjs';
 import { startServer, installed, pool, repoRoot } from './lib/servers.mjs';
 import { procStats, loadMeter } from './lib/proc.mjs';
-import { fmt, metricsFor, table, targets } from './lib/table.mjs';
+import { fmt, median, metricsFor, table, targets } from './lib/table.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const ALL_SERVERS = ['margin', 'npm', 'hocuspocus', 'ysweet'];
@@ -552,18 +553,22 @@ async function coldJoin(cfg, server) {
   await sleep(cfg.coldSettleMs);
   const joins = [];
   const loads = [];
+  // The server's memory once the joined document is loaded from storage
+  // (the `join` scenario's figure is of a document built by live edits).
+  const rss = [];
   for (let j = 0; j < cfg.coldJoins; j++) {
     await server.restart();
     await sleep(500);
     const meter = loadMeter(server.pid);
     joins.push(await joinOnce(ep, '127.0.0.2'));
     loads.push(meter.stop());
+    rss.push(rssMiB(server.pid));
   }
   const f = joinFigures(joins);
   if (f.incomplete) throw new Error(`${f.incomplete} of ${f.joins} cold joins did not see the whole document`);
   const mean = (k) => loads.reduce((a, l) => a + l[k], 0) / loads.length;
   return {
-    paragraphs: cfg.joinParagraphs, step2Bytes, ...f,
+    paragraphs: cfg.joinParagraphs, step2Bytes, ...f, rssLoadedMiB: median(rss),
     _load: { otherCpuPct: mean('otherCpuPct'), harnessCpuPct: mean('harnessCpuPct'), serverCpuPct: mean('serverCpuPct') },
   };
 }

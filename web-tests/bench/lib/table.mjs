@@ -52,6 +52,7 @@ export const METRICS = {
   'cold-join': [
     ['joinP50', 'join p50 after a restart, ms', 'lower', 'f1'],
     ['step2P50', 'step 2 after step 1 p50, ms', 'lower', 'f1'],
+    ['rssLoadedMiB', 'RSS after the cold join, MiB', 'lower', 'f1'],
   ],
 };
 
@@ -68,7 +69,11 @@ export function table(cfg, results, servers) {
   for (const scenario of cfg.scenarios) {
     const ok = (s) => results.filter((r) => r.scenario === scenario && r.server === s && !r.failed);
     const rows = [...metricsFor(scenario), ['otherCpuPct', 'load: other CPU % of a core', null, 'f0'], ['harnessCpuPct', 'harness CPU % of a core', null, 'f0']];
+    const ran = results.filter((r) => r.scenario === scenario && !r.failed);
     for (const [key, label, better, f] of rows) {
+      // A figure added to the bench after a run was made: that run shows
+      // no row for it rather than an empty one.
+      if (ran.length && !ran.some((r) => r[key] !== undefined)) continue;
       const med = {};
       for (const s of servers) {
         const rs = ok(s);
