@@ -2,7 +2,8 @@
 //! killed with data of a given size takes to answer `/readyz` and to sync
 //! its first editor, and whether that grows with what is live or with
 //! history. Results and how to read them:
-//! `server/benches/results/restart.md`.
+//! `server/benches/results/2026-12-06-planners-restart.md` (0.1×–10×) and
+//! `2026-12-06-cold-load-and-restart.md` (100×).
 //!
 //! ```sh
 //! cargo bench -p margin-server --bench restart
