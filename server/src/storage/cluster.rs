@@ -11,6 +11,7 @@
 
 use sqlx::Row;
 
+use super::sessions::OPEN;
 use super::updates::next_epoch;
 use super::{int, Backend, Epoch, StorageError, Store};
 
@@ -310,7 +311,7 @@ impl Store {
     ) -> Result<Vec<(String, String)>, StorageError> {
         let rows = sqlx::query(&format!(
             "SELECT s.id, s.document_id FROM planner_sessions s \
-             WHERE s.state <> 'ended' AND NOT EXISTS ( \
+             WHERE s.{OPEN} AND NOT EXISTS ( \
                SELECT 1 FROM document_leases l JOIN cluster_nodes n ON n.id = l.node \
                WHERE l.document_id = s.document_id AND n.expires_at >= {DB_NOW}) \
              ORDER BY s.created_at, s.id LIMIT $1"

@@ -48,7 +48,8 @@ pub use documents::DocumentRow;
 pub use machines::{Machine, StoredCredential, EXPIRED_CREDENTIALS_KEPT_MS};
 pub use session_trip::{session_write_weight, SESSION_GROUP_PARAMETERS};
 pub use sessions::{
-    write_session, LeaseFence, SessionOwner, SessionWrite, StoredEvent, StoredSession,
+    open_sessions_query, write_session, LeaseFence, SessionOwner, SessionWrite, StoredEvent,
+    StoredSession,
 };
 pub use updates::{Alongside, ClientBinding, Epoch, RefusedUpdate, StoredState};
 

@@ -116,6 +116,20 @@ impl SessionWrite {
 const SELECT: &str = "SELECT id, document_id, account_id, machine_id, cursor, snapshot, \
      journal_seq, domain, domain_seq FROM planner_sessions";
 
+/// A session that has not ended, as a condition on `planner_sessions`:
+/// its states named (the table's CHECK lists all three) rather than
+/// `state <> 'ended'`, which no index serves, so a query reads the open
+/// sessions through `planner_sessions_state` and not every session ever
+/// held (SPEC O5: a restart's time grows with what is live, not with
+/// history).
+pub(super) const OPEN: &str = "state IN ('active', 'disconnected')";
+
+/// What a restarted server reads to take its sessions back: every open
+/// session, oldest first. Public so its plan can be checked.
+pub fn open_sessions_query() -> String {
+    format!("{SELECT} WHERE {OPEN} ORDER BY created_at, id")
+}
+
 fn decode(row: &AnyRow) -> Result<StoredSession, StorageError> {
     let domain: Option<String> = row.try_get("domain")?;
     Ok(StoredSession {
@@ -212,7 +226,7 @@ impl Store {
 
     /// Session `id`, if it exists and has not ended.
     pub async fn open_session(&self, id: &str) -> Result<Option<StoredSession>, StorageError> {
-        let sql = format!("{SELECT} WHERE id = $1 AND state <> 'ended'");
+        let sql = format!("{SELECT} WHERE id = $1 AND {OPEN}");
         let row = sqlx::query(&sql)
             .bind(id)
             .fetch_optional(&self.pool)
@@ -223,10 +237,10 @@ impl Store {
     /// The ids of document `document`'s sessions that have not ended
     /// (one, unless a node lost track of one; SPEC C3).
     pub async fn open_sessions_of(&self, document: &str) -> Result<Vec<String>, StorageError> {
-        let rows = sqlx::query(
-            "SELECT id FROM planner_sessions WHERE document_id = $1 AND state <> 'ended' \
-             ORDER BY created_at, id",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT id FROM planner_sessions WHERE document_id = $1 AND {OPEN} \
+             ORDER BY created_at, id"
+        ))
         .bind(document)
         .fetch_all(&self.pool)
         .await?;
@@ -236,8 +250,9 @@ impl Store {
     /// The sessions whose stored state is not `ended`, with their ids,
     /// oldest first: what a restarted server takes back.
     pub async fn open_sessions(&self) -> Result<Vec<(String, StoredSession)>, StorageError> {
-        let sql = format!("{SELECT} WHERE state <> 'ended' ORDER BY created_at, id");
-        let rows = sqlx::query(&sql).fetch_all(&self.pool).await?;
+        let rows = sqlx::query(&open_sessions_query())
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter()
             .map(|row| Ok((row.try_get("id")?, decode(row)?)))
             .collect()
