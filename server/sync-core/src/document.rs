@@ -30,6 +30,8 @@ use yrs::{Doc, ReadTxn, StateVector, Transact, Update};
 use crate::content::content;
 use crate::frame::{self, Message};
 use crate::known::{Known, Suspect};
+use crate::load::{rebuild, Rebuilt};
+pub use crate::load::{LoadFailed, Skipped, LEARN_BESIDE_BYTES};
 use crate::messages;
 use crate::refusal::Refusal;
 use crate::update::decode;
@@ -134,25 +136,6 @@ pub enum Written<E> {
     Broken(Close),
 }
 
-/// A stored part that did not load: reported, and left out.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Skipped {
-    /// 0 for the snapshot, then 1.. for the log rows after it.
-    pub position: usize,
-    /// Why.
-    pub refusal: Refusal,
-}
-
-/// A stored document that could not be rebuilt at all.
-#[derive(Debug, thiserror::Error)]
-#[error("stored part {position} broke the document model: {cause}")]
-pub struct LoadFailed {
-    /// The part.
-    pub position: usize,
-    /// What yrs said.
-    pub cause: String,
-}
-
 /// The key of the observer that marks the whole-document step 2 stale.
 const WHOLE_OBSERVER: &str = "margin-sync-core-whole";
 
@@ -181,45 +164,30 @@ impl LiveDocument {
     /// Rebuilds the document from its stored parts (the snapshot, then the
     /// log), each checked like an editor's update; a part that does not
     /// fit is left out and reported. `owners` are the stored client-id
-    /// bindings.
+    /// bindings. A large part is placed and learned beside yrs' apply
+    /// ([`LEARN_BESIDE_BYTES`]).
     pub fn load<'a>(
         parts: impl IntoIterator<Item = &'a [u8]> + Clone,
         owners: impl IntoIterator<Item = (u64, Owner)>,
     ) -> Result<(LiveDocument, Vec<Skipped>), LoadFailed> {
+        Self::load_learning_beside(parts, owners, LEARN_BESIDE_BYTES)
+    }
+
+    /// [`LiveDocument::load`], with the parts of `learn_beside_from` bytes
+    /// or more placed and learned on a second thread while yrs applies
+    /// them.
+    pub fn load_learning_beside<'a>(
+        parts: impl IntoIterator<Item = &'a [u8]> + Clone,
+        owners: impl IntoIterator<Item = (u64, Owner)>,
+        learn_beside_from: usize,
+    ) -> Result<(LiveDocument, Vec<Skipped>), LoadFailed> {
         let owners: HashMap<u64, Owner> = owners.into_iter().collect();
         loop {
-            let doc = Doc::new();
-            let mut known = Known::new();
-            let mut skipped = Vec::new();
-            {
-                let mut txn = doc.transact_mut();
-                for (position, bytes) in parts.clone().into_iter().enumerate() {
-                    let update = match decode(bytes) {
-                        Ok(update) => update,
-                        Err(refusal) => {
-                            skipped.push(Skipped { position, refusal });
-                            continue;
-                        }
-                    };
-                    let checked = match known.check(&update) {
-                        Ok(checked) => checked,
-                        Err(refusal) => {
-                            skipped.push(Skipped { position, refusal });
-                            continue;
-                        }
-                    };
-                    // Stored parts are changes yrs made once already: where
-                    // their items sit was settled then, and what they hold
-                    // is what yrs takes from them, so each is learned as it
-                    // is (re-encoding the load's one transaction after
-                    // every part would cost the square of the log).
-                    known.order_kept(&update, &checked);
-                    if let Err(cause) = apply_part(&mut txn, bytes) {
-                        return Err(LoadFailed { position, cause });
-                    }
-                    known.learn(&checked);
-                }
-            }
+            let Rebuilt {
+                doc,
+                known,
+                skipped,
+            } = rebuild(parts.clone(), learn_beside_from)?;
             // The server writes under a client id nobody used in the
             // document, so its writes never continue another's clock (one
             // load in billions draws a used one, and loads again).
@@ -628,21 +596,6 @@ enum Applied {
     Unchanged,
     /// It builds on changes not sent yet.
     Waits,
-}
-
-/// Applies a stored part, which fit, in the load's transaction.
-fn apply_part(txn: &mut yrs::TransactionMut<'_>, bytes: &[u8]) -> Result<(), String> {
-    let decoded = Update::decode_v1(bytes)
-        .map_err(|e| format!("yrs cannot decode what the check accepted: {e}"))?;
-    match catch_unwind(AssertUnwindSafe(|| txn.apply_update(decoded))) {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return Err(e.to_string()),
-        Err(_) => return Err("yrs panicked".into()),
-    }
-    if txn.store().pending_update().is_some() || txn.store().pending_ds().is_some() {
-        return Err("yrs kept part of it waiting".into());
-    }
-    Ok(())
 }
 
 /// A change yrs made and the clients it is the first to write.

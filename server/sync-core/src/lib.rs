@@ -31,14 +31,14 @@ pub mod frame;
 pub mod json;
 pub mod known;
 pub mod lib0;
+pub mod load;
 pub mod messages;
 pub mod order;
 pub mod refusal;
 pub mod update;
 
-pub use document::{
-    Access, Change, Close, Effect, LiveDocument, LoadFailed, MemberId, Owner, Skipped, Written,
-};
+pub use document::{Access, Change, Close, Effect, LiveDocument, MemberId, Owner, Written};
 pub use known::{Checked, Known, Suspect};
+pub use load::{LoadFailed, Skipped, LEARN_BESIDE_BYTES};
 pub use refusal::{Id, Malformed, Reference, Refusal};
 pub use update::{decode, Update};

@@ -124,6 +124,47 @@ fn an_update_placed_differently_by_a_later_reader_is_refused() {
 }
 
 #[test]
+fn a_load_learning_beside_yrs_builds_what_one_learning_after_it_does() {
+    // A large part is placed and learned on a second thread while yrs
+    // applies it. Whatever the parts, the load must end where one on a
+    // single thread does: the same text, state, parts left out and
+    // knowledge. The history is given with two parts swapped, so that
+    // some are left out.
+    let mut parts = history();
+    parts.swap(1, 3);
+    let load = |beside_from| {
+        let (live, skipped) =
+            LiveDocument::load_learning_beside(parts.iter().map(Vec::as_slice), [], beside_from)
+                .unwrap();
+        let state = live.doc().transact().state_vector();
+        let snapshot = live
+            .doc()
+            .transact()
+            .encode_state_as_update_v1(&StateVector::default());
+        let known = live.known_spans();
+        (
+            margin_sync_core::content::content(live.doc()),
+            state,
+            snapshot,
+            skipped,
+            known,
+        )
+    };
+    let alone = load(usize::MAX);
+    assert!(!alone.3.is_empty(), "the swap leaves parts out");
+    assert_eq!(load(0), alone);
+    // And each judges the next update alike.
+    let finding = include_bytes!("../../fuzz/regressions/document_update/divergent-order-62da8139");
+    for beside_from in [usize::MAX, 0] {
+        let parts = history();
+        let (live, _) =
+            LiveDocument::load_learning_beside(parts.iter().map(Vec::as_slice), [], beside_from)
+                .unwrap();
+        refused_as_placed_by_arrival(live, finding);
+    }
+}
+
+#[test]
 fn an_item_next_to_collected_text_is_refused() {
     // Found by the document_update fuzz target: a new client's text with
     // its origin in a collected range of the history and its right origin
@@ -169,9 +210,9 @@ fn a_client_rearranging_its_own_text_as_yjs_redo_does_is_accepted() {
     assert_eq!(reorders, vec![true]);
 }
 
-/// The text `t` of what a joiner holding nothing gets in answer to its
-/// sync step 1.
-fn joined(live: &mut LiveDocument) -> String {
+/// What a joiner holding nothing gets in answer to its sync step 1: the
+/// update of its sync step 2.
+fn step2_for_nothing(live: &mut LiveDocument) -> Vec<u8> {
     let step1 = Message::Sync(SyncMessage::SyncStep1(StateVector::default())).encode_v1();
     let zed = Owner::Account(Arc::from("zed"));
     let mut effects = Vec::new();
@@ -187,6 +228,12 @@ fn joined(live: &mut LiveDocument) -> String {
     let Ok(Message::Sync(SyncMessage::SyncStep2(update))) = Message::decode_v1(&reply) else {
         panic!("the reply is not a sync step 2");
     };
+    update
+}
+
+/// The text `t` of what a joiner holding nothing gets.
+fn joined(live: &mut LiveDocument) -> String {
+    let update = step2_for_nothing(live);
     let joiner = Doc::new();
     joiner
         .transact_mut()
