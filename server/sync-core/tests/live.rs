@@ -210,9 +210,9 @@ fn a_client_rearranging_its_own_text_as_yjs_redo_does_is_accepted() {
     assert_eq!(reorders, vec![true]);
 }
 
-/// What a joiner holding nothing gets in answer to its sync step 1: the
-/// update of its sync step 2.
-fn step2_for_nothing(live: &mut LiveDocument) -> Vec<u8> {
+/// The text `t` of what a joiner holding nothing gets in answer to its
+/// sync step 1.
+fn joined(live: &mut LiveDocument) -> String {
     let step1 = Message::Sync(SyncMessage::SyncStep1(StateVector::default())).encode_v1();
     let zed = Owner::Account(Arc::from("zed"));
     let mut effects = Vec::new();
@@ -228,12 +228,6 @@ fn step2_for_nothing(live: &mut LiveDocument) -> Vec<u8> {
     let Ok(Message::Sync(SyncMessage::SyncStep2(update))) = Message::decode_v1(&reply) else {
         panic!("the reply is not a sync step 2");
     };
-    update
-}
-
-/// The text `t` of what a joiner holding nothing gets.
-fn joined(live: &mut LiveDocument) -> String {
-    let update = step2_for_nothing(live);
     let joiner = Doc::new();
     joiner
         .transact_mut()
