@@ -23,7 +23,10 @@
 // server/benches/results/2026-12-06-tool-trips-and-hashing.md). The seed
 // keeps keys a member chooses (client ids, names) from being aimed at one
 // bucket.
+use std::hash::BuildHasher;
+
 use foldhash::{HashMap, HashMapExt};
+use hashbrown::HashTable;
 
 use crate::order::{NewItem, Order};
 use crate::refusal::{Id, Reference, Refusal};
@@ -114,8 +117,13 @@ struct Client {
 #[derive(Debug, Default)]
 pub struct Known {
     clients: HashMap<u64, Client>,
+    /// Every place once, numbered by position.
     places: Vec<Place<'static>>,
-    place_ids: HashMap<Place<'static>, u32>,
+    /// Each place's number, found by the place's hash: numbers only, not
+    /// a second copy of every place (a large document holds tens of
+    /// thousands).
+    place_ids: HashTable<u32>,
+    hasher: foldhash::fast::RandomState,
     names: Vec<Box<str>>,
     name_ids: HashMap<Box<str>, u32>,
     /// The order of every list.
@@ -128,9 +136,11 @@ pub struct Known {
 pub struct Checked<'a> {
     runs: Vec<NewRun<'a>>,
     deletes: bool,
-    /// The new structs in the order they were taken: run, struct, the
-    /// first clock the document lacked, and the place.
-    taken: Vec<(u32, u32, u32, Place<'a>)>,
+    /// The new structs in the order they were taken: run, struct, and
+    /// the run's span that holds the first clock the document lacked
+    /// and the place (an index, not a copy: a loaded document's stored
+    /// part takes tens of thousands of structs at once).
+    taken: Vec<(u32, u32, u32)>,
 }
 
 #[derive(Debug)]
@@ -282,7 +292,14 @@ impl Known {
     ) -> Vec<Suspect> {
         self.order.begin(undoable);
         let mut suspects = Vec::new();
-        for &(run, index, from, place) in &checked.taken {
+        for &(run, index, span) in &checked.taken {
+            let Some(&(from, place)) = checked
+                .runs
+                .get(run as usize)
+                .and_then(|new| new.spans.get(span as usize))
+            else {
+                continue;
+            };
             let Place::Item { parent, sub, .. } = place else {
                 continue;
             };
@@ -382,12 +399,17 @@ impl Known {
                 kind,
             },
         };
-        if let Some(&id) = self.place_ids.get(&place) {
+        let hash = self.hasher.hash_one(place);
+        let places = &self.places;
+        let same = |id: &u32| places.get(*id as usize) == Some(&place);
+        if let Some(&id) = self.place_ids.find(hash, same) {
             return id;
         }
         let id = self.places.len() as u32;
         self.places.push(place);
-        self.place_ids.insert(place, id);
+        let (places, hasher) = (&self.places, &self.hasher);
+        let rehash = |id: &u32| places.get(*id as usize).map_or(0, |p| hasher.hash_one(p));
+        self.place_ids.insert_unique(hash, id, rehash);
         id
     }
 }
@@ -406,7 +428,7 @@ struct Check<'k, 'u, 'a> {
     update: &'u Update<'a>,
     runs: Vec<Progress<'a>>,
     index: HashMap<u64, usize>,
-    taken: Vec<(u32, u32, u32, Place<'a>)>,
+    taken: Vec<(u32, u32, u32)>,
 }
 
 /// Why a struct cannot be taken yet, or at all.
@@ -466,10 +488,10 @@ impl<'a> Check<'_, '_, 'a> {
                 match self.take(run.client, item) {
                     Ok(place) => {
                         let progress = &mut self.runs[current];
-                        let from = progress.done;
+                        let span = progress.spans.len() as u32;
                         self.taken
-                            .push((current as u32, progress.next as u32, from, place));
-                        progress.spans.push((from, place));
+                            .push((current as u32, progress.next as u32, span));
+                        progress.spans.push((progress.done, place));
                         progress.done = item.end();
                         progress.next += 1;
                         if let Some(waiting) = stack.pop() {

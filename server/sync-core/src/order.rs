@@ -45,8 +45,7 @@ struct Node {
     client: u64,
     clock: u32,
     len: u32,
-    origin: Option<Id>,
-    right_origin: Option<Id>,
+    origins: Origins,
     list: u32,
     left: u32,
     right: u32,
@@ -54,9 +53,48 @@ struct Node {
     label: u64,
 }
 
+// Nodes are most of what a loaded document's order holds: keep them at
+// a cache line (server/benches/results/2026-12-07-known-footprint.md).
+const _: () = assert!(std::mem::size_of::<Node>() == 64);
+
 impl Node {
     fn contains(&self, id: Id) -> bool {
         id.client == self.client && id.clock >= self.clock && id.clock - self.clock < self.len
+    }
+}
+
+/// A node's origin and right origin in 24 bytes, where two `Option<Id>`
+/// take 48: a large document's lists hold tens of thousands of nodes.
+/// A missing one has the clock `u32::MAX`, which no struct's clock can
+/// be: a struct ending past `u32::MAX` is refused, so every clock is
+/// below it.
+#[derive(Clone, Copy, Debug)]
+struct Origins {
+    clients: [u64; 2],
+    clocks: [u32; 2],
+}
+
+impl Origins {
+    fn new(origin: Option<Id>, right_origin: Option<Id>) -> Self {
+        let part = |id: Option<Id>| id.map_or((0, u32::MAX), |id| (id.client, id.clock));
+        let ((left_client, left_clock), (right_client, right_clock)) =
+            (part(origin), part(right_origin));
+        Origins {
+            clients: [left_client, right_client],
+            clocks: [left_clock, right_clock],
+        }
+    }
+
+    fn get(&self, which: usize) -> Option<Id> {
+        (self.clocks[which] != u32::MAX).then(|| Id::new(self.clients[which], self.clocks[which]))
+    }
+
+    fn origin(&self) -> Option<Id> {
+        self.get(0)
+    }
+
+    fn right_origin(&self) -> Option<Id> {
+        self.get(1)
     }
 }
 
@@ -226,8 +264,10 @@ impl Order {
             client: left.client,
             clock,
             len: left.len - offset,
-            origin: Some(Id::new(left.client, clock - 1)),
-            right_origin: left.right_origin,
+            origins: Origins::new(
+                Some(Id::new(left.client, clock - 1)),
+                left.origins.right_origin(),
+            ),
             list: left.list,
             left: node,
             right: left.right,
@@ -286,8 +326,7 @@ impl Order {
             client: item.id.client,
             clock: item.id.clock,
             len: item.len,
-            origin: item.origin,
-            right_origin: item.right_origin,
+            origins: Origins::new(item.origin, item.right_origin),
             list,
             left: NONE,
             right: NONE,
@@ -301,8 +340,8 @@ impl Order {
             let run = self.nodes[l as usize];
             let continues = run.client == this.client
                 && run.clock + run.len == this.clock
-                && this.origin == Some(Id::new(run.client, run.clock + run.len - 1))
-                && run.right_origin == this.right_origin
+                && item.origin == Some(Id::new(run.client, run.clock + run.len - 1))
+                && run.origins.right_origin() == item.right_origin
                 && (run.right == NONE || Some(run.right) == right);
             if continues {
                 let old = std::mem::replace(&mut self.nodes[l as usize].len, run.len + this.len);
@@ -427,14 +466,15 @@ impl Order {
                 .any(|k| k.client == node.client && node.clock < k.clock);
             before_origin.insert(o);
             conflicting.insert(o);
-            if this.origin == node.origin {
+            let origin = node.origins.origin();
+            if this.origins.origin() == origin {
                 if node.client < this.client {
                     placed = Some(o);
                     conflicting.clear();
-                } else if this.right_origin == node.right_origin {
+                } else if this.origins.right_origin() == node.origins.right_origin() {
                     break;
                 }
-            } else if let Some(origin) = node.origin.and_then(|id| self.find(id)) {
+            } else if let Some(origin) = origin.and_then(|id| self.find(id)) {
                 if before_origin.contains(&origin) {
                     if !conflicting.contains(&origin) {
                         placed = Some(o);
