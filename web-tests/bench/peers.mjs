@@ -46,7 +46,8 @@
 //   cold-join   the same document, the writer gone and COLD_SETTLE_MS
 //               passed, then COLD_JOINS times: restart the server on its
 //               stored data, one join -> cold join p50, its step 2 p50,
-//               RSS after it.
+//               RSS after it, the server's minor page faults during it
+//               (pages a fresh process touches for the first time).
 //               Margin and y-sweet (given a directory store for this
 //               scenario) only: npm and Hocuspocus keep nothing to restart
 //               from
@@ -556,11 +557,16 @@ async function coldJoin(cfg, server) {
   // The server's memory once the joined document is loaded from storage
   // (the `join` scenario's figure is of a document built by live edits).
   const rss = [];
+  // The pages the server touched for the first time during the join (a
+  // fresh process pays the kernel for each: much of a cold join).
+  const faults = [];
   for (let j = 0; j < cfg.coldJoins; j++) {
     await server.restart();
     await sleep(500);
     const meter = loadMeter(server.pid);
+    const before = procStats(server.pid).minflt;
     joins.push(await joinOnce(ep, '127.0.0.2'));
+    faults.push(procStats(server.pid).minflt - before);
     loads.push(meter.stop());
     rss.push(rssMiB(server.pid));
   }
@@ -568,7 +574,7 @@ async function coldJoin(cfg, server) {
   if (f.incomplete) throw new Error(`${f.incomplete} of ${f.joins} cold joins did not see the whole document`);
   const mean = (k) => loads.reduce((a, l) => a + l[k], 0) / loads.length;
   return {
-    paragraphs: cfg.joinParagraphs, step2Bytes, ...f, rssLoadedMiB: median(rss),
+    paragraphs: cfg.joinParagraphs, step2Bytes, ...f, rssLoadedMiB: median(rss), faultsP50: median(faults),
     _load: { otherCpuPct: mean('otherCpuPct'), harnessCpuPct: mean('harnessCpuPct'), serverCpuPct: mean('serverCpuPct') },
   };
 }

@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 
 const CLK_TCK = 100;
 
-/** utime+stime (s), VmRSS and VmHWM (KiB) of `pid`; NaN when it is gone. */
+/** utime+stime (s), VmRSS and VmHWM (KiB) and minor page faults so far of `pid`; NaN when it is gone. */
 export function procStats(pid) {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
@@ -13,9 +13,9 @@ export function procStats(pid) {
     const status = readFileSync(`/proc/${pid}/status`, 'utf8');
     const rss = Number(status.match(/VmRSS:\s+(\d+)/)?.[1] ?? NaN);
     const hwm = Number(status.match(/VmHWM:\s+(\d+)/)?.[1] ?? NaN);
-    return { cpu, rss, hwm };
+    return { cpu, rss, hwm, minflt: Number(f[7]) };
   } catch {
-    return { cpu: NaN, rss: NaN, hwm: NaN };
+    return { cpu: NaN, rss: NaN, hwm: NaN, minflt: NaN };
   }
 }
 

@@ -53,6 +53,7 @@ export const METRICS = {
     ['joinP50', 'join p50 after a restart, ms', 'lower', 'f1'],
     ['step2P50', 'step 2 after step 1 p50, ms', 'lower', 'f1'],
     ['rssLoadedMiB', 'RSS after the cold join, MiB', 'lower', 'f1'],
+    ['faultsP50', 'minor page faults during the join p50', 'lower', 'f0'],
   ],
 };
 
