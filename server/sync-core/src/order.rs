@@ -63,8 +63,8 @@ impl Node {
     }
 }
 
-/// A node's origin and right origin in 24 bytes, where two `Option<Id>`
-/// take 48: a large document's lists hold tens of thousands of nodes.
+/// A node's origin and right origin without an `Option`'s tag and
+/// padding each: a large document's lists hold a node per run of text.
 /// A missing one has the clock `u32::MAX`, which no struct's clock can
 /// be: a struct ending past `u32::MAX` is refused, so every clock is
 /// below it.
@@ -85,17 +85,18 @@ impl Origins {
         }
     }
 
-    fn get(&self, which: usize) -> Option<Id> {
-        (self.clocks[which] != u32::MAX).then(|| Id::new(self.clients[which], self.clocks[which]))
-    }
-
     fn origin(&self) -> Option<Id> {
-        self.get(0)
+        unpacked(self.clients[0], self.clocks[0])
     }
 
     fn right_origin(&self) -> Option<Id> {
-        self.get(1)
+        unpacked(self.clients[1], self.clocks[1])
     }
+}
+
+/// The id `client`, `clock` names, unless the clock says none.
+fn unpacked(client: u64, clock: u32) -> Option<Id> {
+    (clock != u32::MAX).then(|| Id::new(client, clock))
 }
 
 /// One write, to undo.
