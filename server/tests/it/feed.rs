@@ -177,6 +177,15 @@ on_both_backends! {
         for i in 0..reports {
             let status = if i % 2 == 0 { RunStatus::Running } else { RunStatus::Paused };
             run(&mut p, "r1", status).await;
+            // The machine reads its link, as a real one does: each report
+            // is acknowledged, and a machine that never reads is closed as
+            // unresponsive once its link's queue fills (on a loaded
+            // machine, within the 1,500), which would end the reports. So
+            // no more than 100 reports wait for their acknowledgement.
+            let acked = p.link.acks.len() as u64;
+            if i >= acked + 100 {
+                p.link.collect_for(Duration::from_millis(20)).await;
+            }
         }
         let live = p.snapshot_until(|s| s.cursor >= start + reports).await;
         let events: Vec<u64> = slow.take((live.cursor - start) as usize).await.into_iter().map(|e| e.id.unwrap()).collect();
