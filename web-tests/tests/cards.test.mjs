@@ -202,6 +202,16 @@ serverTest('eight cards on neighbouring paragraphs: each one clicked into comes 
   const highlighted = () =>
     page.locator('#editor .ProseMirror > .decision-active').evaluateAll((ps) => ps.map((p) => p.textContent));
   const columnTop = async () => (await page.locator('#decision-margin').boundingBox()).y;
+  const shown = async () => {
+    const cards = await page.locator('#decision-margin .decision-card').evaluateAll((cards) =>
+      cards
+        .filter((c) => getComputedStyle(c).visibility !== 'hidden')
+        .map((c) => c.getBoundingClientRect())
+        .map((r) => ({ top: r.top, bottom: r.bottom })),
+    );
+    return cards.sort((a, b) => a.top - b.top);
+  };
+  const apart = (cards, top) => cards[0].top >= top - 1 && cards.every((c, j) => j === 0 || c.top >= cards[j - 1].bottom);
 
   for (const [i, key] of keys.entries()) {
     // Clicked as a person clicks: the pointer stays where the field was,
@@ -225,17 +235,12 @@ serverTest('eight cards on neighbouring paragraphs: each one clicked into comes 
       throw new Error(`${e.message}: highlighted ${JSON.stringify(await highlighted())}`);
     });
     assert.equal(await page.evaluate(() => document.activeElement?.closest('.decision-card')?.dataset?.key), key);
-    // Every card one can see is below the column's top and overlaps none.
-    const top = await columnTop();
-    const shown = await page.locator('#decision-margin .decision-card').evaluateAll((cards) =>
-      cards
-        .filter((c) => getComputedStyle(c).visibility !== 'hidden')
-        .map((c) => c.getBoundingClientRect())
-        .map((r) => ({ top: r.top, bottom: r.bottom })),
-    );
-    shown.sort((a, b) => a.top - b.top);
-    assert.ok(shown[0].top >= top - 1, `no card above the column's top: ${shown[0].top} < ${top}`);
-    for (let j = 1; j < shown.length; j++) assert.ok(shown[j].top >= shown[j - 1].bottom, `cards overlap: ${JSON.stringify(shown)}`);
+    // Every card one can see is below the column's top and overlaps none,
+    // once the cards have slid to their places (their top is a 120 ms
+    // transition, so a single read can catch two cards mid-slide).
+    await waitFor(async () => apart(await shown(), await columnTop()), TIMEOUT, `cards below the column's top and apart`).catch(async (e) => {
+      throw new Error(`${e.message}: column top ${await columnTop()}, cards ${JSON.stringify(await shown())}`);
+    });
   }
   assert.deepEqual(page.pageErrors, []);
 });
