@@ -131,6 +131,8 @@ pub struct Gauges {
     pub open_decisions: i64,
     /// Document feeds open (`GET /documents/{id}/events`).
     pub document_streams: usize,
+    /// Connections of the storage pool idle, and lent out.
+    pub storage_connections: (usize, usize),
 }
 
 /// The whole exposition: `gauges`, then every counter.
@@ -187,6 +189,12 @@ pub fn render(gauges: &Gauges) -> String {
         let count = gauges.sessions.get(state).copied().unwrap_or(0);
         let _ = writeln!(out, "margin_planner_sessions{{state=\"{state}\"}} {count}");
     }
+    let (idle, lent) = gauges.storage_connections;
+    let _ = writeln!(
+        out,
+        "# HELP margin_storage_connections Connections of the storage pool that serves reads (on PostgreSQL, writes too), by state.\n# TYPE margin_storage_connections gauge\nmargin_storage_connections{{state=\"idle\"}} {}\nmargin_storage_connections{{state=\"lent\"}} {}",
+        idle, lent
+    );
     let _ = writeln!(
         out,
         "# HELP margin_event_streams Open Server-Sent Events streams, by feed.\n# TYPE margin_event_streams gauge"

@@ -144,3 +144,20 @@ on_both_backends! {
         assert_eq!(after - before, 2.0, "the write-ahead record, then the writes with the result");
     }
 }
+
+// SPEC O5: on SQLite the four reader connections are open before the first
+// request; opened lazily, a start's first reads each paid for one.
+#[tokio::test]
+async fn a_started_server_has_its_sqlite_readers_open_before_the_first_request() {
+    let db = crate::harness::TestDb::sqlite();
+    let server = crate::harness::Server::start(&db).await;
+    let text = reqwest::get(format!("http://{}/metrics", server.addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let open = value(&text, "margin_storage_connections{state=\"idle\"}")
+        + value(&text, "margin_storage_connections{state=\"lent\"}");
+    assert_eq!(open, 4.0, "{text}");
+}
