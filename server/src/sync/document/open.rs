@@ -40,9 +40,14 @@ impl DocumentTask {
                 Err(refused) => return Err(JoinRefused::Elsewhere(refused.to_string())),
             },
         };
-        let state = store.load_state(&id, None).await.map_err(stored)?;
-        let archived = store.is_archived(&id).await.map_err(stored)?;
-        let cards = store.cards(&id).await.map_err(stored)?;
+        // Three reads apart, each on a reader connection of its own: the
+        // snapshot's, the longest, hides the other two.
+        let (state, archived, cards) = tokio::try_join!(
+            store.load_state(&id, None),
+            store.is_archived(&id),
+            store.cards(&id),
+        )
+        .map_err(stored)?;
         let (mut revision, mut logged) = (state.revision, state.updates.len() as u64);
         let mut logged_bytes: u64 = state.updates.iter().map(|u| u.len() as u64).sum();
         let snapshot_bytes = state
