@@ -15,7 +15,7 @@ use margin_protocol::tools::ToolName;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::link::Calls;
+use crate::calls::Calls;
 
 /// How many times a tool call the server could not decide is tried.
 const TRIES: u32 = 4;

@@ -41,6 +41,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod calls;
 mod credential;
 mod handler;
 mod kept;

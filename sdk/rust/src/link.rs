@@ -1,57 +1,36 @@
 //! The link's I/O loop: reads server messages, answers heartbeats, keeps
 //! each fresh credential (SPEC L8), runs one task per turn, answer and
-//! Stop, matches tool results to their calls, writes what the tasks send,
-//! and keeps what a `resume` needs — the sessions and questions this
-//! machine holds, and the replies and run reports not yet acknowledged
-//! (`crate::kept`) — across links.
+//! Stop, hands each tool result to its call and writes what the tasks
+//! send. What the calls and a `resume` need across links — the calls
+//! waiting, the sessions and questions this machine holds, the replies and
+//! run reports not yet acknowledged — is `crate::calls`'.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use margin_protocol::decisions::ToolRefusal;
-use margin_protocol::link::{Capabilities, ClientMessage, HeldSession, RunStatus, ServerMessage};
+use margin_protocol::link::{Capabilities, ClientMessage, ServerMessage};
 use margin_protocol::RefusalCode;
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 use tracing::{debug, warn, Instrument};
 
+use crate::calls::Calls;
 use crate::credential::Keeper;
 use crate::handler::{Answer, Handler, SessionHandle, ToolError, Turn};
-use crate::kept::{Invoked, Kept};
+use crate::kept::Invoked;
 use crate::Welcome;
 
 pub(super) type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
-/// Calls waiting for a result: call id → the call.
-type Pending = HashMap<String, InFlight>;
-
-/// A call waiting for its result.
-#[derive(Debug)]
-struct InFlight {
-    session: String,
-    turn: String,
-    /// Whether its frame went out on a link: only then can the server
-    /// have it, and only then is it named in `resume` (one still queued
-    /// goes out after it, and gets its result then).
-    written: bool,
-    /// Whether the last `resume` named it: only then does `unknown_call`
-    /// mean it died with the old link before reaching the server — it
-    /// never ran, and goes again (SPEC W1).
-    named: bool,
-    /// Its `tool-call`, to send again.
-    message: ClientMessage,
-    waiting: oneshot::Sender<Result<serde_json::Value, ToolError>>,
-}
-
 /// Messages the tasks may queue before they wait for the socket.
 const OUTBOX: usize = 256;
 
@@ -604,282 +583,6 @@ async fn run_turn<H: Handler>(handler: Arc<H>, calls: Calls, turn: Turn) {
         .await;
 }
 
-/// The way out to the socket, the tool calls waiting for results, and the
-/// sessions and questions a `resume` names.
-#[derive(Clone, Debug)]
-pub(super) struct Calls {
-    out: mpsc::Sender<ClientMessage>,
-    pending: Arc<Mutex<Pending>>,
-    held: Arc<Mutex<Kept>>,
-    /// Where `held` is kept across the machine's restarts, if anywhere.
-    file: Option<Arc<PathBuf>>,
-    next: Arc<AtomicU64>,
-}
-
-impl Calls {
-    fn new(out: mpsc::Sender<ClientMessage>, file: Option<PathBuf>) -> Self {
-        let held = file.as_deref().map(read_held).unwrap_or_default();
-        Calls {
-            out,
-            pending: Arc::default(),
-            held: Arc::new(Mutex::new(held)),
-            file: file.map(Arc::new),
-            next: Arc::default(),
-        }
-    }
-
-    /// Queues a message for the socket (sent once a link is up).
-    pub(super) async fn send(&self, message: ClientMessage) -> Result<(), ToolError> {
-        self.out
-            .send(message)
-            .await
-            .map_err(|_| ToolError::LinkClosed)
-    }
-
-    /// Calls a tool and waits for its result.
-    pub(super) async fn call(
-        &self,
-        session: &str,
-        turn: &str,
-        name: &str,
-        arguments: serde_json::Value,
-    ) -> Result<serde_json::Value, ToolError> {
-        let call_id = format!("c{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
-        let (result, waiting) = oneshot::channel();
-        let message = ClientMessage::ToolCall {
-            session: session.to_owned(),
-            turn: turn.to_owned(),
-            call_id: call_id.clone(),
-            name: name.to_owned(),
-            arguments,
-        };
-        self.pending().insert(
-            call_id.clone(),
-            InFlight {
-                session: session.to_owned(),
-                turn: turn.to_owned(),
-                written: false,
-                named: false,
-                message: message.clone(),
-                waiting: result,
-            },
-        );
-        let sent = self.send(message).await;
-        if let Err(e) = sent {
-            self.pending().remove(&call_id);
-            return Err(e);
-        }
-        waiting.await.map_err(|_| ToolError::LinkClosed)?
-    }
-
-    /// Remembers a question `session` asked, for the next `resume`.
-    pub(super) fn hold_question(&self, session: &str, request: &str) {
-        self.change_held(|held| held.hold_question(session, request));
-    }
-
-    fn hold_session(&self, session: &str) {
-        self.change_held(|held| held.hold_session(session));
-    }
-
-    fn settle_question(&self, session: &str, request: &str) {
-        self.change_held(|held| held.settle_question(session, request));
-    }
-
-    /// `stopped` went out for `session`.
-    fn stopped(&self, session: &str) {
-        self.change_held(|held| held.stopped(session));
-    }
-
-    /// The server no longer has `session`.
-    fn ended(&self, session: &str) {
-        self.change_held(|held| held.ended(session));
-    }
-
-    /// Nothing will be resumed; with `owed`, what the sessions still owe
-    /// the server is kept for a later `resume` all the same.
-    fn forget(&self, owed: bool) {
-        if owed {
-            self.change_held(Kept::forget_settled);
-        } else {
-            self.change_held(Kept::forget_all);
-        }
-    }
-
-    /// Changes what is kept; `change` says whether it changed anything, and
-    /// then the held file (if any) is written again.
-    fn change_held(&self, change: impl FnOnce(&mut Kept) -> bool) {
-        self.with_held(|held| ((), change(held)));
-    }
-
-    /// Like [`Calls::change_held`], with a result besides.
-    fn with_held<R>(&self, change: impl FnOnce(&mut Kept) -> (R, bool)) -> R {
-        let mut held = self.held();
-        let (result, changed) = change(&mut held);
-        if changed {
-            if let Some(file) = &self.file {
-                write_held(file, &held);
-            }
-        }
-        result
-    }
-
-    /// A reply or run report went out: kept until settled.
-    fn sent(&self, message: &ClientMessage) {
-        self.change_held(|held| held.sent(message));
-    }
-
-    fn reply_received(&self, session: &str, turn: &str) {
-        self.change_held(|held| held.reply_received(session, turn));
-    }
-
-    fn run_received(&self, session: &str, run: &str, attempt: u32, status: RunStatus) {
-        self.change_held(|held| held.run_received(session, run, attempt, status));
-    }
-
-    fn refused(
-        &self,
-        session: &str,
-        turn: Option<&str>,
-        run: Option<&str>,
-        code: RefusalCode,
-        now: Instant,
-    ) {
-        self.change_held(|held| held.refused(session, turn, run, code, now));
-    }
-
-    fn invoked(&self, session: &str, turn: &str) -> Invoked {
-        self.with_held(|held| held.invoked(session, turn))
-    }
-
-    /// What to send again after `resumed`.
-    fn resumed(&self) -> Vec<ClientMessage> {
-        self.held().resumed()
-    }
-
-    fn next_retry(&self) -> Option<Instant> {
-        self.held().next_retry()
-    }
-
-    /// The replies and reports refused as busy that are due again.
-    fn due(&self, now: Instant) -> Vec<ClientMessage> {
-        self.held().due(now)
-    }
-
-    /// The `resume` naming what this machine holds; `turn_of` gives each
-    /// session's running turn, else the turn of its reply still kept.
-    /// What is kept goes out again after its `resumed`.
-    fn resume(&self, turn_of: impl Fn(&str) -> Option<String>) -> ClientMessage {
-        let mut pending = self.pending();
-        // A call whose turn was aborted has nobody waiting any more.
-        pending.retain(|_, call| !call.waiting.is_closed());
-        let mut held = self.held();
-        held.resuming();
-        for call in pending.values_mut() {
-            call.named = false;
-        }
-        ClientMessage::Resume {
-            sessions: held
-                .sessions()
-                .map(|(session, questions, replied)| {
-                    let turn = turn_of(session).or_else(|| replied.map(str::to_owned));
-                    let calls = pending
-                        .iter_mut()
-                        .filter(|(_, c)| {
-                            c.written && c.session == session && Some(&c.turn) == turn.as_ref()
-                        })
-                        .take(margin_protocol::link::MAX_HELD_CALLS)
-                        .map(|(call, c)| {
-                            c.named = true;
-                            call.clone()
-                        })
-                        .collect();
-                    HeldSession {
-                        session: session.to_owned(),
-                        questions,
-                        turn,
-                        calls,
-                    }
-                })
-                .collect(),
-        }
-    }
-
-    fn settle(&self, call_id: &str, result: Result<serde_json::Value, ToolError>) {
-        match self.pending().remove(call_id) {
-            Some(call) => {
-                let _ = call.waiting.send(result);
-            }
-            None => warn!(%call_id, "a result for no call in flight ignored"),
-        }
-    }
-
-    /// The `tool-call` to send again for `call_id`, answered `unknown_call`:
-    /// only if the last `resume` named it — then it died with the old link
-    /// before reaching the server, so it never ran and calling it again is
-    /// safe (SPEC W1) — and its turn is still `running` (session, turn).
-    /// Otherwise the refusal is its answer (`None`).
-    fn again(&self, call_id: &str, running: impl Fn(&str, &str) -> bool) -> Option<ClientMessage> {
-        let mut pending = self.pending();
-        let call = pending
-            .get_mut(call_id)
-            .filter(|call| call.named && running(&call.session, &call.turn))?;
-        call.named = false;
-        call.written = false;
-        Some(call.message.clone())
-    }
-
-    /// Fails the calls in flight of a session that ended.
-    fn fail_session(&self, session: &str) {
-        self.pending().retain(|_, call| call.session != session);
-    }
-
-    /// Call `call_id`'s frame went out on a link.
-    fn mark_written(&self, call_id: &str) {
-        if let Some(call) = self.pending().get_mut(call_id) {
-            call.written = true;
-        }
-    }
-
-    /// Fails every call in flight: its result, if any, went with the link.
-    fn fail_in_flight(&self) {
-        self.pending().clear();
-    }
-
-    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
-        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn held(&self) -> std::sync::MutexGuard<'_, Kept> {
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// What a held file says: each session this machine holds, the questions
-/// it waits on, and what it owes the server (`margin_protocol::kept`; the
-/// older bare lists of questions read too). A missing or unreadable file
-/// holds nothing.
-fn read_held(path: &std::path::Path) -> Kept {
-    match std::fs::read_to_string(path) {
-        Ok(text) => match serde_json::from_str(&text) {
-            Ok(file) => Kept::from_file(file),
-            Err(error) => {
-                warn!(path = %path.display(), %error, "the held sessions file is unreadable; resuming none");
-                Kept::default()
-            }
-        },
-        Err(_) => Kept::default(),
-    }
-}
-
-/// Replaces the held file, atomically and privately; a failure is logged
-/// (what it holds is still kept while this process lives).
-fn write_held(path: &std::path::Path, held: &Kept) {
-    let json = serde_json::to_string(&held.file()).unwrap_or_default();
-    if let Err(error) = crate::credential::write_private_file(path, &json) {
-        warn!(path = %path.display(), %error, "cannot save the held sessions");
-    }
-}
-
 /// A client message as a text frame. Serializing these types cannot fail
 /// (string keys, no non-finite floats); an empty frame would be refused.
 pub(super) fn encode(message: &ClientMessage) -> String {
@@ -895,111 +598,4 @@ async fn sleep_until(at: Option<Instant>) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use pretty_assertions::assert_eq;
-
-    /// Reads the document, and replies with what it came to.
-    struct Reads;
-
-    impl Handler for Reads {
-        async fn turn(&self, turn: Turn) -> Result<String, ToolError> {
-            let read = turn.read_document().await?;
-            Ok(format!("{} blocks.", read.outline.len()))
-        }
-    }
-
-    /// A socket that broke: every write fails (a reset connection, a
-    /// broken pipe).
-    struct Broken;
-
-    impl futures_util::Sink<Message> for Broken {
-        type Error = std::io::Error;
-
-        fn poll_ready(
-            self: Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<Result<(), Self::Error>> {
-            std::task::Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()))
-        }
-
-        fn start_send(self: Pin<&mut Self>, _: Message) -> Result<(), Self::Error> {
-            Err(std::io::ErrorKind::BrokenPipe.into())
-        }
-
-        fn poll_flush(
-            self: Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<Result<(), Self::Error>> {
-            std::task::Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()))
-        }
-
-        fn poll_close(
-            self: Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<Result<(), Self::Error>> {
-            std::task::Poll::Ready(Ok(()))
-        }
-    }
-
-    fn invoke(session: &str, turn: &str) -> ServerMessage {
-        ServerMessage::Invoke {
-            session: session.into(),
-            turn: turn.into(),
-            document: "d".into(),
-            messages: vec![],
-            repair: vec![],
-            plan: None,
-        }
-    }
-
-    fn held(resume: ClientMessage) -> Vec<HeldSession> {
-        match resume {
-            ClientMessage::Resume { sessions } => sessions,
-            other => panic!("not a resume: {other:?}"),
-        }
-    }
-
-    #[tokio::test]
-    async fn a_call_whose_write_failed_is_named_in_the_next_resume() {
-        let mut serving = Serving::new(Reads, None);
-        assert_eq!(serving.dispatch(invoke("s", "t")), []);
-        let call = serving.outbox.recv().await.expect("the turn calls");
-        assert!(matches!(call, ClientMessage::ToolCall { .. }), "{call:?}");
-
-        // The socket broke under the call: it may have reached the server
-        // or not; the next `resume` names it, so it gets one answer either
-        // way (its result, or `unknown_call` and it goes again).
-        assert!(serving.write_all(&mut Broken, vec![call]).await.is_err());
-        assert_eq!(
-            held(serving.resume_message()),
-            [HeldSession {
-                session: "s".into(),
-                questions: vec![],
-                turn: Some("t".into()),
-                calls: vec!["c1".into()],
-            }]
-        );
-    }
-
-    #[tokio::test]
-    async fn a_reply_whose_write_failed_goes_again_after_resumed() {
-        let mut serving = Serving::new(Reads, None);
-        let reply = ClientMessage::Reply {
-            session: "s".into(),
-            turn: "t".into(),
-            text: "Done.".into(),
-        };
-        assert!(serving
-            .write_all(&mut Broken, vec![reply.clone()])
-            .await
-            .is_err());
-        let resume = held(serving.resume_message());
-        assert_eq!(resume[0].turn.as_deref(), Some("t"));
-        let resumed = ServerMessage::Resumed {
-            sessions: vec![],
-            ended: vec![],
-        };
-        assert_eq!(serving.dispatch(resumed), [reply]);
-    }
-}
+mod tests;
