@@ -152,6 +152,8 @@ pub struct LiveDocument {
     /// The whole document as a sync step 2, for joiners that hold nothing
     /// (a new tab's Yjs document is empty): encoding a large document is
     /// most of a join, and it is done once for all of them until it changes.
+    /// A document loaded from one stored part starts with that part here:
+    /// it is all the document holds, so it is not encoded again.
     whole: Option<Vec<u8>>,
     /// Set by every transaction that may change the document, whichever
     /// way it comes (a member's frame, the server's write, a caller's own
@@ -181,6 +183,11 @@ impl LiveDocument {
         learn_beside_from: usize,
     ) -> Result<(LiveDocument, Vec<Skipped>), LoadFailed> {
         let owners: HashMap<u64, Owner> = owners.into_iter().collect();
+        let mut each = parts.clone().into_iter();
+        let single = match (each.next(), each.next()) {
+            (Some(part), None) => Some(part),
+            _ => None,
+        };
         loop {
             let Rebuilt {
                 doc,
@@ -194,6 +201,11 @@ impl LiveDocument {
             if known.clock(server) > 0 || owners.contains_key(&server) {
                 continue;
             }
+            // A part left out would leave the document holding less than
+            // the part says.
+            let whole = single
+                .filter(|_| skipped.is_empty())
+                .map(messages::step2_of);
             let changed = Arc::new(AtomicBool::new(true));
             let seen = changed.clone();
             doc.observe_after_transaction(WHOLE_OBSERVER, move |_| {
@@ -203,6 +215,9 @@ impl LiveDocument {
                 position: 0,
                 cause: format!("watching the document for changes: {e}"),
             })?;
+            // Set after: yrs registers the observer in a transaction of
+            // its own, which the observer then sees.
+            changed.store(whole.is_none(), Ordering::Relaxed);
             return Ok((
                 LiveDocument {
                     awareness: Awareness::new(doc),
@@ -211,7 +226,7 @@ impl LiveDocument {
                     server,
                     members: HashMap::new(),
                     waiting: HashMap::new(),
-                    whole: None,
+                    whole,
                     changed,
                 },
                 skipped,
@@ -486,14 +501,21 @@ impl LiveDocument {
     }
 
     /// Runs one of the server's own writes on the document and takes in
-    /// the change it made.
+    /// the change it made. `write` returns `None` only when it changed
+    /// nothing.
     pub fn write<E>(
         &mut self,
         write: impl FnOnce(&Doc) -> Result<Option<Vec<u8>>, E>,
     ) -> Written<E> {
+        let stale = self.changed.load(Ordering::Relaxed);
         let change = match write(self.awareness.doc()) {
             Ok(Some(change)) => change,
-            Ok(None) => return Written::Unchanged,
+            Ok(None) => {
+                // Its transaction marked the whole document stale, but
+                // changed nothing: what was kept still stands.
+                self.changed.store(stale, Ordering::Relaxed);
+                return Written::Unchanged;
+            }
             Err(refused) => return Written::Refused(refused),
         };
         let learned = decode(&change).and_then(|update| {

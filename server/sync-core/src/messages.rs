@@ -17,6 +17,12 @@ pub fn step2(awareness: &Awareness, remote: &StateVector) -> Vec<u8> {
     Message::Sync(SyncMessage::SyncStep2(diff)).encode_v1()
 }
 
+/// Sync step 2 carrying `update` as it is: for a joiner holding nothing,
+/// when `update` is all the document holds.
+pub fn step2_of(update: &[u8]) -> Vec<u8> {
+    Message::Sync(SyncMessage::SyncStep2(update.to_vec())).encode_v1()
+}
+
 /// A document update for the other members.
 pub fn update(change: Vec<u8>) -> Vec<u8> {
     Message::Sync(SyncMessage::Update(change)).encode_v1()

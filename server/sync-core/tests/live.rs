@@ -269,3 +269,71 @@ fn a_joiner_holding_nothing_gets_the_document_as_it_stands_after_every_change() 
     assert!(matches!(written, Written::Changed(_)));
     assert_eq!(joined(&mut live), "hello, Ada");
 }
+
+/// The update a joiner holding nothing is answered with.
+fn whole_answer(live: &mut LiveDocument) -> Vec<u8> {
+    let step1 = Message::Sync(SyncMessage::SyncStep1(StateVector::default())).encode_v1();
+    let zed = Owner::Account(Arc::from("zed"));
+    let mut effects = Vec::new();
+    live.frame(9, &zed, Access::Edit, &step1, &mut effects)
+        .expect("answered");
+    effects
+        .iter()
+        .find_map(|effect| match effect {
+            Effect::Reply(bytes) => match Message::decode_v1(bytes) {
+                Ok(Message::Sync(SyncMessage::SyncStep2(update))) => Some(update),
+                _ => None,
+            },
+            _ => None,
+        })
+        .expect("a sync step 2")
+}
+
+#[test]
+fn a_document_loaded_from_one_stored_part_answers_a_joiner_holding_nothing_with_that_part() {
+    // SPEC O5: a cold join of a compacted document need not encode the
+    // whole document again, since the part is all it holds. The part keeps
+    // deleted text's content, which yrs collects once it applies it, so
+    // yrs' own encoding of what it loaded would differ from the part.
+    let editor = Doc::with_options(yrs::Options {
+        client_id: yrs::block::ClientID::new(7),
+        skip_gc: true,
+        ..yrs::Options::default()
+    });
+    let text = editor.get_or_insert_text("t");
+    text.insert(&mut editor.transact_mut(), 0, "hello");
+    text.remove_range(&mut editor.transact_mut(), 1, 3);
+    let part = editor
+        .transact()
+        .encode_state_as_update_v1(&StateVector::default());
+
+    let (mut live, skipped) = LiveDocument::load([part.as_slice()], []).unwrap();
+    assert!(skipped.is_empty());
+    // The server's write that changes nothing (a load's projection of the
+    // cards' mirror, when the map agrees) keeps it.
+    let unchanged = live.write(|doc| {
+        drop(doc.transact_mut());
+        Ok::<_, std::convert::Infallible>(None)
+    });
+    assert!(matches!(unchanged, Written::Unchanged));
+    assert_eq!(whole_answer(&mut live), part);
+    assert_eq!(joined(&mut live), "ho");
+    // Once the document changes, the answer is the document as it stands.
+    let written = live.write(|doc| {
+        let seen = doc.transact().state_vector();
+        let t = doc.get_or_insert_text("t");
+        t.insert(&mut doc.transact_mut(), 2, "!");
+        Ok::<_, std::convert::Infallible>(Some(doc.transact().encode_diff_v1(&seen)))
+    });
+    assert!(matches!(written, Written::Changed(_)));
+    assert_ne!(whole_answer(&mut live), part);
+    assert_eq!(joined(&mut live), "ho!");
+
+    // Loaded from the part and a later one, it holds more than the part.
+    let seen = editor.transact().state_vector();
+    text.insert(&mut editor.transact_mut(), 2, "?");
+    let later = editor.transact().encode_diff_v1(&seen);
+    let (mut live, _) = LiveDocument::load([part.as_slice(), later.as_slice()], []).unwrap();
+    assert_ne!(whole_answer(&mut live), part);
+    assert_eq!(joined(&mut live), "ho?");
+}
