@@ -356,8 +356,8 @@ async fn sqlite_readers(url: &str, size: u32) -> Result<AnyPool, StorageError> {
         .max_connections(size)
         // Opened before the store is: a connection comes back to the pool
         // in a task of its own once dropped, so reads in quick succession
-        // — a request's, a join's — each opened another (0.4–0.6 ms) until
-        // all were open, on the first requests after every start.
+        // — a request's, a join's — each opened another until all were
+        // open, on the first requests after every start.
         .min_connections(size)
         // sqlx pings a connection before lending it out, by default: on
         // SQLite that is one more round trip to the connection's worker
