@@ -61,7 +61,6 @@ pub async fn metrics(State(state): State<AppState>) -> Result<impl IntoResponse,
     )
     .await
     .map_err(|_| AppError::Unavailable("the database did not answer within 5 s".into()))??;
-    let pool = state.hub.store().pool_connections();
     let gauges = Gauges {
         documents_loaded,
         sync_connections,
@@ -70,7 +69,7 @@ pub async fn metrics(State(state): State<AppState>) -> Result<impl IntoResponse,
         sessions: state.sessions.states(),
         open_decisions,
         document_streams: state.hub.watchers().streams(),
-        storage_connections: pool.split(),
+        storage_connections: state.hub.store().pool_connections(),
     };
     Ok((
         [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],

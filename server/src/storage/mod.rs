@@ -267,14 +267,12 @@ impl Store {
         self.backend
     }
 
-    /// How many connections the pool that serves reads (on PostgreSQL,
-    /// writes too) holds open, and how many of them are idle (for
-    /// `/metrics`).
-    pub fn pool_connections(&self) -> PoolConnections {
-        PoolConnections {
-            open: self.pool.size(),
-            idle: self.pool.num_idle(),
-        }
+    /// How many connections of the pool that serves reads (on PostgreSQL,
+    /// writes too) are idle, and how many lent out (for `/metrics`).
+    pub fn pool_connections(&self) -> (usize, usize) {
+        let open = usize::try_from(self.pool.size()).unwrap_or(usize::MAX);
+        let idle = self.pool.num_idle();
+        (idle, open.saturating_sub(idle))
     }
 
     /// Checks the database answers (for `/healthz`).
@@ -287,23 +285,6 @@ impl Store {
     pub async fn close(&self) {
         self.pool.close().await;
         self.writer.close().await;
-    }
-}
-
-/// The read pool's connections at one moment ([`Store::pool_connections`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PoolConnections {
-    /// Connections open, idle or lent out.
-    pub open: u32,
-    /// Of those, the ones idle.
-    pub idle: usize,
-}
-
-impl PoolConnections {
-    /// How many are idle, and how many lent out.
-    pub fn split(self) -> (usize, usize) {
-        let open = usize::try_from(self.open).unwrap_or(usize::MAX);
-        (self.idle, open.saturating_sub(self.idle))
     }
 }
 
