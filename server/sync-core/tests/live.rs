@@ -213,21 +213,7 @@ fn a_client_rearranging_its_own_text_as_yjs_redo_does_is_accepted() {
 /// The text `t` of what a joiner holding nothing gets in answer to its
 /// sync step 1.
 fn joined(live: &mut LiveDocument) -> String {
-    let step1 = Message::Sync(SyncMessage::SyncStep1(StateVector::default())).encode_v1();
-    let zed = Owner::Account(Arc::from("zed"));
-    let mut effects = Vec::new();
-    live.frame(9, &zed, Access::Edit, &step1, &mut effects)
-        .expect("answered");
-    let reply = effects
-        .iter()
-        .find_map(|effect| match effect {
-            Effect::Reply(bytes) => Some(bytes.clone()),
-            _ => None,
-        })
-        .expect("a reply");
-    let Ok(Message::Sync(SyncMessage::SyncStep2(update))) = Message::decode_v1(&reply) else {
-        panic!("the reply is not a sync step 2");
-    };
+    let update = whole_answer(live);
     let joiner = Doc::new();
     joiner
         .transact_mut()
@@ -236,6 +222,25 @@ fn joined(live: &mut LiveDocument) -> String {
     let text = joiner.get_or_insert_text("t");
     let got = text.get_string(&joiner.transact());
     got
+}
+
+/// The update a joiner holding nothing is answered with.
+fn whole_answer(live: &mut LiveDocument) -> Vec<u8> {
+    let step1 = Message::Sync(SyncMessage::SyncStep1(StateVector::default())).encode_v1();
+    let zed = Owner::Account(Arc::from("zed"));
+    let mut effects = Vec::new();
+    live.frame(9, &zed, Access::Edit, &step1, &mut effects)
+        .expect("answered");
+    effects
+        .iter()
+        .find_map(|effect| match effect {
+            Effect::Reply(bytes) => match Message::decode_v1(bytes) {
+                Ok(Message::Sync(SyncMessage::SyncStep2(update))) => Some(update),
+                _ => None,
+            },
+            _ => None,
+        })
+        .expect("a sync step 2")
 }
 
 #[test]
@@ -268,25 +273,6 @@ fn a_joiner_holding_nothing_gets_the_document_as_it_stands_after_every_change() 
     });
     assert!(matches!(written, Written::Changed(_)));
     assert_eq!(joined(&mut live), "hello, Ada");
-}
-
-/// The update a joiner holding nothing is answered with.
-fn whole_answer(live: &mut LiveDocument) -> Vec<u8> {
-    let step1 = Message::Sync(SyncMessage::SyncStep1(StateVector::default())).encode_v1();
-    let zed = Owner::Account(Arc::from("zed"));
-    let mut effects = Vec::new();
-    live.frame(9, &zed, Access::Edit, &step1, &mut effects)
-        .expect("answered");
-    effects
-        .iter()
-        .find_map(|effect| match effect {
-            Effect::Reply(bytes) => match Message::decode_v1(bytes) {
-                Ok(Message::Sync(SyncMessage::SyncStep2(update))) => Some(update),
-                _ => None,
-            },
-            _ => None,
-        })
-        .expect("a sync step 2")
 }
 
 #[test]
