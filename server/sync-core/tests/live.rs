@@ -224,6 +224,20 @@ fn joined(live: &mut LiveDocument) -> String {
     got
 }
 
+/// The server's own write of `text` at `at` in the text `t`.
+fn server_inserts(
+    live: &mut LiveDocument,
+    at: u32,
+    text: &str,
+) -> Written<std::convert::Infallible> {
+    live.write(|doc| {
+        let seen = doc.transact().state_vector();
+        let t = doc.get_or_insert_text("t");
+        t.insert(&mut doc.transact_mut(), at, text);
+        Ok(Some(doc.transact().encode_diff_v1(&seen)))
+    })
+}
+
 /// The update a joiner holding nothing is answered with.
 fn whole_answer(live: &mut LiveDocument) -> Vec<u8> {
     let step1 = Message::Sync(SyncMessage::SyncStep1(StateVector::default())).encode_v1();
@@ -265,12 +279,7 @@ fn a_joiner_holding_nothing_gets_the_document_as_it_stands_after_every_change() 
     send(&mut live, &|txn| text.remove_range(txn, 5, 6));
     assert_eq!(joined(&mut live), "hello");
     // The server's own write.
-    let written = live.write(|doc| {
-        let seen = doc.transact().state_vector();
-        let t = doc.get_or_insert_text("t");
-        t.insert(&mut doc.transact_mut(), 5, ", Ada");
-        Ok::<_, std::convert::Infallible>(Some(doc.transact().encode_diff_v1(&seen)))
-    });
+    let written = server_inserts(&mut live, 5, ", Ada");
     assert!(matches!(written, Written::Changed(_)));
     assert_eq!(joined(&mut live), "hello, Ada");
 }
@@ -305,12 +314,7 @@ fn a_document_loaded_from_one_stored_part_answers_a_joiner_holding_nothing_with_
     assert_eq!(whole_answer(&mut live), part);
     assert_eq!(joined(&mut live), "ho");
     // Once the document changes, the answer is the document as it stands.
-    let written = live.write(|doc| {
-        let seen = doc.transact().state_vector();
-        let t = doc.get_or_insert_text("t");
-        t.insert(&mut doc.transact_mut(), 2, "!");
-        Ok::<_, std::convert::Infallible>(Some(doc.transact().encode_diff_v1(&seen)))
-    });
+    let written = server_inserts(&mut live, 2, "!");
     assert!(matches!(written, Written::Changed(_)));
     assert_ne!(whole_answer(&mut live), part);
     assert_eq!(joined(&mut live), "ho!");
