@@ -58,6 +58,21 @@ pub(crate) fn thread_ticks(name: &str) -> u64 {
         .sum()
 }
 
+/// CPU time of this process's live threads in nanoseconds, from each
+/// thread's `schedstat`: finer than [`process_ticks`]' 10 ms ticks, for a
+/// figure of a few µs an item. A thread that ended since the last reading
+/// takes its time with it, so read it over threads that live throughout.
+pub(crate) fn threads_cpu_ns() -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 /// Busy ticks of the whole machine: user + nice + system + irq + softirq.
 /// Steal is left out: it is time the hypervisor gave to other guests, not
 /// work of any process here.
