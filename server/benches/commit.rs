@@ -31,9 +31,9 @@
 //!   document task commits an editor's change: the group committer's one
 //!   round trip and its statements.
 //!
-//! Each commit is timed from its call to its return (wall), and the CPU
-//! of the process's threads over the run (`schedstat`) is divided by the
-//! commits:
+//! Each commit is timed from its call to its return (wall), and the
+//! process's CPU over the run (`CLOCK_PROCESS_CPUTIME_ID`, ended threads
+//! included) is divided by the commits:
 //! the bench is alone in its process, so that is the commit's CPU, hand-
 //! offs and threads included. "a delivery at 50" divides it by the 50
 //! receivers of the peers bench's light-load rows, to read beside their
@@ -59,7 +59,7 @@ use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Executor};
 
 use support::accounts::owner;
-use support::cpu::{settle, threads_cpu_ns};
+use support::cpu::{process_cpu_ns, settle};
 use support::knobs::{env_list, env_or, under_cargo_bench};
 use support::report::{describe, percentile, table_head};
 use support::schedule::Schedule;
@@ -311,7 +311,7 @@ async fn measure(
 ) -> Run {
     let mut schedule = Schedule::new(rate, commits, Duration::from_millis(50));
     let mut took = Vec::with_capacity(commits);
-    let cpu = threads_cpu_ns();
+    let cpu = process_cpu_ns();
     while !schedule.done() {
         tokio::time::sleep_until(schedule.due().into()).await;
         if schedule.take(Instant::now()).is_none() {
@@ -321,7 +321,7 @@ async fn measure(
         committer.commit(change).await;
         took.push(began.elapsed());
     }
-    let cpu_s = threads_cpu_ns().saturating_sub(cpu) as f64 / 1e9;
+    let cpu_s = process_cpu_ns().saturating_sub(cpu) as f64 / 1e9;
     took.sort_unstable();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     Run {
