@@ -1,6 +1,7 @@
 //! CPU time from `/proc`: this process, a named thread group (the
-//! in-process peer), another process (the server), the whole machine; and
-//! waiting for the machine or a server to go quiet before a measured run.
+//! in-process peer), another process (the server), the whole machine;
+//! this process's CPU clock, to the nanosecond; and waiting for the
+//! machine or a server to go quiet before a measured run.
 //! Every bench's "server CPU", "client CPU" and "other CPU" come from here,
 //! so they mean the same in every report.
 

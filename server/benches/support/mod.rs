@@ -6,7 +6,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`knobs`] | env knobs, `PARTS`, the `--bench` gate, the open-files check |
-//! | [`cpu`] | `/proc` CPU: server, client, peer, other; waiting for quiet |
+//! | [`cpu`] | `/proc` CPU: server, client, peer, other; this process's CPU clock; waiting for quiet |
 //! | [`process`] | `/proc` memory, fds, TCP counters, load average, limits |
 //! | [`report`] | the report's first lines, percentiles, ratios, table heads |
 //! | [`schedule`] | an open loop: item `k` due at `start + k / rate`, and how late each went out |
