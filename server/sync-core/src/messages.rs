@@ -1,6 +1,8 @@
 //! The y-websocket messages the server sends, encoded.
 
 use yrs::block::ClientID;
+use yrs::encoding::write::Write;
+use yrs::sync::protocol::{MSG_SYNC, MSG_SYNC_STEP_2};
 use yrs::sync::{Awareness, AwarenessUpdate, Message, SyncMessage};
 use yrs::updates::encoder::Encode;
 use yrs::{ReadTxn, StateVector, Transact};
@@ -18,9 +20,14 @@ pub fn step2(awareness: &Awareness, remote: &StateVector) -> Vec<u8> {
 }
 
 /// Sync step 2 carrying `update` as it is: for a joiner holding nothing,
-/// when `update` is all the document holds.
+/// when `update` is all the document holds. Written straight into the
+/// frame: `update` may be a whole stored snapshot, not worth a second copy.
 pub fn step2_of(update: &[u8]) -> Vec<u8> {
-    Message::Sync(SyncMessage::SyncStep2(update.to_vec())).encode_v1()
+    let mut out = Vec::with_capacity(update.len() + 12);
+    out.write_var(MSG_SYNC);
+    out.write_var(MSG_SYNC_STEP_2);
+    out.write_buf(update);
+    out
 }
 
 /// A document update for the other members.
@@ -43,4 +50,18 @@ pub fn awareness_all(awareness: &Awareness) -> Option<Vec<u8>> {
 
 fn non_empty(update: AwarenessUpdate) -> Option<Vec<u8>> {
     (!update.clients.is_empty()).then(|| Message::Awareness(update).encode_v1())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step2_written_straight_is_the_frame_yrs_would_encode() {
+        for len in [0, 1, 127, 128, 300_000] {
+            let update: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let yrs = Message::Sync(SyncMessage::SyncStep2(update.clone())).encode_v1();
+            assert_eq!(step2_of(&update), yrs, "an update of {len} bytes");
+        }
+    }
 }
