@@ -49,7 +49,6 @@
 #[allow(dead_code)]
 mod support;
 
-use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -61,7 +60,7 @@ use sqlx::{AnyPool, Executor};
 use support::accounts::owner;
 use support::cpu::{process_cpu_ns, settle};
 use support::knobs::{env_list, env_or, under_cargo_bench};
-use support::report::{describe, percentile, table_head};
+use support::report::{describe, ms, percentile, percentile_ms, print_summary, table_head};
 use support::schedule::Schedule;
 
 /// The peers bench's receivers per edit at light load.
@@ -294,10 +293,7 @@ async fn bench() {
             committer.close().await;
         }
     }
-    let summary = summary(&head, &runs);
-    println!("\n==================== summary ====================\n");
-    println!("{summary}");
-    let _ = std::io::stdout().flush();
+    print_summary(&summary(&head, &runs));
 }
 
 /// `commits` of `change` at `rate` a second through `committer`; the
@@ -322,22 +318,21 @@ async fn measure(
         took.push(began.elapsed());
     }
     let cpu_s = process_cpu_ns().saturating_sub(cpu) as f64 / 1e9;
-    took.sort_unstable();
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     Run {
         way,
         cpu_us: cpu_s * 1e6 / commits.max(1) as f64,
-        p50_ms: ms(percentile(&took, 50.0)),
-        p99_ms: ms(percentile(&took, 99.0)),
+        p50_ms: percentile_ms(&took, 50.0),
+        p99_ms: percentile_ms(&took, 99.0),
         late_p99_ms: ms(schedule.lag().0),
         round: 0,
         other_cores: 0.0,
     }
 }
 
+/// The kit's nearest-rank p50 of the rounds' figures.
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(0.0)
+    percentile(&values, 50.0)
 }
 
 /// Every run, then each way's medians and what each adds to the one below.

@@ -60,10 +60,10 @@ pub(crate) fn thread_ticks(name: &str) -> u64 {
 }
 
 /// CPU time of this process in nanoseconds (`CLOCK_PROCESS_CPUTIME_ID`):
-/// finer than [`process_ticks`]' 10 ms ticks, for a figure of a few µs an
-/// item, and counting the threads that ended meanwhile too (a blocking
-/// pool's idle threads end after 10 s, taking their time out of any sum
-/// over `/proc/self/task`).
+/// finer than [`process_ticks`]' clock ticks, for a figure per item, and
+/// counting the threads that ended meanwhile too (a blocking pool's idle
+/// threads end on their own, taking their time out of any sum over
+/// `/proc/self/task`).
 pub(crate) fn process_cpu_ns() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
     u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
