@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use margin_decisions::{
-    open_decisions, wire, Access, CardSpec, Digest, DocumentState, Key, LiveOutline, Outline,
-    Passage, ReadCache, ResponseKind, Strictness, FRAGMENT_NAME,
+    open_decisions, wire, Access, Block, CardSpec, Digest, DocumentState, Key, LiveOutline,
+    Outline, Passage, ReadCache, ResponseKind, Strictness, FRAGMENT_NAME,
 };
 use margin_protocol::decisions::ReadDocumentOutput;
 use yrs::types::xml::{XmlElementPrelim, XmlTextPrelim};
@@ -215,7 +215,6 @@ fn time<R>(f: impl FnOnce() -> R) -> (Duration, R) {
 fn hashed_bytes(outline: &Outline) -> usize {
     outline
         .blocks()
-        .iter()
         .map(|b| 16 + b.kind.len() + b.text.len())
         .sum()
 }
@@ -232,7 +231,7 @@ fn main() {
     let outline = Outline::of_doc(&doc);
     assert_eq!(outline.len(), BLOCKS);
     let bytes = hashed_bytes(&outline);
-    let text_bytes: usize = outline.blocks().iter().map(|b| b.text.len()).sum();
+    let text_bytes: usize = outline.blocks().map(|b| b.text.len()).sum();
     println!(
         "document: {} blocks, {} bytes of normalised text ({} bytes hashed per outline)",
         outline.len(),
@@ -310,7 +309,6 @@ fn main() {
     let first = Outline::of_doc(&typed);
     let typable: Vec<u32> = first
         .blocks()
-        .iter()
         .filter(|b| &*b.kind == "paragraph")
         .map(|b| b.index as u32)
         .collect();
@@ -336,7 +334,6 @@ fn main() {
     // --- Re-outline after a one-block edit ----------------------------------
     let paragraphs: Vec<u32> = outline
         .blocks()
-        .iter()
         .filter(|b| &*b.kind == "paragraph")
         .map(|b| b.index as u32)
         .collect();
@@ -389,7 +386,6 @@ fn main() {
     let paragraphs: Vec<u32> = live
         .refresh()
         .blocks()
-        .iter()
         .filter(|b| &*b.kind == "paragraph")
         .map(|b| b.index as u32)
         .collect();
@@ -424,7 +420,6 @@ fn main() {
     // Addressable blocks: those whose digest is unique when read.
     let unique: Vec<usize> = read
         .blocks()
-        .iter()
         .filter(|b| read.count_digest(&b.digest) == 1 && b.index > 0)
         .map(|b| b.index)
         .collect();
@@ -437,7 +432,7 @@ fn main() {
                 .iter()
                 .map(|&index| Passage {
                     index,
-                    digest: read.blocks()[index].digest,
+                    digest: read.get(index).unwrap().digest,
                 })
                 .collect();
             CardSpec {
@@ -519,7 +514,6 @@ fn main() {
     // block after block; the big buffer above hashes 16 chunks side by side).
     let messages: Vec<Vec<u8>> = outline
         .blocks()
-        .iter()
         .map(|b| {
             let mut m = Vec::with_capacity(16 + b.kind.len() + b.text.len());
             m.extend_from_slice(&(b.kind.len() as u64).to_le_bytes());
@@ -583,7 +577,7 @@ fn main() {
     let maps = stats(
         (0..100)
             .map(|_| {
-                let blocks = outline.blocks().to_vec();
+                let blocks: Vec<Block> = outline.blocks().cloned().collect();
                 let (d, built) = time(|| black_box(Outline::from_blocks(blocks)));
                 drop(built);
                 d

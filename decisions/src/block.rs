@@ -62,6 +62,11 @@ impl Digest {
             .map(|h| Digest(*h.as_bytes()))
     }
 
+    /// The digest's 32 bytes.
+    pub(crate) fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
     /// Lower-case hex, the form used on the wire.
     pub fn to_hex(&self) -> String {
         let mut hex = String::with_capacity(64);
@@ -146,9 +151,10 @@ impl fmt::Debug for BlockIdentity {
 
 /// One top-level element of the document's `prosemirror` fragment.
 ///
-/// Its strings are shared (`Arc<str>`): an outline is copied whenever it
-/// changes while a snapshot of it is held (a remembered read, SPEC S5), and
-/// a copy then costs a reference count per string instead of the text.
+/// Its strings are shared (`Arc<str>`): the part of an outline a change
+/// touches is copied whenever it changes while a snapshot of it is held (a
+/// remembered read, SPEC S5), and a copied block then costs a reference
+/// count per string instead of the text.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Block {
     /// Position in the outline, from 0.

@@ -35,7 +35,7 @@ pub use card::{
 };
 pub use edit::{apply_edits, BlockKind, Edit, EditError, MAX_EDITS, MAX_EDIT_TEXT_BYTES};
 pub use live::LiveOutline;
-pub use outline::{Outline, FRAGMENT_NAME};
+pub use outline::{Blocks, Outline, FRAGMENT_NAME};
 pub use people::{act, withdraw, Action, ActionError};
 pub use reads::{ReadCache, DEFAULT_READS};
 pub use refusal::{Cause, Refusal};

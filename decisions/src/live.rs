@@ -141,8 +141,9 @@ impl LiveOutline {
 
     /// [`LiveOutline::refresh`], shared: what
     /// [`ReadCache::remember`](crate::ReadCache::remember) keeps. The next
-    /// refresh that finds a change copies the outline once instead of
-    /// changing the snapshot.
+    /// refresh that finds a change copies the outline instead of changing
+    /// the snapshot; the copy shares every run of blocks the change did not
+    /// touch (see [`Outline`]).
     pub fn snapshot(&mut self) -> Arc<Outline> {
         Arc::clone(self.current())
     }
@@ -197,7 +198,8 @@ impl Following {
         if changes.is_empty() {
             return;
         }
-        // Copies the outline only if a snapshot of it is still held.
+        // Copies the outline only if a snapshot of it is still held, and
+        // then only its parts that the changes below touch.
         let outline = Arc::make_mut(&mut self.outline);
         if changes.everything {
             *outline = Outline::read(&txn, &self.fragment);

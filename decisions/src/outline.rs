@@ -12,6 +12,11 @@ use yrs::{
 
 use crate::block::{normalise_owned, push_normalised, Block, BlockIdentity, Digest};
 
+mod shared;
+
+pub use shared::Blocks;
+use shared::{BlockRuns, DigestCounts};
+
 /// The name of the `XmlFragment` that holds a document's text, the one a
 /// Tiptap / y-prosemirror editor binds to (SPEC S1).
 pub const FRAGMENT_NAME: &str = "prosemirror";
@@ -24,14 +29,18 @@ pub const FRAGMENT_NAME: &str = "prosemirror";
 type Index<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// The blocks of a document, in order, indexed by identity and digest.
+///
+/// Cheap to copy, and a copy changed in one block copies little (see
+/// [`shared`]): a live outline changes while remembered reads hold it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Outline {
-    /// Blocks in document order; `blocks[i].index == i`.
-    blocks: Vec<Block>,
-    /// Position of each block by identity.
-    by_identity: Index<BlockIdentity, usize>,
+    /// Blocks in document order; the block at `i` has `index == i`.
+    blocks: BlockRuns,
+    /// Position of each block by identity. Changes only when blocks are
+    /// added or removed, which moves the positions after them anyway.
+    by_identity: Arc<Index<BlockIdentity, usize>>,
     /// How many blocks carry each digest.
-    digest_counts: Index<Digest, usize>,
+    digest_counts: DigestCounts,
 }
 
 impl Outline {
@@ -60,22 +69,20 @@ impl Outline {
     /// An outline of `blocks`, which must be in order with `index` set.
     pub fn from_blocks(blocks: Vec<Block>) -> Self {
         let mut by_identity = Index::with_capacity_and_hasher(blocks.len(), Default::default());
-        let mut digest_counts: Index<Digest, usize> =
-            Index::with_capacity_and_hasher(blocks.len(), Default::default());
         for block in &blocks {
             by_identity.insert(block.identity, block.index);
-            *digest_counts.entry(block.digest).or_default() += 1;
         }
+        let digest_counts = DigestCounts::of(blocks.iter().map(|block| &block.digest));
         Outline {
-            blocks,
-            by_identity,
+            blocks: BlockRuns::from_vec(blocks),
+            by_identity: Arc::new(by_identity),
             digest_counts,
         }
     }
 
     /// Blocks in document order.
-    pub fn blocks(&self) -> &[Block] {
-        &self.blocks
+    pub fn blocks(&self) -> Blocks<'_> {
+        self.blocks.iter()
     }
 
     /// The block at `index`.
@@ -90,7 +97,7 @@ impl Outline {
 
     /// Whether the document has no blocks.
     pub fn is_empty(&self) -> bool {
-        self.blocks.is_empty()
+        self.blocks.len() == 0
     }
 
     /// The block whose identity is `identity`, wherever it now stands.
@@ -102,7 +109,7 @@ impl Outline {
 
     /// How many blocks carry `digest` (2 or more: twins).
     pub fn count_digest(&self, digest: &Digest) -> usize {
-        self.digest_counts.get(digest).copied().unwrap_or(0)
+        self.digest_counts.count(digest)
     }
 
     /// Brings the order of blocks in line with the children of `fragment`
@@ -117,28 +124,26 @@ impl Outline {
             .collect();
         let old_len = self.blocks.len();
         let shortest = old_len.min(children.len());
-        let same = |block: &Block, child: &(BlockIdentity, XmlOut)| block.identity == child.0;
-        let prefix = self
-            .blocks
-            .iter()
-            .zip(&children)
-            .take_while(|(b, c)| same(b, c))
+        let same = |at: usize, child: &(BlockIdentity, XmlOut)| {
+            self.blocks
+                .get(at)
+                .is_some_and(|block| block.identity == child.0)
+        };
+        let prefix = (0..shortest)
+            .take_while(|&at| same(at, &children[at]))
             .count();
-        let suffix = self.blocks[prefix..]
-            .iter()
-            .rev()
-            .zip(children[prefix..].iter().rev())
-            .take(shortest - prefix)
-            .take_while(|(b, c)| same(b, c))
+        let suffix = (0..shortest - prefix)
+            .take_while(|&back| same(old_len - 1 - back, &children[children.len() - 1 - back]))
             .count();
         // The blocks between the common ends are taken out, and those still
         // in the document put back where they now stand.
         let (old_end, new_end) = (old_len - suffix, children.len() - suffix);
+        let by_identity = Arc::make_mut(&mut self.by_identity);
         let mut kept: HashMap<BlockIdentity, Block> = HashMap::new();
-        for block in self.blocks.drain(prefix..old_end) {
-            self.by_identity.remove(&block.identity);
-            forget_digest(&mut self.digest_counts, &block.digest);
-            kept.insert(block.identity, block);
+        for block in (prefix..old_end).filter_map(|at| self.blocks.get(at)) {
+            by_identity.remove(&block.identity);
+            self.digest_counts.forget(&block.digest);
+            kept.insert(block.identity, block.clone());
         }
         let mut scratch = String::new();
         let middle: Vec<Block> = children[prefix..new_end]
@@ -149,25 +154,23 @@ impl Outline {
             })
             .collect();
         let inserted = middle.len();
-        self.blocks.splice(prefix..prefix, middle);
+        for block in &middle {
+            self.digest_counts.add(block.digest);
+        }
+        // Numbers the middle and the blocks after it by their new places.
+        self.blocks.splice(prefix..old_end, middle);
         // The common tail moved by the same amount: one pass over the map's
         // values, which is much cheaper than re-hashing each identity.
         if inserted != old_end - prefix {
             let moved_by = |at: usize| at + prefix + inserted - old_end;
-            for at in self.by_identity.values_mut() {
+            for at in by_identity.values_mut() {
                 if *at >= old_end {
                     *at = moved_by(*at);
                 }
             }
-            for (index, block) in self.blocks.iter_mut().enumerate().skip(prefix + inserted) {
-                block.index = index;
-            }
         }
-        for index in prefix..prefix + inserted {
-            let block = &mut self.blocks[index];
-            block.index = index;
-            self.by_identity.insert(block.identity, index);
-            *self.digest_counts.entry(block.digest).or_default() += 1;
+        for block in (prefix..prefix + inserted).filter_map(|at| self.blocks.get(at)) {
+            by_identity.insert(block.identity, block.index);
         }
     }
 
@@ -187,26 +190,14 @@ impl Outline {
         let Some(block) = node_block(txn, index, &node, &mut String::new()) else {
             return false;
         };
-        let old = std::mem::replace(&mut self.blocks[index], block);
-        if old.digest != self.blocks[index].digest {
-            forget_digest(&mut self.digest_counts, &old.digest);
-            *self
-                .digest_counts
-                .entry(self.blocks[index].digest)
-                .or_default() += 1;
+        if let Some(old) = self.blocks.get(index) {
+            if old.digest != block.digest {
+                self.digest_counts.forget(&old.digest);
+                self.digest_counts.add(block.digest);
+            }
         }
+        self.blocks.set(index, block);
         true
-    }
-}
-
-/// One block fewer carries `digest`; a digest nobody carries is dropped, so
-/// outlines of the same document compare equal however they were reached.
-fn forget_digest(counts: &mut Index<Digest, usize>, digest: &Digest) {
-    if let Some(count) = counts.get_mut(digest) {
-        *count -= 1;
-        if *count == 0 {
-            counts.remove(digest);
-        }
     }
 }
 

@@ -126,24 +126,23 @@ pub fn encoded_read(
     outline: &Outline,
     last: Option<&WrittenRead>,
 ) -> Result<WrittenRead, serde_json::Error> {
-    let blocks = outline.blocks();
     let mut last = last.map(Last::of);
     // A block's fixed part (field names, index, digest, identity) is at
     // most about 170 bytes; 160 a block rarely grows the buffer.
     let room = match &last {
         Some(last) => last.json.len() + 1024,
-        None => blocks
-            .iter()
+        None => outline
+            .blocks()
             .map(|b| 160 + b.kind.len() + b.text.len())
             .sum::<usize>(),
     };
     let mut json = String::with_capacity(32 + room);
-    let mut entries = Vec::with_capacity(blocks.len());
+    let mut entries = Vec::with_capacity(outline.len());
     let mut copied = 0;
     json.push_str("{\"revision\":");
     json.push_str(itoa::Buffer::new().format(revision));
     json.push_str(",\"outline\":[");
-    for (k, block) in blocks.iter().enumerate() {
+    for (k, block) in outline.blocks().enumerate() {
         if k > 0 {
             json.push(',');
         }

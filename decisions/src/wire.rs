@@ -85,7 +85,6 @@ pub fn edit(input: &EditInput) -> Result<Edit, String> {
 pub fn blocks(outline: &Outline) -> Vec<BlockEntry> {
     outline
         .blocks()
-        .iter()
         .map(|b| BlockEntry {
             index: b.index,
             // `String::from`, not `to_string`: that goes through

@@ -34,7 +34,6 @@ fn at(doc: &Doc, index: usize) -> Passage {
 fn texts(doc: &Doc) -> Vec<String> {
     Outline::of_doc(doc)
         .blocks()
-        .iter()
         .map(|b| format!("{}:{}", b.kind, b.text))
         .collect()
 }

@@ -287,3 +287,26 @@ fn random_edit_sequences_always_match_a_full_read() {
         assert_eq!(*live.refresh(), full, "round {round}");
     }
 }
+
+/// The same walk over a document a few hundred blocks long, with every read
+/// remembered as a Planner's is (SPEC S5): each refresh then changes an
+/// outline that reads still share, and each read must keep what it saw.
+#[test]
+fn random_edits_to_a_long_document_leave_every_remembered_read_as_it_was() {
+    let mut walk = Walk::new(0x5eed_1234_abcd_0002);
+    let words = ["alpha", "beta", "Pick a region", "Budget", "gamma delta"];
+    let texts: Vec<String> = (0..300).map(|n| format!("paragraph {n}")).collect();
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let mut f = Fixture::with(&texts);
+    let mut live = LiveOutline::new(&f.doc);
+    let mut reads = Vec::new();
+    for round in 0..200 {
+        f.random_edits(&mut walk, &words);
+        let full = f.outline();
+        assert!(*live.refresh() == full, "round {round}");
+        reads.push((live.snapshot(), full));
+    }
+    for (round, (read, full)) in reads.iter().enumerate() {
+        assert!(**read == *full, "read of round {round} changed");
+    }
+}

@@ -174,7 +174,6 @@ impl SyncSocket {
     pub(crate) fn texts(&self) -> Vec<String> {
         Outline::of_doc(&self.doc)
             .blocks()
-            .iter()
             .map(|b| b.text.to_string())
             .collect()
     }

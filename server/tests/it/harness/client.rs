@@ -175,7 +175,6 @@ impl SyncClient {
     pub fn texts(&self) -> Vec<String> {
         Outline::of_doc(&self.doc)
             .blocks()
-            .iter()
             .map(|b| b.text.to_string())
             .collect()
     }
