@@ -80,7 +80,16 @@ export class Nemesis {
   /** Starts the cluster on a fresh schema of `base` (TEST_DATABASE_URL). */
   static async start({ base, seed = Date.now(), log = () => {} }) {
     const nemesis = new Nemesis(base, seed, log);
-    await nemesis.#start();
+    try {
+      await nemesis.#start();
+    } catch (e) {
+      // What started is stopped, or its sockets and children would keep
+      // the test's process alive; the nodes' output says why it failed.
+      const logs = nemesis.logs;
+      await nemesis.stop();
+      e.message += `\n${logs.slice(-40000)}`;
+      throw e;
+    }
     return nemesis;
   }
 
@@ -140,8 +149,10 @@ export class Nemesis {
           '1',
         ],
       });
-      await server.start();
+      // Kept before it starts, so a node that fails to start is stopped
+      // with the rest and its output reported.
       this.nodes.push({ server, database, internal });
+      await server.start();
     }
     this.token = await this.nodes[0].server.addAccount('alice');
     this.balancer = await Balancer.start(this.nodes.map((n) => n.server.port));
@@ -525,7 +536,7 @@ export class Nemesis {
       await node.database.close().catch(() => {});
       await node.internal.close().catch(() => {});
     }
-    await rm(this.dir, { recursive: true, force: true });
-    await psql(this.base, `DROP SCHEMA IF EXISTS ${this.schema} CASCADE`).catch(() => {});
+    if (this.dir) await rm(this.dir, { recursive: true, force: true });
+    if (this.schema) await psql(this.base, `DROP SCHEMA IF EXISTS ${this.schema} CASCADE`).catch(() => {});
   }
 }
