@@ -22,21 +22,21 @@ const RUN: usize = 64;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(super) struct BlockRuns {
     runs: Vec<Arc<Vec<Block>>>,
-    len: usize,
 }
 
 impl BlockRuns {
     /// `blocks` in runs.
     pub(super) fn from_vec(blocks: Vec<Block>) -> Self {
-        let len = blocks.len();
         BlockRuns {
             runs: runs_of(blocks),
-            len,
         }
     }
 
+    /// Every run but the last is full.
     pub(super) fn len(&self) -> usize {
-        self.len
+        self.runs
+            .last()
+            .map_or(0, |last| (self.runs.len() - 1) * RUN + last.len())
     }
 
     pub(super) fn get(&self, index: usize) -> Option<&Block> {
@@ -47,7 +47,7 @@ impl BlockRuns {
         Blocks {
             runs: self.runs.iter(),
             run: [].iter(),
-            left: self.len,
+            left: self.len(),
         }
     }
 
@@ -66,9 +66,8 @@ impl BlockRuns {
     /// are kept; so are runs wholly after it when the count of blocks does
     /// not change (their blocks keep their places).
     pub(super) fn splice(&mut self, range: Range<usize>, middle: Vec<Block>) {
-        let range = range.start.min(self.len)..range.end.clamp(range.start, self.len);
-        let old_len = self.len;
-        self.len = old_len - range.len() + middle.len();
+        let len = self.len();
+        let range = range.start.min(len)..range.end.clamp(range.start, len);
         let first_run = range.start / RUN;
         let from = first_run * RUN;
         let kept_runs = if middle.len() == range.len() {
