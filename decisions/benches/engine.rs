@@ -12,6 +12,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use margin_decisions::wire::WrittenRead;
 use margin_decisions::{
     open_decisions, wire, Access, Block, CardSpec, Digest, DocumentState, Key, LiveOutline,
     Outline, Passage, ReadCache, ResponseKind, Strictness, FRAGMENT_NAME,
@@ -312,22 +313,37 @@ fn main() {
         .filter(|b| &*b.kind == "paragraph")
         .map(|b| b.index as u32)
         .collect();
+    // Each read written twice from the same last one: into new buffers, and
+    // into the buffers of the read before last, as the server does.
     let mut last = wire::encoded_read(0, &first, None).unwrap();
-    let from_last: Vec<Duration> = (1..=100)
-        .map(|revision| {
-            for _ in 0..50 {
-                let at = typable[side.below(typable.len())];
-                type_into(&typed, at, 0, "typed ");
-            }
-            let now = Outline::of_doc(&typed);
-            let (d, next) = time(|| wire::encoded_read(revision, &now, Some(&last)).unwrap());
-            last = next;
-            d
-        })
-        .collect();
+    let mut before: Option<WrittenRead> = None;
+    let (mut from_last, mut into_before) = (Vec::new(), Vec::new());
+    for revision in 1..=100 {
+        for _ in 0..50 {
+            let at = typable[side.below(typable.len())];
+            type_into(&typed, at, 0, "typed ");
+        }
+        let now = Outline::of_doc(&typed);
+        let (d, fresh) = time(|| wire::encoded_read(revision, &now, Some(&last)).unwrap());
+        drop(fresh);
+        from_last.push(d);
+        let buffers = before
+            .take()
+            .and_then(WrittenRead::into_buffers)
+            .unwrap_or_default();
+        let (d, next) =
+            time(|| wire::encoded_read_into(revision, &now, Some(&last), buffers).unwrap());
+        into_before.push(d);
+        before = Some(std::mem::replace(&mut last, next));
+    }
     row(
         "`wire::encoded_read` from the last read, 50 blocks typed in since",
         &stats(from_last),
+        None,
+    );
+    row(
+        "same, into the buffers of the read before last",
+        &stats(into_before),
         None,
     );
 

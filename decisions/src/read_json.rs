@@ -8,7 +8,9 @@
 //! ([`ReadLayout`]); the next read copies the bytes of each block whose
 //! identity and digest are unchanged — the digest is over kind and text, so
 //! the entry's bytes after its index are the same — and writes only the
-//! rest.
+//! rest. A read's buffers, once nobody holds it, are what the read after
+//! next is written into ([`ReadBuffers`]): a read's megabytes written into
+//! pages new to the process each time cost more than the writing.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -42,7 +44,34 @@ struct Entry {
     tail: Range<usize>,
 }
 
+/// The buffers of a read nobody holds any more, emptied: what a later read
+/// is written into.
+#[derive(Debug, Default)]
+pub struct ReadBuffers {
+    json: String,
+    entries: Vec<Entry>,
+}
+
+impl ReadBuffers {
+    /// Bytes held.
+    pub fn size(&self) -> usize {
+        self.json.capacity() + self.entries.capacity() * std::mem::size_of::<Entry>()
+    }
+}
+
 impl WrittenRead {
+    /// Its buffers, emptied, if nothing else holds its JSON; its layout's
+    /// too, if nothing else holds that.
+    pub fn into_buffers(self) -> Option<ReadBuffers> {
+        let mut json = self.read.into_json()?;
+        json.clear();
+        let mut entries = Arc::try_unwrap(self.layout)
+            .map(|layout| layout.entries)
+            .unwrap_or_default();
+        entries.clear();
+        Some(ReadBuffers { json, entries })
+    }
+
     /// The read, as sent.
     pub fn read(&self) -> &EncodedRead {
         &self.read
@@ -126,18 +155,36 @@ pub fn encoded_read(
     outline: &Outline,
     last: Option<&WrittenRead>,
 ) -> Result<WrittenRead, serde_json::Error> {
+    encoded_read_into(revision, outline, last, ReadBuffers::default())
+}
+
+/// [`encoded_read`], written into `buffers`, grown as needed.
+pub fn encoded_read_into(
+    revision: i64,
+    outline: &Outline,
+    last: Option<&WrittenRead>,
+    buffers: ReadBuffers,
+) -> Result<WrittenRead, serde_json::Error> {
+    let ReadBuffers {
+        mut json,
+        mut entries,
+    } = buffers;
+    json.clear();
+    entries.clear();
     let mut last = last.map(Last::of);
     // A block's fixed part (field names, index, digest, identity) is at
-    // most about 170 bytes; 160 a block rarely grows the buffer.
+    // most about 170 bytes; 160 a block rarely grows the buffer. From the
+    // last read, a little over its size: a buffer used again, read after
+    // read, grows seldom and never to double.
     let room = match &last {
-        Some(last) => last.json.len() + 1024,
+        Some(last) => last.json.len() + last.json.len() / 32 + 1024,
         None => outline
             .blocks()
             .map(|b| 160 + b.kind.len() + b.text.len())
             .sum::<usize>(),
     };
-    let mut json = String::with_capacity(32 + room);
-    let mut entries = Vec::with_capacity(outline.len());
+    json.reserve_exact(32 + room);
+    entries.reserve_exact(outline.len());
     let mut copied = 0;
     json.push_str("{\"revision\":");
     json.push_str(itoa::Buffer::new().format(revision));

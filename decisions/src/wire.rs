@@ -12,7 +12,7 @@ use crate::card::{Answer, CardSpec, DecisionCard, Key, Passage, ResponseKind};
 use crate::edit::{BlockKind, Edit};
 use crate::outline::Outline;
 
-pub use crate::read_json::{encoded_read, WrittenRead};
+pub use crate::read_json::{encoded_read, encoded_read_into, ReadBuffers, WrittenRead};
 
 fn invalid(key: Option<&Key>, message: impl Into<String>) -> InvalidInput {
     InvalidInput {

@@ -23,6 +23,13 @@ fn through_serde(revision: i64, outline: &Outline) -> String {
     serde_json::to_string(&read).unwrap()
 }
 
+/// A document of `n` numbered paragraphs.
+fn paragraphs(n: usize) -> Fixture {
+    let texts: Vec<String> = (0..n).map(|i| format!("paragraph {i}")).collect();
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    Fixture::with(&texts)
+}
+
 /// Texts that need escaping, or normalising, or are not ASCII.
 const AWKWARD: [&str; 8] = [
     "Ship the beta",
@@ -55,9 +62,7 @@ fn a_read_written_straight_from_the_outline_is_the_json_of_its_wire_blocks() {
 
 #[test]
 fn a_read_from_the_last_copies_every_block_whose_words_did_not_change() {
-    let texts: Vec<String> = (0..40).map(|i| format!("paragraph {i}")).collect();
-    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let mut f = Fixture::with(&texts);
+    let mut f = paragraphs(40);
     let last = wire::encoded_read(1, &f.outline(), None).unwrap();
     f.rewrite(3, "rewritten");
     f.insert(10, "new");
@@ -76,19 +81,45 @@ fn a_read_from_the_last_copies_every_block_whose_words_did_not_change() {
 fn a_read_from_the_last_is_the_read_written_whole_whatever_the_edits() {
     let mut walk = Walk::new(0x5eed_0000_4ead_0001);
     let mut f = Fixture::with(&AWKWARD);
-    let mut last: Option<WrittenRead> = None;
+    let (mut before, mut last): (Option<WrittenRead>, Option<WrittenRead>) = (None, None);
     for round in 0..300 {
         // Every tenth read is of a document nobody changed since.
         if round % 10 != 0 {
             f.random_edits(&mut walk, &AWKWARD);
         }
         let outline = f.outline();
-        let written = wire::encoded_read(round, &outline, last.as_ref()).unwrap();
+        // Written into the buffers of the read before last, as the server
+        // does, whatever they held.
+        let buffers = before.and_then(WrittenRead::into_buffers);
+        let written =
+            wire::encoded_read_into(round, &outline, last.as_ref(), buffers.unwrap_or_default())
+                .unwrap();
         assert_eq!(
             written.read().json(),
             through_serde(round, &outline),
             "round {round}"
         );
+        before = last;
         last = Some(written);
     }
+}
+
+#[test]
+fn a_read_is_written_into_the_buffers_of_one_nobody_holds() {
+    let mut f = paragraphs(300);
+    let first = wire::encoded_read(1, &f.outline(), None).unwrap();
+    let held = first.read().clone();
+    assert!(first.clone().into_buffers().is_none(), "a reader holds it");
+    drop(held);
+    let at = first.read().json().as_ptr();
+    let buffers = first.into_buffers().expect("nobody holds it");
+    assert!(buffers.size() > 0);
+    f.rewrite(3, "rewritten");
+    let outline = f.outline();
+    let last = wire::encoded_read(2, &outline, None).unwrap();
+    f.rewrite(4, "rewritten too");
+    let outline = f.outline();
+    let next = wire::encoded_read_into(3, &outline, Some(&last), buffers).unwrap();
+    assert_eq!(next.read().json(), through_serde(3, &outline));
+    assert_eq!(next.read().json().as_ptr(), at, "the same buffer");
 }

@@ -150,9 +150,11 @@ pub struct ReadDocumentOutput {
 /// once, straight from the outline, costs a fraction of building a
 /// [`BlockEntry`] per block and encoding those. Readers decode
 /// [`ReadDocumentOutput`]; only a writer makes one of these. Shared, so a
-/// read kept for the next reader of its revision is never copied.
+/// read kept for the next reader of its revision is never copied; its
+/// buffer is the writer's own, taken over rather than copied, and given
+/// back to the writer when the last holder is done ([`Self::into_json`]).
 #[derive(Clone, Debug)]
-pub struct EncodedRead(std::sync::Arc<str>);
+pub struct EncodedRead(std::sync::Arc<String>);
 
 impl EncodedRead {
     /// `json`, which must be a `read_document` output's encoding. It is
@@ -179,6 +181,13 @@ impl EncodedRead {
     /// The encoding.
     pub fn json(&self) -> &str {
         &self.0
+    }
+
+    /// The encoding's buffer, if nothing else holds this read: a writer
+    /// writes its next read into it rather than into megabytes of pages
+    /// new to the process.
+    pub fn into_json(self) -> Option<String> {
+        std::sync::Arc::try_unwrap(self.0).ok()
     }
 
     /// Decoded; what a reader gets.
@@ -353,6 +362,18 @@ mod tests {
             index: 1,
             digest: "ab".into(),
         }
+    }
+
+    #[test]
+    fn an_encoded_read_gives_its_buffer_back_only_to_its_last_holder() {
+        let json = String::from(r#"{"revision":1,"outline":[]}"#);
+        let at = json.as_ptr();
+        let read = EncodedRead::written(json);
+        assert_eq!(read.json().as_ptr(), at, "taken over, not copied");
+        let held = read.clone();
+        assert!(read.into_json().is_none(), "another still holds it");
+        let back = held.into_json().expect("the last holder");
+        assert_eq!(back.as_ptr(), at);
     }
 
     #[test]

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use margin_decisions::wire::WrittenRead;
+use margin_decisions::wire::{ReadBuffers, WrittenRead};
 use margin_decisions::{wire, Access, BatchError, Outline, Strictness};
 use margin_protocol::decisions::{
     EditPlanInput, EditPlanOutput, EncodedRead, OpenDecisionInput, OpenDecisionsInput,
@@ -121,7 +121,8 @@ impl Tools {
             Some(read) => read,
             None => {
                 let last = self.hub.last_encoded_read(document);
-                let written = encoded_read(revision, &outline, last).await?;
+                let buffers = self.hub.read_buffers(document);
+                let written = encoded_read(revision, &outline, last, buffers).await?;
                 let read = written.read().clone();
                 self.hub
                     .keep_encoded_read(document, revision, &outline, written);
@@ -426,19 +427,22 @@ impl Granted for Access {
 const BLOCKS_INLINE: usize = 512;
 
 /// `read_document`'s output for `outline` at `revision`, copying what it
-/// can from `last`, the document's last read written.
+/// can from `last`, the document's last read written, into `buffers`.
 async fn encoded_read(
     revision: i64,
     outline: &Arc<Outline>,
     last: Option<WrittenRead>,
+    buffers: ReadBuffers,
 ) -> Result<WrittenRead, ToolError> {
     let written = if outline.len() <= BLOCKS_INLINE {
-        wire::encoded_read(revision, outline, last.as_ref())
+        wire::encoded_read_into(revision, outline, last.as_ref(), buffers)
     } else {
         let outline = outline.clone();
-        tokio::task::spawn_blocking(move || wire::encoded_read(revision, &outline, last.as_ref()))
-            .await
-            .map_err(|e| ToolError::Internal(format!("reading the outline stopped: {e}")))?
+        tokio::task::spawn_blocking(move || {
+            wire::encoded_read_into(revision, &outline, last.as_ref(), buffers)
+        })
+        .await
+        .map_err(|e| ToolError::Internal(format!("reading the outline stopped: {e}")))?
     };
     written.map_err(|e| ToolError::Internal(format!("the read could not be written: {e}")))
 }

@@ -4,14 +4,17 @@
 //! milliseconds of CPU, most of it loading 10,000 texts scattered through
 //! the heap; a Planner reads a revision again while it waits for people,
 //! every session on a document reads the same one, and between two
-//! revisions most blocks are unchanged. Bounded by bytes, least recently
-//! read first out; lost, like any cache, in a restart.
+//! revisions most blocks are unchanged. The read before, once nobody holds
+//! it, is kept emptied as the buffers the next read is written into:
+//! megabytes written into pages new to the process each time cost more
+//! than the writing. Bounded by bytes, least recently read first out;
+//! lost, like any cache, in a restart.
 
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, Weak};
 
 use lru::LruCache;
-use margin_decisions::wire::WrittenRead;
+use margin_decisions::wire::{ReadBuffers, WrittenRead};
 use margin_decisions::Outline;
 use margin_protocol::decisions::EncodedRead;
 
@@ -36,6 +39,15 @@ struct Kept {
     /// take its address.)
     outline: Weak<Outline>,
     written: WrittenRead,
+    /// The buffers of the read before, to write the next read into.
+    spare: Option<ReadBuffers>,
+}
+
+impl Kept {
+    /// Bytes held: the read and the buffers kept beside it.
+    fn size(&self) -> usize {
+        self.written.size() + self.spare.as_ref().map_or(0, ReadBuffers::size)
+    }
 }
 
 /// The last written read of each document, within a byte budget.
@@ -77,15 +89,38 @@ impl EncodedReads {
         shelf.reads.get(id).map(|kept| kept.written.clone())
     }
 
+    /// The buffers to write `id`'s next read into: those of the read before
+    /// its last, if kept, else new ones.
+    pub fn buffers(&self, id: &str) -> ReadBuffers {
+        let Ok(mut shelf) = self.kept.lock() else {
+            return ReadBuffers::default();
+        };
+        let Some(spare) = shelf.reads.peek_mut(id).and_then(|kept| kept.spare.take()) else {
+            return ReadBuffers::default();
+        };
+        shelf.bytes -= spare.size();
+        spare
+    }
+
     /// Keeps `written`, written from `outline` at `revision` of `id`, in
-    /// place of the document's last; the least recently read go while over
-    /// the budget. A read larger than the whole budget is not kept.
+    /// place of the document's last, whose buffers are kept beside it if
+    /// nobody holds that read any more; the least recently read go while
+    /// over the budget. A read larger than the whole budget is not kept.
     pub fn keep(&self, id: &str, revision: i64, outline: &Arc<Outline>, written: WrittenRead) {
-        let size = written.size();
         let Ok(mut shelf) = self.kept.lock() else {
             return;
         };
-        shelf.forget(id);
+        let spare = shelf.forget(id).and_then(|old| match old.spare {
+            Some(spare) => Some(spare),
+            None => old.written.into_buffers(),
+        });
+        let kept = Kept {
+            revision,
+            outline: Arc::downgrade(outline),
+            written,
+            spare,
+        };
+        let size = kept.size();
         if size > self.budget {
             return;
         }
@@ -95,11 +130,6 @@ impl EncodedReads {
                 None => break,
             }
         }
-        let kept = Kept {
-            revision,
-            outline: Arc::downgrade(outline),
-            written,
-        };
         if let Some((_, old)) = shelf.reads.push(id.to_owned(), kept) {
             // Over the count of documents: the least recently read went.
             shelf.let_go(&old);
@@ -117,15 +147,15 @@ impl EncodedReads {
 
 impl Shelf {
     /// Takes `id`'s read off the shelf.
-    fn forget(&mut self, id: &str) {
-        if let Some(old) = self.reads.pop(id) {
-            self.let_go(&old);
-        }
+    fn forget(&mut self, id: &str) -> Option<Kept> {
+        let old = self.reads.pop(id)?;
+        self.let_go(&old);
+        Some(old)
     }
 
     /// Counts out the bytes of `old`, taken off the shelf.
     fn let_go(&mut self, old: &Kept) {
-        self.bytes -= old.written.size();
+        self.bytes -= old.size();
     }
 }
 
@@ -201,10 +231,51 @@ mod tests {
         assert!(reads.get("b", 1, &outline).is_none(), "b went");
         assert!(reads.get("a", 1, &outline).is_some());
         assert!(reads.get("c", 1, &outline).is_some());
-        // A document's new read takes its old one's place, not more room.
+        // A document's new read takes its old one's place, not more room,
+        // when the old one is still held (its buffers are not kept).
+        let held = reads.get("a", 1, &outline);
         reads.keep("a", 2, &outline, read(2, 100));
+        drop(held);
         assert!(reads.get("c", 1, &outline).is_some());
         assert!(reads.get("a", 2, &outline).is_some());
+    }
+
+    #[test]
+    fn the_buffers_of_the_read_before_the_last_are_what_the_next_is_written_into() {
+        let reads = EncodedReads::new(4096);
+        let outline = Arc::new(Outline::default());
+        assert_eq!(reads.buffers("d").size(), 0, "nothing kept");
+        let first = read(1, 100);
+        let at = first.read().json().as_ptr();
+        reads.keep("d", 1, &outline, first);
+        assert_eq!(reads.buffers("d").size(), 0, "one read kept");
+        reads.keep("d", 2, &outline, read(2, 100));
+        let buffers = reads.buffers("d");
+        assert!(buffers.size() > 0, "the first read's buffers");
+        let next = wire::encoded_read_into(3, &Outline::default(), None, buffers).expect("written");
+        assert_eq!(next.read().json().as_ptr(), at, "written into them");
+        assert_eq!(reads.buffers("d").size(), 0, "taken");
+        // A read somebody still holds keeps its buffers.
+        let held = reads.get("d", 2, &outline).expect("kept");
+        reads.keep("d", 3, &outline, next);
+        assert_eq!(reads.buffers("d").size(), 0, "the last read is held");
+        drop(held);
+    }
+
+    #[test]
+    fn kept_buffers_count_against_the_budget() {
+        let reads = EncodedReads::new(4096);
+        let outline = Arc::new(Outline::default());
+        reads.keep("d", 1, &outline, read(1, 100));
+        let one = reads.kept.lock().expect("shelf").bytes;
+        reads.keep("d", 2, &outline, read(2, 100));
+        let with_buffers = reads.kept.lock().expect("shelf").bytes;
+        assert!(with_buffers > one, "{with_buffers} ≤ {one}");
+        let buffers = reads.buffers("d");
+        let without = reads.kept.lock().expect("shelf").bytes;
+        assert_eq!(without + buffers.size(), with_buffers);
+        reads.forget("d");
+        assert_eq!(reads.kept.lock().expect("shelf").bytes, 0);
     }
 
     #[test]

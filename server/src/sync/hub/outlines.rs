@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use margin_decisions::wire::WrittenRead;
+use margin_decisions::wire::{ReadBuffers, WrittenRead};
 use margin_decisions::Outline;
 use margin_protocol::decisions::EncodedRead;
 use tokio::sync::oneshot;
@@ -54,6 +54,12 @@ impl Hub {
     /// revision, if still kept: the next read is written from it.
     pub fn last_encoded_read(&self, id: &str) -> Option<WrittenRead> {
         self.inner.encoded_reads.last(id)
+    }
+
+    /// The buffers to write `id`'s next `read_document` output into: the
+    /// read before the last's, when nobody holds it any more.
+    pub fn read_buffers(&self, id: &str) -> ReadBuffers {
+        self.inner.encoded_reads.buffers(id)
     }
 
     /// Keeps `written`, the `read_document` output of `outline` at
