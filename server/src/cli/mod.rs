@@ -200,6 +200,9 @@ pub enum CliError {
     #[error("ACP bridge: {0}")]
     Bridge(#[from] margin_acp::BridgeError),
     /// The working folder or this program's path could not be found.
+    #[error("cannot listen for SIGINT and SIGTERM: {0}")]
+    Signals(#[source] std::io::Error),
+
     #[error("cannot find {what}: {source}")]
     Locate {
         /// What was looked for.

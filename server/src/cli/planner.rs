@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::CliError;
 use crate::demo;
-use crate::serve::wait_for_signal;
+use crate::serve::Signals;
 
 /// How many tool calls of an ACP agent show as runs at once.
 const ACP_RUN_CAPACITY: u32 = 32;
@@ -86,15 +86,17 @@ impl Link {
 pub(super) async fn planner(command: PlannerCommand) -> Result<(), CliError> {
     match command {
         PlannerCommand::Demo { link, no_resume } => {
+            let mut signals = Signals::listen().map_err(CliError::Signals)?;
             let connector = link.connector()?.resumable(!no_resume).planning(true);
             let shutdown = CancellationToken::new();
             let linked = tokio::spawn(demo::keep_linked(connector, shutdown.clone(), None));
-            wait_for_signal().await;
+            signals.recv().await;
             shutdown.cancel();
             let _ = linked.await;
             Ok(())
         }
         PlannerCommand::Acp { link, cwd, agent } => {
+            let mut signals = Signals::listen().map_err(CliError::Signals)?;
             let connector = link
                 .connector()?
                 .planning(true)
@@ -122,7 +124,8 @@ pub(super) async fn planner(command: PlannerCommand) -> Result<(), CliError> {
                 held: link.credential.with_extension("acp-sessions.json"),
                 cwd,
             };
-            let ended = margin_acp::run(connector, bridge, wait_for_signal()).await?;
+            let ended =
+                margin_acp::run(connector, bridge, async move { signals.recv().await }).await?;
             if ended != Ended::Detached {
                 tracing::warn!(%ended, "the ACP bridge stopped linking");
             }

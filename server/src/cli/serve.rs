@@ -12,7 +12,7 @@ use crate::cluster::ClusterSettings;
 use crate::demo::Demo;
 use crate::http::{Cidr, TrustedProxies};
 use crate::link::LinkSettings;
-use crate::serve::{start, wait_for_signal, Running, ServeOptions};
+use crate::serve::{start, Running, ServeOptions, Signals};
 use crate::storage::Deadlines;
 
 /// `margin serve`'s flags.
@@ -136,6 +136,8 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), CliError> {
             why,
         })?;
     }
+    // Heard from here on: a stop asked for while starting drains once up.
+    let mut signals = Signals::listen().map_err(CliError::Signals)?;
     let lease_ttl = std::time::Duration::from_millis(lease_ttl_ms);
     // A node's transactions end before its lease can (SPEC C5).
     let store = database
@@ -172,11 +174,11 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), CliError> {
         },
         None => None,
     };
-    wait_for_signal().await;
+    signals.recv().await;
     running.begin_draining();
     tokio::select! {
         () = tokio::time::sleep(std::time::Duration::from_secs(drain_seconds)) => {}
-        () = wait_for_signal() => {}
+        () = signals.recv() => {}
     }
     if let Some(demo) = demo {
         demo.stop().await;

@@ -30,6 +30,15 @@ on_both_backends! {
         assert!(signalled.elapsed() >= std::time::Duration::from_secs(2), "it served out its drain period");
     }
 
+    async fn a_sigterm_sent_as_soon_as_the_server_says_it_listens_is_a_clean_stop(db) {
+        // The demo Planner starts after the address is printed, so a
+        // SIGTERM sent at once lands while the server is still busy
+        // starting: it must be heard, not kill the process (SPEC C4, O1).
+        let mut server = Server::start_limited(&db, None, &["--demo-planner", "--drain-seconds", "0"]).await;
+        server.signal_term().await;
+        server.exits_cleanly().await;
+    }
+
     async fn documents_are_created_listed_and_shown_to_members_only(db) {
         let server = Server::start(&db).await;
         let ada = Server::account(&db, "ada").await;
