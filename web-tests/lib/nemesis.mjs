@@ -48,6 +48,8 @@ const EDITORS = 3;
 const DOCUMENTS = 2;
 const WRITE_EVERY_MS = 150;
 const PATIENCE_MS = 30000;
+/** How many ports a node tries before its start is a failure. */
+const BIND_ATTEMPTS = 3;
 
 export const FAULTS = ['kill', 'pause', 'database', 'peers', 'restart'];
 
@@ -128,31 +130,44 @@ export class Nemesis {
     const [, pgPort] = authority(url).split(':');
     this.dir = await mkdtemp(path.join(os.tmpdir(), 'margin-nemesis-'));
     for (let i = 0; i < 3; i += 1) {
-      const port = await freePort();
       const database = await Tunnel.start(Number(pgPort || 5432));
-      const internal = await Tunnel.start(port);
-      const server = new MarginServer({
-        dataDir: this.dir,
-        port,
-        databaseUrl: url.replace(authority(url), `127.0.0.1:${database.port}`),
-        serveArgs: [
-          '--cluster',
-          '--advertise',
-          `http://127.0.0.1:${internal.port}`,
-          '--lease-ttl-ms',
-          String(LEASE_TTL_MS),
-          '--lease-renew-ms',
-          String(RENEW_MS),
-          '--heartbeat-ms',
-          '500',
-          '--drain-seconds',
-          '1',
-        ],
-      });
-      // Kept before it starts, so a node that fails to start is stopped
-      // with the rest and its output reported.
-      this.nodes.push({ server, database, internal });
-      await server.start();
+      const internal = await Tunnel.start(0);
+      for (let attempt = 1; ; attempt += 1) {
+        // A port found free can be taken again before the node binds it
+        // (by a tunnel's or a running node's socket): a node that could
+        // not listen starts again on another.
+        const port = await freePort();
+        internal.targetPort = port;
+        const server = new MarginServer({
+          dataDir: this.dir,
+          port,
+          databaseUrl: url.replace(authority(url), `127.0.0.1:${database.port}`),
+          serveArgs: [
+            '--cluster',
+            '--advertise',
+            `http://127.0.0.1:${internal.port}`,
+            '--lease-ttl-ms',
+            String(LEASE_TTL_MS),
+            '--lease-renew-ms',
+            String(RENEW_MS),
+            '--heartbeat-ms',
+            '500',
+            '--drain-seconds',
+            '1',
+          ],
+        });
+        // Kept before it starts, so a node that fails to start is stopped
+        // with the rest and its output reported.
+        const node = { server, database, internal };
+        this.nodes.push(node);
+        try {
+          await server.start();
+          break;
+        } catch (e) {
+          if (attempt >= BIND_ATTEMPTS || !server.logs.includes('cannot listen on')) throw e;
+          this.nodes.pop();
+        }
+      }
     }
     this.token = await this.nodes[0].server.addAccount('alice');
     this.balancer = await Balancer.start(this.nodes.map((n) => n.server.port));
