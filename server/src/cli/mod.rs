@@ -199,10 +199,11 @@ pub enum CliError {
     /// The ACP bridge stopped or could not start.
     #[error("ACP bridge: {0}")]
     Bridge(#[from] margin_acp::BridgeError),
-    /// The working folder or this program's path could not be found.
+    /// SIGINT and SIGTERM could not be listened for: the server could not
+    /// be stopped cleanly, so it does not start.
     #[error("cannot listen for SIGINT and SIGTERM: {0}")]
     Signals(#[source] std::io::Error),
-
+    /// The working folder or this program's path could not be found.
     #[error("cannot find {what}: {source}")]
     Locate {
         /// What was looked for.
