@@ -165,12 +165,11 @@ pub fn encoded_read_into(
     last: Option<&WrittenRead>,
     buffers: ReadBuffers,
 ) -> Result<WrittenRead, serde_json::Error> {
+    // Empty already: only `into_buffers` and `default` make them.
     let ReadBuffers {
         mut json,
         mut entries,
     } = buffers;
-    json.clear();
-    entries.clear();
     let mut last = last.map(Last::of);
     // A block's fixed part (field names, index, digest, identity) is at
     // most about 170 bytes; 160 a block rarely grows the buffer. From the
