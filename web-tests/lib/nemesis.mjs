@@ -132,15 +132,10 @@ export class Nemesis {
     for (let i = 0; i < 3; i += 1) {
       const database = await Tunnel.start(Number(pgPort || 5432));
       const internal = await Tunnel.start(0);
-      for (let attempt = 1; ; attempt += 1) {
-        // A port found free can be taken again before the node binds it
-        // (by a tunnel's or a running node's socket): a node that could
-        // not listen starts again on another.
-        const port = await freePort();
-        internal.targetPort = port;
-        const server = new MarginServer({
+      await this.#startNode(
+        { database, internal },
+        {
           dataDir: this.dir,
-          port,
           databaseUrl: url.replace(authority(url), `127.0.0.1:${database.port}`),
           serveArgs: [
             '--cluster',
@@ -155,25 +150,37 @@ export class Nemesis {
             '--drain-seconds',
             '1',
           ],
-        });
-        // Kept before it starts, so a node that fails to start is stopped
-        // with the rest and its output reported.
-        const node = { server, database, internal };
-        this.nodes.push(node);
-        try {
-          await server.start();
-          break;
-        } catch (e) {
-          if (attempt >= BIND_ATTEMPTS || !server.logs.includes('cannot listen on')) throw e;
-          this.nodes.pop();
-        }
-      }
+        },
+      );
     }
     this.token = await this.nodes[0].server.addAccount('alice');
     this.balancer = await Balancer.start(this.nodes.map((n) => n.server.port));
     this.front = new MarginServer({ dataDir: this.dir, port: this.balancer.port });
     this.front.tokens.alice = this.token;
     await this.#startPlanner();
+  }
+
+  /**
+   * Starts a node on a port found free, its internal tunnel pointed at it.
+   * A port can be taken again before the node binds it (by a tunnel's or
+   * a running node's socket): a node that could not listen starts again
+   * on another. Kept before it starts, so a node that fails to start is
+   * stopped with the rest and its output reported.
+   */
+  async #startNode(tunnels, options) {
+    for (let attempt = 1; ; attempt += 1) {
+      const port = await freePort();
+      tunnels.internal.targetPort = port;
+      const server = new MarginServer({ ...options, port });
+      this.nodes.push({ server, ...tunnels });
+      try {
+        await server.start();
+        return;
+      } catch (e) {
+        if (attempt >= BIND_ATTEMPTS || !server.logs.includes('cannot listen on')) throw e;
+        this.nodes.pop();
+      }
+    }
   }
 
   async #startPlanner() {
