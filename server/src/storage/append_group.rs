@@ -1,31 +1,50 @@
-//! Editors' appends on SQLite, committed in groups (`storage::group`).
+//! Editors' appends on SQLite, committed in groups by a thread of their
+//! own (SPEC S3, W3).
 //!
-//! An append used to be four round trips to the SQLite worker thread
-//! (BEGIN, UPDATE, INSERT, COMMIT) and a transaction of its own, and with
-//! many documents each queued behind the one writer connection, one by
-//! one. A group of appends is now one multi-statement query: one round
-//! trip and one fsync for every document's changes in it.
+//! An editor's change is the hottest write there is: each keystroke is a
+//! commit before anyone sees it. Through `sqlx` that commit crossed from
+//! the document's task to the group task, to the connection's worker
+//! thread and back, and sqlx's own machinery around one multi-statement
+//! query cost more CPU than SQLite's commit itself. Here one OS thread
+//! owns a second write connection (`rusqlite`, over the same SQLite
+//! library), takes every append waiting when it frees up, and commits them
+//! in one transaction of prepared statements: one hand-off each way and
+//! one fsync a group.
 //!
-//! Each statement carries its document's fence (revision and owner epoch,
-//! SPEC W3), so a stale writer's statements change nothing while the rest
-//! of the group commits; the documents the fenced updates return tell
-//! which appends landed.
+//! SQLite takes one writer at a time: the thread holds the store's write
+//! connection (`Writer::lend_blocking`) for the length of its transaction,
+//! so it queues in order with every other writer instead of sleeping in
+//! SQLite's busy handler.
+//!
+//! Each append's fenced update (revision and owner epoch, SPEC W3) runs
+//! first: an append whose fence moved writes nothing while the rest of the
+//! group commits. Each runs in a savepoint of its own, so a statement that
+//! fails is that append's error, rolled back alone.
 
-use sqlx::Row;
+use std::path::{Path, PathBuf};
 
-use super::group::{Bounds, Commits};
+use rusqlite::{params, Connection, OpenFlags, TransactionBehavior};
+use tokio::sync::{mpsc, oneshot};
+use tracing::warn;
+
+use super::group::{gather, Bounds};
 use super::updates::ClientBinding;
 use super::writer::Writer;
-use super::{int, now_ms, StorageError};
+use super::{now_ms, StorageError};
+use crate::metrics::COUNTERS;
 
 /// How editors' appends are grouped: at most 64 or 8 MiB of changes
-/// (bounding the query's size and its SQLite parameters, and each append's
-/// wait behind the others), 1,024 waiting before appenders wait.
-pub(super) const BOUNDS: Bounds = Bounds {
+/// (bounding each append's wait behind the others), 1,024 waiting before
+/// appenders wait.
+const BOUNDS: Bounds = Bounds {
     queue: 1024,
     writes: 64,
     weight: 8 * 1024 * 1024,
 };
+
+/// Prepared statements kept by the thread's connection: the few it runs,
+/// with room to spare.
+const STATEMENTS: usize = 16;
 
 /// One document's changes, fenced by the revision and epoch its writer
 /// holds.
@@ -49,174 +68,366 @@ pub(super) enum Landed {
     Fenced,
 }
 
-/// Commits groups of appends through the store's one write connection.
-pub(super) struct Appends(pub Writer);
+type Answer = oneshot::Sender<Result<Landed, StorageError>>;
 
-impl Commits for Appends {
-    type Write = Append;
-    type Landed = Landed;
-
-    async fn commit(&self, appends: &[Append]) -> Result<Vec<Landed>, StorageError> {
-        commit(&self.0, appends).await
-    }
-
-    fn weight(append: &Append) -> usize {
-        append.updates.iter().map(Vec::len).sum()
-    }
+/// The appenders' end of the thread; cheap to clone. The thread ends once
+/// every handle is dropped, after committing what was queued.
+#[derive(Clone, Debug)]
+pub(super) struct Appends {
+    queue: mpsc::Sender<(Append, Answer)>,
 }
 
-/// Commits `appends` in one transaction, in one round trip.
-async fn commit(writer: &Writer, appends: &[Append]) -> Result<Vec<Landed>, StorageError> {
-    let sql = group_sql(appends);
-    let now = now_ms();
-    let mut query = sqlx::query(&sql);
-    for append in appends {
-        let next = append.expected + append.updates.len() as i64;
-        query = query
-            .bind(next)
-            .bind(append.id.as_str())
-            .bind(append.expected)
-            .bind(append.epoch)
-            .bind(append.edited_by.as_ref().map(|_| now))
-            .bind(append.edited_by.as_deref());
-        for update in &append.updates {
-            query = query.bind(update.as_slice());
-        }
-        for binding in &append.clients {
-            query = query
-                .bind(binding.client as i64)
-                .bind(binding.account.as_deref());
-        }
-    }
-    let mut connection = writer.lend().await?;
-    // Its one transaction is begun by the query's own BEGIN.
-    crate::metrics::COUNTERS.write_transaction();
-    // Several statements in one prepared query: sqlx 0.8 runs them in
-    // order on SQLite (its docs call this behaviour deprecated, for 0.9).
-    let rows = match query.fetch_all(&mut *connection).await {
-        Ok(rows) => rows,
-        Err(error) => {
-            writer.roll_back(connection, &error).await;
-            return Err(error.into());
-        }
-    };
-    drop(connection);
-    let mut moved = Vec::with_capacity(rows.len());
-    for row in &rows {
-        moved.push((row.try_get::<String, _>("id")?, int(row, "revision")?));
-    }
-    Ok(landed(appends, &moved))
-}
-
-/// Each append's fate from the documents the group moved, as the fenced
-/// updates returned them, in order: an append landed when its update
-/// returned its document at the revision it made. (Its changes were
-/// inserted under the same fence, checked against the same state.)
-fn landed(appends: &[Append], moved: &[(String, i64)]) -> Vec<Landed> {
-    let mut moved = moved.iter().peekable();
-    appends
-        .iter()
-        .map(|append| {
-            let next = append.expected + append.updates.len() as i64;
-            match moved.next_if(|(id, revision)| *id == append.id && *revision == next) {
-                Some(_) => Landed::At(next),
-                None => Landed::Fenced,
-            }
-        })
-        .collect()
-}
-
-/// The group's query. Each append's parameters follow the one's before it
-/// (six each, then one per change and two per client binding): from its
-/// `base`, `base` the new revision, `base+1` the document, `base+2` the
-/// revision expected, `base+3` the owner's epoch, `base+4` and `base+5`
-/// when and by whom it was edited (unused without an edit), then each
-/// change's bytes, then each binding's client id and account.
-fn group_sql(appends: &[Append]) -> String {
-    let mut sql = String::from("BEGIN IMMEDIATE;\n");
-    let mut base = 1;
-    for append in appends {
-        let (id, expected, epoch) = (base + 1, base + 2, base + 3);
-        let fence = format!("id = ${id} AND revision = ${expected} AND epoch = ${epoch}");
-        for offset in 0..append.updates.len() {
-            sql.push_str(&format!(
-                "INSERT INTO document_updates (document_id, revision, data) \
-                 SELECT ${id}, ${expected} + {}, ${} \
-                 WHERE EXISTS (SELECT 1 FROM documents WHERE {fence});\n",
-                offset + 1,
-                base + 6 + offset,
-            ));
-        }
-        let clients = base + 6 + append.updates.len();
-        for offset in 0..append.clients.len() {
-            sql.push_str(&format!(
-                "INSERT INTO document_clients (document_id, client_id, account) \
-                 SELECT ${id}, ${}, ${} \
-                 WHERE EXISTS (SELECT 1 FROM documents WHERE {fence}) \
-                 ON CONFLICT (document_id, client_id) DO NOTHING;\n",
-                clients + 2 * offset,
-                clients + 2 * offset + 1,
-            ));
-        }
-        // Last, so the inserts above saw the fence as it stood.
-        let edit = match append.edited_by {
-            Some(_) => format!(", edited_at = ${}, edited_by = ${}", base + 4, base + 5),
-            None => String::new(),
+impl Appends {
+    /// Opens the thread's connection to the database file at `path` and
+    /// starts the thread, which writes while it holds `writer`.
+    pub fn start(path: &Path, writer: Writer) -> Result<Appends, StorageError> {
+        let connection = open(path)?;
+        let (queue, waiting) = mpsc::channel(BOUNDS.queue);
+        let thread = Thread {
+            connection,
+            path: path.to_owned(),
+            writer,
         };
-        sql.push_str(&format!(
-            "UPDATE documents SET revision = ${base}{edit} WHERE {fence} RETURNING id, revision;\n"
-        ));
-        base += 6 + append.updates.len() + 2 * append.clients.len();
+        std::thread::Builder::new()
+            .name("margin-appends".into())
+            .spawn(move || thread.run(waiting))
+            .map_err(|e| {
+                StorageError::Durability(format!("cannot start the append thread: {e}"))
+            })?;
+        Ok(Appends { queue })
     }
-    sql.push_str("COMMIT;");
-    sql
+
+    /// Commits `append` with whatever else is waiting; its answer once the
+    /// group is committed.
+    pub async fn commit(&self, append: Append) -> Result<Landed, StorageError> {
+        let stopped = || StorageError::Durability("the document append thread stopped".into());
+        let (done, answer) = oneshot::channel();
+        self.queue
+            .send((append, done))
+            .await
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+}
+
+/// Opens a write connection as the store's own: WAL, every commit on disk
+/// before it returns (SPEC W3), foreign keys on. Refuses one that would
+/// acknowledge a commit before it is durable.
+fn open(path: &Path) -> Result<Connection, StorageError> {
+    let connection = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    connection.pragma_update(None, "journal_mode", "WAL")?;
+    connection.pragma_update(None, "synchronous", "FULL")?;
+    connection.pragma_update(None, "foreign_keys", "ON")?;
+    // Writers queue in-process; this covers a checkpoint or another
+    // process holding the file, as on the store's connection.
+    connection.busy_timeout(std::time::Duration::from_secs(10))?;
+    let journal: String = connection.pragma_query_value(None, "journal_mode", |row| row.get(0))?;
+    let synchronous: i64 = connection.pragma_query_value(None, "synchronous", |row| row.get(0))?;
+    // synchronous: 2 = FULL, 3 = EXTRA.
+    if !journal.eq_ignore_ascii_case("wal") || synchronous < 2 {
+        return Err(StorageError::Durability(format!(
+            "SQLite runs with journal_mode={journal}, synchronous={synchronous}; Margin needs WAL with FULL sync"
+        )));
+    }
+    connection.set_prepared_statement_cache_capacity(STATEMENTS);
+    Ok(connection)
+}
+
+/// The thread: its connection, the file to open again, and the store's
+/// write connection it holds while it writes.
+struct Thread {
+    connection: Connection,
+    path: PathBuf,
+    writer: Writer,
+}
+
+impl Thread {
+    fn run(mut self, mut waiting: mpsc::Receiver<(Append, Answer)>) {
+        while let Some(first) = waiting.blocking_recv() {
+            let group = gather(first, &mut waiting, BOUNDS, weight);
+            let (appends, answers): (Vec<Append>, Vec<Answer>) = group.into_iter().unzip();
+            let landed = match self.writer.lend_blocking() {
+                Ok(held) => {
+                    let landed = self.commit(&appends);
+                    drop(held);
+                    landed
+                }
+                Err(error) => Err(error.to_string()),
+            };
+            match landed {
+                Ok(landed) => {
+                    for (answer, landed) in answers.into_iter().zip(landed) {
+                        let _ = answer.send(landed);
+                    }
+                }
+                Err(error) => {
+                    warn!(%error, appends = appends.len(), "a group of document appends was not committed");
+                    for answer in answers {
+                        let failed = format!("the document append was not committed: {error}");
+                        let _ = answer.send(Err(StorageError::Durability(failed)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Commits `appends` in one transaction, each answered in order; an
+    /// error of the whole group (its BEGIN, a savepoint, its COMMIT) in
+    /// words for every append.
+    fn commit(&mut self, appends: &[Append]) -> Result<Vec<Result<Landed, StorageError>>, String> {
+        COUNTERS.write_transaction();
+        let landed = commit(&mut self.connection, appends).map_err(|e| e.to_string());
+        // A failed COMMIT or ROLLBACK may leave the transaction open; a
+        // later group must never run inside it.
+        if landed.is_err() && !self.connection.is_autocommit() {
+            match open(&self.path) {
+                Ok(fresh) => self.connection = fresh,
+                Err(error) => warn!(%error, "the append connection could not be opened again"),
+            }
+        }
+        landed
+    }
+}
+
+fn weight(append: &Append) -> usize {
+    append.updates.iter().map(Vec::len).sum()
+}
+
+/// Writes each append in a savepoint of one transaction and commits it.
+fn commit(
+    connection: &mut Connection,
+    appends: &[Append],
+) -> Result<Vec<Result<Landed, StorageError>>, rusqlite::Error> {
+    let now = now_ms();
+    let mut transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut landed = Vec::with_capacity(appends.len());
+    for append in appends {
+        let savepoint = transaction.savepoint()?;
+        match write(&savepoint, append, now) {
+            Ok(at) => {
+                savepoint.commit()?;
+                landed.push(Ok(at));
+            }
+            Err(error) => {
+                // A savepoint finished without its commit rolls back.
+                savepoint.finish()?;
+                landed.push(Err(error.into()));
+            }
+        }
+    }
+    transaction.commit()?;
+    Ok(landed)
+}
+
+/// One append's statements: the fenced update of its document first, then
+/// its changes and client bindings once that moved it.
+fn write(connection: &Connection, append: &Append, now: i64) -> Result<Landed, rusqlite::Error> {
+    let next = append.expected + append.updates.len() as i64;
+    let fence = (&append.id, append.expected, append.epoch);
+    let moved = match &append.edited_by {
+        None => connection
+            .prepare_cached(
+                "UPDATE documents SET revision = ?1 WHERE id = ?2 AND revision = ?3 AND epoch = ?4",
+            )?
+            .execute(params![next, fence.0, fence.1, fence.2])?,
+        Some(by) => connection
+            .prepare_cached(
+                "UPDATE documents SET revision = ?1, edited_at = ?5, edited_by = ?6 \
+                 WHERE id = ?2 AND revision = ?3 AND epoch = ?4",
+            )?
+            .execute(params![next, fence.0, fence.1, fence.2, now, by])?,
+    };
+    if moved != 1 {
+        return Ok(Landed::Fenced);
+    }
+    let mut insert = connection.prepare_cached(
+        "INSERT INTO document_updates (document_id, revision, data) VALUES (?1, ?2, ?3)",
+    )?;
+    for (revision, update) in (append.expected + 1..).zip(&append.updates) {
+        insert.execute(params![append.id, revision, update])?;
+    }
+    let mut bind = connection.prepare_cached(
+        "INSERT INTO document_clients (document_id, client_id, account) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (document_id, client_id) DO NOTHING",
+    )?;
+    for binding in &append.clients {
+        bind.execute(params![
+            append.id,
+            binding.client as i64,
+            binding.account.as_deref()
+        ])?;
+    }
+    Ok(Landed::At(next))
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use super::super::Store;
     use super::*;
 
-    fn append(updates: usize, edited: bool) -> Append {
+    /// A store in a fresh folder, the file it keeps, and `documents`
+    /// documents claimed at revision 0 with their epochs.
+    async fn store_with(
+        documents: usize,
+    ) -> (tempfile::TempDir, Store, PathBuf, Vec<(String, i64)>) {
+        let dir = tempfile::tempdir().expect("a temp folder");
+        let url = Store::sqlite_url_in(dir.path()).expect("the data folder");
+        let store = Store::open(&url).await.expect("the store opens");
+        let ada = store.create_account("ada").await.expect("an account");
+        let mut claimed = Vec::new();
+        for n in 0..documents {
+            let doc = store
+                .create_document(&ada, &format!("Plan {n}"))
+                .await
+                .expect("a document");
+            let epoch = store.claim_document(&doc.id).await.expect("claimed");
+            claimed.push((doc.id, epoch.0));
+        }
+        let file = super::super::claim::sqlite_file(&url).expect("a file");
+        (dir, store, file, claimed)
+    }
+
+    fn append((id, epoch): &(String, i64), expected: i64, updates: &[u8]) -> Append {
         Append {
-            id: "d".into(),
-            epoch: 1,
-            expected: 10,
-            updates: vec![vec![0]; updates],
-            edited_by: edited.then(|| "ada".into()),
+            id: id.clone(),
+            epoch: *epoch,
+            expected,
+            updates: updates.iter().map(|&u| vec![u]).collect(),
+            edited_by: None,
             clients: Vec::new(),
         }
     }
 
-    #[test]
-    fn a_group_numbers_each_appends_parameters_after_the_last() {
-        let sql = group_sql(&[append(2, true), append(1, false)]);
-        assert!(sql.starts_with("BEGIN IMMEDIATE;\n"));
-        assert!(sql.ends_with("COMMIT;"));
-        // The first append: $1..$6, its changes $7 and $8.
-        assert!(sql.contains("SELECT $2, $3 + 1, $7 "));
-        assert!(sql.contains("SELECT $2, $3 + 2, $8 "));
-        assert!(sql.contains("SET revision = $1, edited_at = $5, edited_by = $6 WHERE id = $2"));
-        // The second: $9..$14, its change $15; no edit columns.
-        assert!(sql.contains("SELECT $10, $11 + 1, $15 "));
-        assert!(sql.contains("SET revision = $9 WHERE id = $10 AND revision = $11 AND epoch = $12"));
+    #[tokio::test]
+    async fn a_failing_append_is_its_own_and_the_rest_of_its_group_commits() {
+        let (_dir, store, file, docs) = store_with(3).await;
+        let mut connection = open(&file).expect("the append connection");
+        // A row already where the second append would write its change.
+        connection
+            .execute(
+                "INSERT INTO document_updates (document_id, revision, data) VALUES (?1, 1, x'09')",
+                params![docs[1].0],
+            )
+            .expect("the stray row");
+        let group = [
+            append(&docs[0], 0, &[1, 2]),
+            append(&docs[1], 0, &[3]),
+            append(&docs[2], 0, &[4]),
+        ];
+        let landed = commit(&mut connection, &group).expect("the group commits");
+        assert!(
+            matches!(
+                landed[..],
+                [
+                    Ok(Landed::At(2)),
+                    Err(StorageError::Sqlite(_)),
+                    Ok(Landed::At(1))
+                ]
+            ),
+            "{landed:?}"
+        );
+        assert_eq!(
+            store
+                .load_state(&docs[0].0, None)
+                .await
+                .expect("state")
+                .updates,
+            vec![vec![1], vec![2]]
+        );
+        assert_eq!(
+            store.revision(&docs[1].0).await.expect("revision"),
+            0,
+            "the failed append moved its document"
+        );
+        assert_eq!(
+            store
+                .load_state(&docs[2].0, None)
+                .await
+                .expect("state")
+                .updates,
+            vec![vec![4]]
+        );
     }
 
-    #[test]
-    fn the_documents_moved_tell_landed_from_fenced_appends() {
-        let mut other = append(1, false);
-        other.id = "e".into();
-        let group = [append(2, false), other, append(1, false)];
-        // The first landed at 12; the second's fence had moved; the third
-        // (the first's document again, still expecting 10) was fenced by
-        // the first.
-        let landed = landed(&group, &[("d".into(), 12)]);
-        assert!(matches!(
-            landed[..],
-            [Landed::At(12), Landed::Fenced, Landed::Fenced]
-        ));
-        // A document moved to another revision than the append's is not
-        // the append's.
-        let landed = super::landed(&group[..1], &[("d".into(), 11)]);
-        assert!(matches!(landed[..], [Landed::Fenced]));
+    #[tokio::test]
+    async fn an_append_whose_fence_moved_writes_nothing_and_the_rest_of_its_group_commits() {
+        let (_dir, store, file, docs) = store_with(2).await;
+        let mut connection = open(&file).expect("the append connection");
+        let stale_epoch = (docs[1].0.clone(), docs[1].1 - 1);
+        let group = [
+            append(&docs[0], 5, &[1]),
+            append(&stale_epoch, 0, &[2]),
+            append(&docs[1], 0, &[3]),
+            append(&docs[1], 0, &[4]),
+        ];
+        let landed = commit(&mut connection, &group).expect("the group commits");
+        assert!(
+            matches!(
+                landed[..],
+                [
+                    Ok(Landed::Fenced),
+                    Ok(Landed::Fenced),
+                    Ok(Landed::At(1)),
+                    Ok(Landed::Fenced)
+                ]
+            ),
+            "{landed:?}"
+        );
+        assert_eq!(store.log_len(&docs[0].0).await.expect("log"), 0);
+        assert_eq!(
+            store
+                .load_state(&docs[1].0, None)
+                .await
+                .expect("state")
+                .updates,
+            vec![vec![3]]
+        );
+    }
+
+    #[tokio::test]
+    async fn an_append_waits_for_the_store_writer_and_commits_once_it_lets_go() {
+        let (_dir, store, _file, docs) = store_with(1).await;
+        let appends = store
+            .committer
+            .clone()
+            .expect("SQLite commits appends on its thread");
+        let held = store
+            .writer
+            .lend()
+            .await
+            .expect("another writer holds the store's writer");
+        let waiting = tokio::spawn({
+            let append = append(&docs[0], 0, &[1]);
+            async move { appends.commit(append).await }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !waiting.is_finished(),
+            "the append committed while another writer held the writer"
+        );
+        assert_eq!(store.revision(&docs[0].0).await.expect("revision"), 0);
+        drop(held);
+        let landed = waiting.await.expect("the appender");
+        assert!(matches!(landed, Ok(Landed::At(1))), "{landed:?}");
+    }
+
+    #[tokio::test]
+    async fn appends_after_the_store_closed_are_refused() {
+        let (_dir, store, _file, docs) = store_with(1).await;
+        let appends = store
+            .committer
+            .clone()
+            .expect("SQLite commits appends on its thread");
+        store.close().await;
+        let refused = appends.commit(append(&docs[0], 0, &[1])).await;
+        assert!(
+            matches!(refused, Err(StorageError::Durability(_))),
+            "{refused:?}"
+        );
     }
 }

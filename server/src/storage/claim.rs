@@ -168,8 +168,8 @@ fn lock_key(scope: &str) -> i64 {
     i64::from_le_bytes(bytes)
 }
 
-/// The lock file of the SQLite database at `url`; `None` for one in memory.
-pub(super) fn sqlite_lock_path(url: &str) -> Option<PathBuf> {
+/// The file of the SQLite database at `url`; `None` for one in memory.
+pub(super) fn sqlite_file(url: &str) -> Option<PathBuf> {
     let rest = url
         .strip_prefix("sqlite://")
         .or_else(|| url.strip_prefix("sqlite:"))?;
@@ -177,7 +177,12 @@ pub(super) fn sqlite_lock_path(url: &str) -> Option<PathBuf> {
     if path.is_empty() || path == ":memory:" {
         return None;
     }
-    let mut lock = PathBuf::from(path).into_os_string();
+    Some(PathBuf::from(path))
+}
+
+/// The lock file of the SQLite database at `url`; `None` for one in memory.
+pub(super) fn sqlite_lock_path(url: &str) -> Option<PathBuf> {
+    let mut lock = sqlite_file(url)?.into_os_string();
     lock.push(".lock");
     Some(lock.into())
 }

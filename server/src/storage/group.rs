@@ -112,17 +112,7 @@ async fn run<C: Commits>(
     what: &'static str,
 ) {
     while let Some(first) = queue.recv().await {
-        let mut weight = C::weight(&first.0);
-        let mut group = vec![first];
-        while group.len() < bounds.writes && weight < bounds.weight {
-            match queue.try_recv() {
-                Ok(next) => {
-                    weight += C::weight(&next.0);
-                    group.push(next);
-                }
-                Err(_) => break,
-            }
-        }
+        let group = gather(first, &mut queue, bounds, C::weight);
         let (writes, dones): (Vec<C::Write>, Vec<_>) = group.into_iter().unzip();
         match committer.commit(&writes).await {
             Ok(landed) => {
@@ -144,6 +134,27 @@ async fn run<C: Commits>(
             }
         }
     }
+}
+
+/// A group: `first`, then whatever else waits in `queue` within `bounds`.
+pub(super) fn gather<W, D>(
+    first: (W, D),
+    queue: &mut mpsc::Receiver<(W, D)>,
+    bounds: Bounds,
+    weight_of: fn(&W) -> usize,
+) -> Vec<(W, D)> {
+    let mut weight = weight_of(&first.0);
+    let mut group = vec![first];
+    while group.len() < bounds.writes && weight < bounds.weight {
+        match queue.try_recv() {
+            Ok(next) => {
+                weight += weight_of(&next.0);
+                group.push(next);
+            }
+            Err(_) => break,
+        }
+    }
+    group
 }
 
 /// The one answer of a group of one.

@@ -16,8 +16,10 @@
 //! snapshot did exactly that (S3).
 //! Its reader connections are `query_only`, so a write sent the wrong way
 //! fails loudly instead of racing. Editors' appends there are committed in
-//! groups (`append_group`): every append waiting when the writer frees up
-//! commits in one round trip to it and one fsync.
+//! groups by a thread of their own on a second write connection
+//! (`append_group`), which holds the store's writer while it writes: every
+//! append waiting when the writer frees up commits in one transaction and
+//! one fsync.
 
 mod accounts;
 mod append_group;
@@ -140,6 +142,9 @@ pub enum StorageError {
     /// The database failed.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
+    /// SQLite failed under the editors' append thread (`append_group`).
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
     /// A migration failed at start-up.
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
@@ -163,7 +168,7 @@ pub struct Store {
     /// same pool as reads.
     writer: writer::Writer,
     /// On SQLite, commits editors' appends in groups (`append_group`).
-    committer: Option<group::Group<append_group::Appends>>,
+    committer: Option<append_group::Appends>,
     backend: Backend,
     /// SQLite on a file: the file a server's [`Claim`] locks.
     lock_path: Option<std::path::PathBuf>,
@@ -225,12 +230,14 @@ impl Store {
             }
         };
         let committer = match backend {
-            Backend::Sqlite => Some(group::Group::start(
-                append_group::Appends(writer.clone()),
-                "document append",
-                append_group::BOUNDS,
-                None,
-            )),
+            Backend::Sqlite => {
+                let file = claim::sqlite_file(url).ok_or_else(|| {
+                    StorageError::Durability(
+                        "an SQLite database in memory keeps nothing; name a file".into(),
+                    )
+                })?;
+                Some(append_group::Appends::start(&file, writer.clone())?)
+            }
             Backend::Postgres => None,
         };
         Ok(Store {

@@ -4,7 +4,7 @@
 //! thread (BEGIN, the session row, its journal records, its events,
 //! COMMIT), each a wake of that thread and of an async worker, and every
 //! tool call makes one or two of them. A group of writes is now one
-//! multi-statement query, as editors' appends are (`append_group`).
+//! multi-statement query.
 //!
 //! Each statement carries its session's fence (journal record and feed
 //! cursor), so a stale writer's statements change nothing while the rest

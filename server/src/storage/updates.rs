@@ -12,7 +12,6 @@ use sqlx::{Row, Transaction};
 
 use super::append_group::{Append, Appends, Landed};
 use super::cards::{insert_cards, update_cards, StoredCard};
-use super::group::Group;
 use super::sessions::{write_session, SessionWrite};
 use super::{int, now_ms, Backend, StorageError, Store};
 
@@ -244,7 +243,7 @@ impl Store {
     /// and session writes — the results of the tool calls that made these
     /// changes (SPEC W1) — and, when they hold an edit, who made it. All of
     /// it lands, or none. The changes are taken, not copied: on SQLite they
-    /// go on to the group committer's task.
+    /// go on to the append thread (`append_group`).
     pub async fn append_with(
         &self,
         id: &str,
@@ -259,7 +258,7 @@ impl Store {
                 && alongside.sessions.is_empty()
             {
                 return self
-                    .append_in_one_trip(committer, id, epoch, expected, updates, &alongside)
+                    .append_in_group(committer, id, epoch, expected, updates, &alongside)
                     .await;
             }
         }
@@ -323,11 +322,11 @@ impl Store {
     }
 
     /// [`Store::append_with`] of changes alone, on SQLite: committed by
-    /// the group committer with whatever other documents' appends are
-    /// waiting, in one round trip and one fsync (see `append_group`).
-    async fn append_in_one_trip(
+    /// the append thread with whatever other documents' appends are
+    /// waiting, in one transaction and one fsync (see `append_group`).
+    async fn append_in_group(
         &self,
-        committer: &Group<Appends>,
+        committer: &Appends,
         id: &str,
         epoch: Epoch,
         expected: i64,

@@ -70,6 +70,22 @@ impl Writer {
         }
     }
 
+    /// [`Writer::lend`], for a thread outside the runtime: blocks that
+    /// thread until the writers before have let go, with no deadline (its
+    /// holders are this process's own writes, each bounded).
+    pub fn lend_blocking(&self) -> Result<Lent, StorageError> {
+        match self {
+            Writer::Owned(connection, _) => {
+                OwnedMutexGuard::try_map(connection.clone().blocking_lock_owned(), Option::as_mut)
+                    .map(Lent::Owned)
+                    .map_err(|_| StorageError::Database(sqlx::Error::PoolClosed))
+            }
+            Writer::Pooled(_) => Err(StorageError::Durability(
+                "a blocking lend is for SQLite's own write connection".into(),
+            )),
+        }
+    }
+
     /// Closes the owned connection once the writer holding it is done;
     /// later writes fail as on a closed pool. A pool is closed with the
     /// store's.
