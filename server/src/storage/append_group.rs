@@ -27,7 +27,7 @@ use rusqlite::{params, Connection, OpenFlags, TransactionBehavior};
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
-use super::group::{gather, Bounds};
+use super::group::{gather, queue_and_wait, Bounds};
 use super::updates::ClientBinding;
 use super::writer::Writer;
 use super::{now_ms, StorageError};
@@ -101,12 +101,7 @@ impl Appends {
     /// group is committed.
     pub async fn commit(&self, append: Append) -> Result<Landed, StorageError> {
         let stopped = || StorageError::Durability("the document append thread stopped".into());
-        let (done, answer) = oneshot::channel();
-        self.queue
-            .send((append, done))
-            .await
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        queue_and_wait(&self.queue, append, stopped).await
     }
 }
 
@@ -292,6 +287,11 @@ mod tests {
         (dir, store, file, claimed)
     }
 
+    async fn updates_of(store: &Store, id: &str) -> Vec<Vec<u8>> {
+        let state = store.load_state(id, None).await.expect("the stored state");
+        state.updates
+    }
+
     fn append((id, epoch): &(String, i64), expected: i64, updates: &[u8]) -> Append {
         Append {
             id: id.clone(),
@@ -331,27 +331,13 @@ mod tests {
             ),
             "{landed:?}"
         );
-        assert_eq!(
-            store
-                .load_state(&docs[0].0, None)
-                .await
-                .expect("state")
-                .updates,
-            vec![vec![1], vec![2]]
-        );
+        assert_eq!(updates_of(&store, &docs[0].0).await, vec![vec![1], vec![2]]);
         assert_eq!(
             store.revision(&docs[1].0).await.expect("revision"),
             0,
             "the failed append moved its document"
         );
-        assert_eq!(
-            store
-                .load_state(&docs[2].0, None)
-                .await
-                .expect("state")
-                .updates,
-            vec![vec![4]]
-        );
+        assert_eq!(updates_of(&store, &docs[2].0).await, vec![vec![4]]);
     }
 
     #[tokio::test]
@@ -379,14 +365,7 @@ mod tests {
             "{landed:?}"
         );
         assert_eq!(store.log_len(&docs[0].0).await.expect("log"), 0);
-        assert_eq!(
-            store
-                .load_state(&docs[1].0, None)
-                .await
-                .expect("state")
-                .updates,
-            vec![vec![3]]
-        );
+        assert_eq!(updates_of(&store, &docs[1].0).await, vec![vec![3]]);
     }
 
     #[tokio::test]

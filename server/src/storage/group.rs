@@ -96,13 +96,20 @@ impl<C: Commits> Group<C> {
     /// group is committed.
     pub async fn commit(&self, write: C::Write) -> Result<C::Landed, StorageError> {
         let stopped = || StorageError::Durability(format!("the {} writer stopped", self.what));
-        let (done, answer) = oneshot::channel();
-        self.queue
-            .send((write, done))
-            .await
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+        queue_and_wait(&self.queue, write, stopped).await
     }
+}
+
+/// Queues `write` for the committer reading `queue` and waits for its
+/// answer; `stopped` is the error once that committer is gone.
+pub(super) async fn queue_and_wait<W, L>(
+    queue: &mpsc::Sender<(W, oneshot::Sender<Result<L, StorageError>>)>,
+    write: W,
+    stopped: impl Fn() -> StorageError,
+) -> Result<L, StorageError> {
+    let (done, answer) = oneshot::channel();
+    queue.send((write, done)).await.map_err(|_| stopped())?;
+    answer.await.map_err(|_| stopped())?
 }
 
 async fn run<C: Commits>(
