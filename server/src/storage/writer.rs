@@ -62,9 +62,7 @@ impl Writer {
                 let held = tokio::time::timeout(timeout, connection.clone().lock_owned())
                     .await
                     .map_err(|_| StorageError::Database(sqlx::Error::PoolTimedOut))?;
-                OwnedMutexGuard::try_map(held, Option::as_mut)
-                    .map(Lent::Owned)
-                    .map_err(|_| StorageError::Database(sqlx::Error::PoolClosed))
+                Lent::open(held)
             }
             Writer::Pooled(pool) => Ok(Lent::Pooled(pool.acquire().await?)),
         }
@@ -75,11 +73,7 @@ impl Writer {
     /// holders are this process's own writes, each bounded).
     pub fn lend_blocking(&self) -> Result<Lent, StorageError> {
         match self {
-            Writer::Owned(connection, _) => {
-                OwnedMutexGuard::try_map(connection.clone().blocking_lock_owned(), Option::as_mut)
-                    .map(Lent::Owned)
-                    .map_err(|_| StorageError::Database(sqlx::Error::PoolClosed))
-            }
+            Writer::Owned(connection, _) => Lent::open(connection.clone().blocking_lock_owned()),
             Writer::Pooled(_) => Err(StorageError::Durability(
                 "a blocking lend is for SQLite's own write connection".into(),
             )),
@@ -136,6 +130,14 @@ impl Writer {
 }
 
 impl Lent {
+    /// The owned connection `held` lends, or an error as on a closed pool
+    /// once the store has closed it.
+    fn open(held: OwnedMutexGuard<Option<AnyConnection>>) -> Result<Lent, StorageError> {
+        OwnedMutexGuard::try_map(held, Option::as_mut)
+            .map(Lent::Owned)
+            .map_err(|_| StorageError::Database(sqlx::Error::PoolClosed))
+    }
+
     /// Begins a transaction on the lent connection.
     pub async fn begin(&mut self) -> Result<Transaction<'_, Any>, sqlx::Error> {
         COUNTERS.write_transaction();
