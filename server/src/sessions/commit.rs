@@ -1,25 +1,15 @@
 //! Committing a session's steps (SPEC W2a, E1, E2, U5): a [`Step`] becomes
 //! one [`SessionWrite`] — its journal records, the feed events and the feed
 //! snapshot folded from them, now and then a domain snapshot — and the
-//! [`Journal`] commits it: on SQLite, one task commits the writes of many
-//! sessions together, one transaction per batch (group commit); on
-//! PostgreSQL, which commits concurrently and flushes its log for many
-//! transactions at once, each driver commits its own.
+//! [`Journal`] commits it: on SQLite, the store's commit thread commits the
+//! writes of many sessions together, one transaction per batch (group
+//! commit); on PostgreSQL, which commits concurrently and flushes its log
+//! for many transactions at once, each driver commits its own.
 
 use margin_planner::{PlannerSession, Step};
 use margin_protocol::sessions::{SessionSnapshot, SessionState};
-use tokio_util::task::TaskTracker;
 
-use crate::storage::group::{Bounds, Commits, Group};
-use crate::storage::{
-    session_write_weight, Backend, SessionOwner, SessionWrite, StorageError, Store, StoredEvent,
-    SESSION_GROUP_PARAMETERS,
-};
-
-/// Most writes committed in one transaction.
-const BATCH: usize = 256;
-/// Most writes waiting for the journal task before drivers wait to queue.
-const QUEUE: usize = 4_096;
+use crate::storage::{SessionOwner, SessionWrite, StorageError, Store, StoredEvent};
 
 /// How a session's writes keep storage bounded.
 #[derive(Clone, Copy, Debug)]
@@ -119,68 +109,27 @@ fn encode<T: serde::Serialize>(value: &T) -> Result<String, StorageError> {
 
 /// Commits sessions' writes; cheap to clone.
 ///
-/// SQLite has one writer: writes queue for one task that commits whatever
-/// waits in one transaction (`storage::group`). PostgreSQL commits many
+/// On SQLite, which has one writer, a write queues for the store's commit
+/// thread, which commits whatever waits — other sessions' writes, editors'
+/// appends — in one transaction (group commit). PostgreSQL commits many
 /// transactions at once and flushes its log for all of them together, so
 /// there each write is its own transaction, committed by its session's
 /// driver: one session's commit never waits for another's.
 #[derive(Clone)]
 pub struct Journal {
-    lane: Lane,
-}
-
-#[derive(Clone)]
-enum Lane {
-    Queued(Group<SessionWrites>),
-    Direct(Store),
-}
-
-/// Sessions' writes, committed together: each one's fate, a stale one
-/// refused by its fence while the others land.
-struct SessionWrites(Store);
-
-impl Commits for SessionWrites {
-    type Write = SessionWrite;
-    type Landed = Result<(), StorageError>;
-
-    async fn commit(
-        &self,
-        writes: &[SessionWrite],
-    ) -> Result<Vec<Result<(), StorageError>>, StorageError> {
-        self.0.commit_session_group(writes).await
-    }
-
-    fn weight(write: &SessionWrite) -> usize {
-        session_write_weight(write)
-    }
+    store: Store,
 }
 
 impl Journal {
-    /// A journal over `store`; on SQLite its task runs on `tracker` and
-    /// ends once every handle is dropped, after committing what was queued.
-    pub fn start(store: Store, tracker: &TaskTracker) -> Self {
-        let lane = match store.backend() {
-            Backend::Postgres => Lane::Direct(store),
-            Backend::Sqlite => Lane::Queued(Group::start(
-                SessionWrites(store),
-                "session journal",
-                Bounds {
-                    queue: QUEUE,
-                    writes: BATCH,
-                    weight: SESSION_GROUP_PARAMETERS,
-                },
-                Some(tracker),
-            )),
-        };
-        Journal { lane }
+    /// A journal over `store`.
+    pub fn new(store: Store) -> Self {
+        Journal { store }
     }
 
-    /// Commits `write` (on SQLite with whatever other sessions queued
-    /// meanwhile).
+    /// Commits `write` (on SQLite with whatever else queued meanwhile).
     pub async fn commit(&self, write: SessionWrite) -> Result<(), StorageError> {
-        match &self.lane {
-            Lane::Direct(store) => store.commit_sessions(std::slice::from_ref(&write)).await,
-            Lane::Queued(group) => group.commit(write).await?,
-        }
+        self.store
+            .commit_sessions(std::slice::from_ref(&write))
+            .await
     }
 }

@@ -283,7 +283,7 @@ impl Sessions {
         let shortest = timing.idle.0.min(timing.attach_grace.0);
         Sessions {
             shared: Arc::new(Shared {
-                journal: Journal::start(store.clone(), tracker),
+                journal: Journal::new(store.clone()),
                 feeds: Feeds::new(store, ring, shutdown.clone()),
                 hub,
                 links,

@@ -5,10 +5,11 @@ use margin_decisions::{
     wire, Anchor, Answer, BlockIdentity, CardState, Choice, DecisionCard, Digest, Key, ResponseKind,
 };
 use margin_protocol::decisions::{AnswerBody, ChoiceView};
-use sqlx::any::{Any, AnyRow};
-use sqlx::{Row, Transaction};
+use sqlx::any::AnyRow;
+use sqlx::Row;
 
-use super::{conflict_on_unique, int, now_ms, Backend, StorageError, Store};
+use super::statement::{Check, Refusal, Statement};
+use super::{int, now_ms, Backend, StorageError, Store};
 
 /// A stored card and the version a change must start from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,11 +27,8 @@ impl Store {
     /// Creates `cards` on document `id` in one transaction: all or none. A
     /// key that already exists is a [`StorageError::Conflict`].
     pub async fn create_cards(&self, id: &str, cards: &[DecisionCard]) -> Result<(), StorageError> {
-        let mut writer = self.writes().await?;
-        let mut tx = writer.begin().await?;
-        insert_cards(&mut tx, self.backend(), id, cards).await?;
-        tx.commit().await?;
-        Ok(())
+        self.commit_write(insert_cards(self.backend(), id, cards))
+            .await
     }
 
     /// How many cards, of every document, wait on an answer (open or
@@ -72,111 +70,96 @@ impl Store {
     /// alone writes the row without its mirror, as a crash between the two
     /// once could.
     pub async fn update_card(&self, id: &str, changed: &StoredCard) -> Result<(), StorageError> {
-        let mut writer = self.writes().await?;
-        let mut tx = writer.begin().await?;
-        update_cards(&mut tx, id, std::slice::from_ref(changed)).await?;
-        tx.commit().await?;
-        Ok(())
+        self.commit_write(update_cards(id, std::slice::from_ref(changed)))
+            .await
     }
 }
 
-/// Writes each of `changed`, at its new version, inside `tx`: fenced on
-/// the version before, so a change made from an older copy of the card
-/// is a [`StorageError::Conflict`] and writes nothing.
-pub(super) async fn update_cards(
-    tx: &mut Transaction<'_, Any>,
-    id: &str,
-    changed: &[StoredCard],
-) -> Result<(), StorageError> {
-    for stored in changed {
-        let card = &stored.card;
-        let done = sqlx::query(
-            "UPDATE decision_cards SET choices = $1, criteria = $2, state = $3, answer = $4, \
-             answered_by = $5, version = $6 \
-             WHERE document_id = $7 AND id = $8 AND version = $9",
-        )
-        .bind(encode_choices(&card.choices))
-        .bind(encode_json(&card.criteria))
-        .bind(card.state.as_str())
-        .bind(card.answer.as_ref().map(encode_answer))
-        .bind(card.answered_by.as_deref())
-        .bind(stored.version)
-        .bind(id)
-        .bind(&card.id)
-        .bind(stored.version - 1)
-        .execute(&mut **tx)
-        .await?;
-        if done.rows_affected() != 1 {
-            return Err(StorageError::Conflict(format!(
-                "card {:?} changed meanwhile; nothing was written",
-                card.id
-            )));
-        }
-    }
-    Ok(())
+/// The statements that write each of `changed` at its new version: fenced
+/// on the version before, so a change made from an older copy of the card
+/// is refused and writes nothing (a [`StorageError::Conflict`]).
+pub(super) fn update_cards(id: &str, changed: &[StoredCard]) -> Vec<Statement> {
+    changed
+        .iter()
+        .map(|stored| {
+            let card = &stored.card;
+            Statement::new(
+                "UPDATE decision_cards SET choices = $1, criteria = $2, state = $3, answer = $4, \
+                 answered_by = $5, version = $6 \
+                 WHERE document_id = $7 AND id = $8 AND version = $9",
+                vec![
+                    encode_choices(&card.choices).into(),
+                    encode_json(&card.criteria).into(),
+                    card.state.as_str().into(),
+                    card.answer.as_ref().map(encode_answer).into(),
+                    card.answered_by.as_deref().into(),
+                    stored.version.into(),
+                    id.into(),
+                    card.id.as_str().into(),
+                    (stored.version - 1).into(),
+                ],
+            )
+            .checked(Check::One(Refusal::Card(card.id.clone())))
+        })
+        .collect()
 }
 
 /// Cards per multi-row `INSERT`: 14 parameters each, well under SQLite's
 /// and PostgreSQL's limits on parameters per statement.
 const CARDS_PER_INSERT: usize = 64;
 
-/// Inserts `cards` of document `id` inside `tx`, a statement per
+/// The statements that insert `cards` of document `id`, one per
 /// [`CARDS_PER_INSERT`] (a statement per card made a batch of 32 wait on
-/// 32 driver round trips). A key that already exists is a
+/// 32 driver round trips through `sqlx`). A key that already exists is a
 /// [`StorageError::Conflict`].
 ///
-/// On SQLite every parameter is an anonymous `?` (with numbered ones the
-/// driver looks each up by name in a list as long as the statement);
-/// PostgreSQL numbers them.
-pub(super) async fn insert_cards(
-    tx: &mut Transaction<'_, Any>,
-    backend: Backend,
-    id: &str,
-    cards: &[DecisionCard],
-) -> Result<(), StorageError> {
+/// On SQLite every parameter is an anonymous `?`, bound by its place, not
+/// looked up by a name; PostgreSQL numbers them.
+pub(super) fn insert_cards(backend: Backend, id: &str, cards: &[DecisionCard]) -> Vec<Statement> {
     // Every column but `version`, which starts at 1.
     const PARAMS: usize = 14;
     let created_at = now_ms();
-    for batch in cards.chunks(CARDS_PER_INSERT) {
-        let rows: Vec<String> = (0..batch.len())
-            .map(|row| {
-                let param = |column: usize| match backend {
-                    Backend::Sqlite => "?".to_owned(),
-                    Backend::Postgres => format!("${}", row * PARAMS + column),
-                };
-                let leading: Vec<String> = (1..PARAMS).map(param).collect();
-                format!("({}, 1, {})", leading.join(", "), param(PARAMS))
-            })
-            .collect();
-        let sql = format!(
-            "INSERT INTO decision_cards (id, document_id, card_key, question, description, response, \
-             choices, criteria, anchors, state, answer, answered_by, excerpt, version, created_at) \
-             VALUES {}",
-            rows.join(", ")
-        );
-        let mut insert = sqlx::query(&sql);
-        for card in batch {
-            insert = insert
-                .bind(&card.id)
-                .bind(id)
-                .bind(card.key.as_str())
-                .bind(&card.question)
-                .bind(card.description.as_deref())
-                .bind(card.response.as_str())
-                .bind(encode_choices(&card.choices))
-                .bind(encode_json(&card.criteria))
-                .bind(encode_anchors(&card.anchors))
-                .bind(card.state.as_str())
-                .bind(card.answer.as_ref().map(encode_answer))
-                .bind(card.answered_by.as_deref())
-                .bind(card.excerpt.as_deref())
-                .bind(created_at);
-        }
-        insert.execute(&mut **tx).await.map_err(|e| {
-            conflict_on_unique(e, || "a card key of this batch was just taken".to_owned())
-        })?;
-    }
-    Ok(())
+    cards
+        .chunks(CARDS_PER_INSERT)
+        .map(|batch| {
+            let rows: Vec<String> = (0..batch.len())
+                .map(|row| {
+                    let param = |column: usize| match backend {
+                        Backend::Sqlite => "?".to_owned(),
+                        Backend::Postgres => format!("${}", row * PARAMS + column),
+                    };
+                    let leading: Vec<String> = (1..PARAMS).map(param).collect();
+                    format!("({}, 1, {})", leading.join(", "), param(PARAMS))
+                })
+                .collect();
+            let sql = format!(
+                "INSERT INTO decision_cards (id, document_id, card_key, question, description, response, \
+                 choices, criteria, anchors, state, answer, answered_by, excerpt, version, created_at) \
+                 VALUES {}",
+                rows.join(", ")
+            );
+            let mut values = Vec::with_capacity(batch.len() * PARAMS);
+            for card in batch {
+                values.extend([
+                    card.id.as_str().into(),
+                    id.into(),
+                    card.key.as_str().into(),
+                    card.question.as_str().into(),
+                    card.description.as_deref().into(),
+                    card.response.as_str().into(),
+                    encode_choices(&card.choices).into(),
+                    encode_json(&card.criteria).into(),
+                    encode_anchors(&card.anchors).into(),
+                    card.state.as_str().into(),
+                    card.answer.as_ref().map(encode_answer).into(),
+                    card.answered_by.as_deref().into(),
+                    card.excerpt.as_deref().into(),
+                    created_at.into(),
+                ]);
+            }
+            Statement::new(sql, values).checked(Check::Unique("a card key of this batch was just taken"))
+        })
+        .collect()
 }
 
 fn decode(row: &AnyRow) -> Result<StoredCard, StorageError> {

@@ -15,24 +15,26 @@
 //! milliseconds — an editor's append waiting behind a compaction's
 //! snapshot did exactly that (S3).
 //! Its reader connections are `query_only`, so a write sent the wrong way
-//! fails loudly instead of racing. Editors' appends there are committed in
-//! groups by a thread of their own on a second write connection
-//! (`append_group`), which holds the store's writer while it writes: every
-//! append waiting when the writer frees up commits in one transaction and
-//! one fsync.
+//! fails loudly instead of racing. The hot writes there — editors' appends,
+//! Planner sessions' journal, a tool call's result with its cards — are
+//! committed in groups by a thread of their own on a second write
+//! connection (`committer`), which holds the store's writer while it
+//! writes: every write waiting when the writer frees up commits in one
+//! transaction and one fsync. A write is built once as statements
+//! (`statement`) and runs on either writer.
 
 mod accounts;
-mod append_group;
 mod cards;
 mod chat;
 mod claim;
 mod cluster;
+mod committer;
 mod documents;
-pub mod group;
+mod group;
 mod machines;
 mod members;
-mod session_trip;
 mod sessions;
+mod statement;
 mod updates;
 mod writer;
 
@@ -48,10 +50,8 @@ pub use claim::{Claim, ClaimMode};
 pub use cluster::{LeaseHolder, Node, Take};
 pub use documents::DocumentRow;
 pub use machines::{Machine, StoredCredential, EXPIRED_CREDENTIALS_KEPT_MS};
-pub use session_trip::{session_write_weight, SESSION_GROUP_PARAMETERS};
 pub use sessions::{
-    open_sessions_query, write_session, LeaseFence, SessionOwner, SessionWrite, StoredEvent,
-    StoredSession,
+    open_sessions_query, LeaseFence, SessionOwner, SessionWrite, StoredEvent, StoredSession,
 };
 pub use updates::{Alongside, ClientBinding, Epoch, RefusedUpdate, StoredState};
 
@@ -142,7 +142,7 @@ pub enum StorageError {
     /// The database failed.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
-    /// SQLite failed under the editors' append thread (`append_group`).
+    /// SQLite failed under the commit thread (`committer`).
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
     /// A migration failed at start-up.
@@ -167,8 +167,8 @@ pub struct Store {
     /// Writes: on SQLite one connection of its own, on PostgreSQL the
     /// same pool as reads.
     writer: writer::Writer,
-    /// On SQLite, commits editors' appends in groups (`append_group`).
-    committer: Option<append_group::Appends>,
+    /// On SQLite, commits the hot writes in groups (`committer`).
+    committer: Option<committer::Committer>,
     backend: Backend,
     /// SQLite on a file: the file a server's [`Claim`] locks.
     lock_path: Option<std::path::PathBuf>,
@@ -208,7 +208,7 @@ impl Store {
                 check_sqlite_durability(&mut writer).await?;
                 (
                     sqlite_readers(url, 4).await?,
-                    writer::Writer::owning(writer, url),
+                    writer::Writer::owning(writer),
                 )
             }
             Backend::Postgres => {
@@ -236,7 +236,7 @@ impl Store {
                         "an SQLite database in memory keeps nothing; name a file".into(),
                     )
                 })?;
-                Some(append_group::Appends::start(&file, writer.clone())?)
+                Some(committer::Committer::start(&file, writer.clone())?)
             }
             Backend::Postgres => None,
         };

@@ -7,13 +7,15 @@
 //! step. One [`SessionWrite`] appends journal records and feed events and
 //! moves both snapshots, fenced on the journal record and feed cursor it
 //! started from, so a stale writer is refused and a failed commit leaves
-//! everything as it was. [`Store::commit_sessions`] commits many writes
-//! in one transaction (group commit); [`write_session`] runs one inside
-//! another transaction — a tool call's result with the call's own writes.
+//! everything as it was. [`Store::commit_sessions`] commits writes in one
+//! transaction (on SQLite, grouped with others' by the commit thread);
+//! [`write_session`] is one write's statements, which a tool call's result
+//! also commits with the call's own changes.
 
-use sqlx::any::{Any, AnyRow};
-use sqlx::{Row, Transaction};
+use sqlx::any::AnyRow;
+use sqlx::Row;
 
+use super::statement::{Check, Refusal, Statement, Value};
 use super::{int, now_ms, Backend, StorageError, Store};
 
 /// Rows per multi-row `INSERT`: up to five parameters each, well under
@@ -148,13 +150,11 @@ impl Store {
     /// fence does not hold fails the transaction with
     /// [`StorageError::JournalMoved`].
     pub async fn commit_sessions(&self, writes: &[SessionWrite]) -> Result<(), StorageError> {
-        let mut writer = self.writes().await?;
-        let mut tx = writer.begin().await?;
-        for write in writes {
-            write_session(&mut tx, self.backend, write).await?;
-        }
-        tx.commit().await?;
-        Ok(())
+        let statements = writes
+            .iter()
+            .flat_map(|write| write_session(self.backend, write))
+            .collect();
+        self.commit_write(statements).await
     }
 
     /// Session `id`'s feed snapshot, if it exists.
@@ -259,88 +259,75 @@ impl Store {
     }
 }
 
-/// Runs `write` inside `tx`: the session row moves (or is created), its
-/// journal records and feed events are appended and pruned. Fenced: when
-/// the stored session is not at `write.base` and `write.cursor`, nothing
-/// is written and [`StorageError::JournalMoved`] says where it is.
-pub async fn write_session(
-    tx: &mut Transaction<'_, Any>,
-    backend: Backend,
-    write: &SessionWrite,
-) -> Result<(), StorageError> {
+/// The statements of one session write, its fences first: in a cluster
+/// the lease its writer must hold (SPEC C1), then its row — created, or
+/// moved from the journal record and feed cursor the write started from —
+/// then its journal records, feed events and prunes.
+pub(super) fn write_session(backend: Backend, write: &SessionWrite) -> Vec<Statement> {
     let id = write.session.as_str();
+    let mut statements = Vec::new();
     if let Some(fence) = &write.lease {
         // Shared: a take of the document waits for this transaction, and
         // this one sees whichever take committed before it.
-        let held = sqlx::query(
-            "SELECT 1 AS held FROM document_leases WHERE document_id = $1 AND node = $2 FOR SHARE",
-        )
-        .bind(&fence.document)
-        .bind(&fence.node)
-        .fetch_optional(&mut **tx)
-        .await?;
-        if held.is_none() {
-            return Err(StorageError::LeaseLost {
-                document: fence.document.clone(),
-            });
-        }
+        statements.push(
+            Statement::new(
+                "SELECT 1 AS held FROM document_leases WHERE document_id = $1 AND node = $2 FOR SHARE",
+                vec![fence.document.as_str().into(), fence.node.as_str().into()],
+            )
+            .checked(Check::Row(Refusal::Lease(fence.document.clone()))),
+        );
     }
-    let (journal_seq, cursor) = (write.journal_seq(), write.feed_cursor());
+    let (journal_seq, cursor) = (write.journal_seq() as i64, write.feed_cursor() as i64);
+    let mut row: Vec<Value> = vec![
+        cursor.into(),
+        write.snapshot.as_str().into(),
+        write.state.into(),
+        journal_seq.into(),
+    ];
     match &write.owner {
         Some(owner) if write.base == 0 => {
-            sqlx::query(
-                "INSERT INTO planner_sessions (id, document_id, account_id, machine_id, cursor, snapshot, state, created_at, journal_seq, domain, domain_seq) \
+            row.extend([
+                id.into(),
+                owner.document.as_str().into(),
+                owner.account.as_str().into(),
+                owner.machine.as_str().into(),
+                now_ms().into(),
+                write.domain.as_deref().into(),
+                if write.domain.is_some() {
+                    journal_seq
+                } else {
+                    0
+                }
+                .into(),
+            ]);
+            statements.push(Statement::new(
+                "INSERT INTO planner_sessions (cursor, snapshot, state, journal_seq, id, document_id, account_id, machine_id, created_at, domain, domain_seq) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-            )
-            .bind(id)
-            .bind(&owner.document)
-            .bind(&owner.account)
-            .bind(&owner.machine)
-            .bind(cursor as i64)
-            .bind(&write.snapshot)
-            .bind(write.state)
-            .bind(now_ms())
-            .bind(journal_seq as i64)
-            .bind(write.domain.as_deref())
-            .bind(if write.domain.is_some() { journal_seq as i64 } else { 0 })
-            .execute(&mut **tx)
-            .await?;
+                row,
+            ));
         }
         _ => {
-            let moved = match &write.domain {
-                Some(domain) => sqlx::query(
+            let sql = match &write.domain {
+                Some(domain) => {
+                    row.push(domain.as_str().into());
                     "UPDATE planner_sessions SET cursor = $1, snapshot = $2, state = $3, journal_seq = $4, domain = $5, domain_seq = $4 \
-                     WHERE id = $6 AND journal_seq = $7 AND cursor = $8",
-                )
-                .bind(cursor as i64)
-                .bind(&write.snapshot)
-                .bind(write.state)
-                .bind(journal_seq as i64)
-                .bind(domain.as_str())
-                .bind(id)
-                .bind(write.base as i64)
-                .bind(write.cursor as i64),
-                None => sqlx::query(
+                     WHERE id = $6 AND journal_seq = $7 AND cursor = $8"
+                }
+                None => {
                     "UPDATE planner_sessions SET cursor = $1, snapshot = $2, state = $3, journal_seq = $4 \
-                     WHERE id = $5 AND journal_seq = $6 AND cursor = $7",
-                )
-                .bind(cursor as i64)
-                .bind(&write.snapshot)
-                .bind(write.state)
-                .bind(journal_seq as i64)
-                .bind(id)
-                .bind(write.base as i64)
-                .bind(write.cursor as i64),
-            }
-            .execute(&mut **tx)
-            .await?;
-            if moved.rows_affected() != 1 {
-                let found = sqlx::query(JOURNAL_AT)
-                    .bind(id)
-                    .fetch_optional(&mut **tx)
-                    .await?;
-                return Err(journal_moved(write, found.as_ref()));
-            }
+                     WHERE id = $5 AND journal_seq = $6 AND cursor = $7"
+                }
+            };
+            row.extend([
+                id.into(),
+                (write.base as i64).into(),
+                (write.cursor as i64).into(),
+            ]);
+            let moved = Refusal::Journal {
+                session: id.to_owned(),
+                base: write.base,
+            };
+            statements.push(Statement::new(sql, row).checked(Check::One(moved)));
         }
     }
     let records: Vec<(u64, &str, &str)> = write
@@ -348,55 +335,48 @@ pub async fn write_session(
         .iter()
         .map(|(seq, entry)| (*seq, entry.as_str(), ""))
         .collect();
-    insert_rows(
-        tx,
+    statements.extend(insert_rows(
         backend,
         "session_journal (session_id, seq, entry)",
         id,
         &records,
         false,
-    )
-    .await?;
+    ));
     let events: Vec<(u64, &str, &str)> = write
         .events
         .iter()
         .map(|e| (e.seq, e.kind.as_str(), e.body.as_str()))
         .collect();
-    insert_rows(
-        tx,
+    statements.extend(insert_rows(
         backend,
         "session_events (session_id, seq, kind, body, created_at)",
         id,
         &events,
         true,
-    )
-    .await?;
-    if let Some(upto) = write.prune_journal {
-        sqlx::query("DELETE FROM session_journal WHERE session_id = $1 AND seq <= $2")
-            .bind(id)
-            .bind(upto as i64)
-            .execute(&mut **tx)
-            .await?;
+    ));
+    for (table, upto) in [
+        ("session_journal", write.prune_journal),
+        ("session_events", write.prune_events),
+    ] {
+        if let Some(upto) = upto {
+            statements.push(Statement::new(
+                format!("DELETE FROM {table} WHERE session_id = $1 AND seq <= $2"),
+                vec![id.into(), (upto as i64).into()],
+            ));
+        }
     }
-    if let Some(upto) = write.prune_events {
-        sqlx::query("DELETE FROM session_events WHERE session_id = $1 AND seq <= $2")
-            .bind(id)
-            .bind(upto as i64)
-            .execute(&mut **tx)
-            .await?;
-    }
-    Ok(())
+    statements
 }
 
 /// Where a session's journal stands, to say why a write's fence moved.
 pub(super) const JOURNAL_AT: &str = "SELECT journal_seq FROM planner_sessions WHERE id = $1";
 
-/// Why `write`'s fence did not hold, from its session's row as
-/// [`JOURNAL_AT`] found it.
-pub(super) fn journal_moved(write: &SessionWrite, found: Option<&AnyRow>) -> StorageError {
+/// Why a write fenced on journal record `base` did not land, from its
+/// session's row as [`JOURNAL_AT`] found it.
+pub(super) fn journal_moved(base: u64, found: Option<&AnyRow>) -> StorageError {
     match found.map(|row| int(row, "journal_seq")) {
         Some(Ok(found)) => StorageError::JournalMoved {
-            expected: write.base,
+            expected: base,
             found: found as u64,
         },
         Some(Err(error)) => error,
@@ -404,63 +384,63 @@ pub(super) fn journal_moved(write: &SessionWrite, found: Option<&AnyRow>) -> Sto
     }
 }
 
-/// Inserts `rows` of session `id` into `table`, a statement per
+/// The statements that insert `rows` of session `id` into `table`, one per
 /// [`ROWS_PER_INSERT`]: a statement per row made a writer wait on a driver
 /// round trip for each (see server/benches/results/feed.md). Each row
 /// is (seq, a, b): journal rows use `a` only; event rows use both and a
 /// `created_at`.
 ///
-/// On SQLite every parameter is an anonymous `?`, the id and time bound
-/// again on each row: with numbered ones the driver looks each parameter's
-/// name up in a list as long as the statement, quadratic in its rows, and
-/// that lookup was an eighth of the session writer's CPU. PostgreSQL
-/// numbers its parameters and shares `$1` (and `$2`) between rows.
-async fn insert_rows(
-    tx: &mut Transaction<'_, Any>,
+/// On SQLite every parameter is an anonymous `?`, bound by its place, the
+/// id and time bound again on each row: a numbered one is looked up by
+/// its name, and under `sqlx` that lookup (quadratic in the rows) was an
+/// eighth of the session writer's CPU. PostgreSQL numbers its parameters
+/// and shares `$1` (and `$2`) between rows.
+fn insert_rows(
     backend: Backend,
     table: &str,
     id: &str,
     rows: &[(u64, &str, &str)],
     event: bool,
-) -> Result<(), StorageError> {
+) -> Vec<Statement> {
     let now = now_ms();
     let anonymous = backend == Backend::Sqlite;
-    for batch in rows.chunks(ROWS_PER_INSERT) {
-        let values: Vec<String> = (0..batch.len())
-            .map(|i| match (anonymous, event) {
-                (true, true) => "(?, ?, ?, ?, ?)".to_owned(),
-                (true, false) => "(?, ?, ?)".to_owned(),
-                (false, true) => {
-                    let p = 3 * i + 3;
-                    format!("($1, ${p}, ${}, ${}, $2)", p + 1, p + 2)
+    rows.chunks(ROWS_PER_INSERT)
+        .map(|batch| {
+            let placeholders: Vec<String> = (0..batch.len())
+                .map(|i| match (anonymous, event) {
+                    (true, true) => "(?, ?, ?, ?, ?)".to_owned(),
+                    (true, false) => "(?, ?, ?)".to_owned(),
+                    (false, true) => {
+                        let p = 3 * i + 3;
+                        format!("($1, ${p}, ${}, ${}, $2)", p + 1, p + 2)
+                    }
+                    (false, false) => {
+                        let p = 2 * i + 2;
+                        format!("($1, ${p}, ${})", p + 1)
+                    }
+                })
+                .collect();
+            let sql = format!("INSERT INTO {table} VALUES {}", placeholders.join(", "));
+            let mut values: Vec<Value> = Vec::with_capacity(batch.len() * 5 + 2);
+            if !anonymous {
+                values.push(id.into());
+                if event {
+                    values.push(now.into());
                 }
-                (false, false) => {
-                    let p = 2 * i + 2;
-                    format!("($1, ${p}, ${})", p + 1)
-                }
-            })
-            .collect();
-        let sql = format!("INSERT INTO {table} VALUES {}", values.join(", "));
-        let mut insert = sqlx::query(&sql);
-        if !anonymous {
-            insert = insert.bind(id);
-            if event {
-                insert = insert.bind(now);
             }
-        }
-        for (seq, a, b) in batch {
-            if anonymous {
-                insert = insert.bind(id);
-            }
-            insert = insert.bind(*seq as i64).bind(*a);
-            if event {
-                insert = insert.bind(*b);
+            for (seq, a, b) in batch {
                 if anonymous {
-                    insert = insert.bind(now);
+                    values.push(id.into());
+                }
+                values.extend([(*seq as i64).into(), (*a).into()]);
+                if event {
+                    values.push((*b).into());
+                    if anonymous {
+                        values.push(now.into());
+                    }
                 }
             }
-        }
-        insert.execute(&mut **tx).await?;
-    }
-    Ok(())
+            Statement::new(sql, values)
+        })
+        .collect()
 }

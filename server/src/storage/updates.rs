@@ -10,9 +10,9 @@ use margin_decisions::DecisionCard;
 use sqlx::any::Any;
 use sqlx::{Row, Transaction};
 
-use super::append_group::{Append, Appends, Landed};
 use super::cards::{insert_cards, update_cards, StoredCard};
 use super::sessions::{write_session, SessionWrite};
+use super::statement::{Check, Refusal, Statement, Value};
 use super::{int, now_ms, Backend, StorageError, Store};
 
 /// What commits with a document's changes, in their transaction.
@@ -243,7 +243,7 @@ impl Store {
     /// and session writes — the results of the tool calls that made these
     /// changes (SPEC W1) — and, when they hold an edit, who made it. All of
     /// it lands, or none. The changes are taken, not copied: on SQLite they
-    /// go on to the append thread (`append_group`).
+    /// go on to the commit thread (`committer`).
     pub async fn append_with(
         &self,
         id: &str,
@@ -252,99 +252,15 @@ impl Store {
         updates: Vec<Vec<u8>>,
         alongside: Alongside<'_>,
     ) -> Result<i64, StorageError> {
-        if let Some(committer) = &self.committer {
-            if alongside.cards.is_empty()
-                && alongside.changed.is_empty()
-                && alongside.sessions.is_empty()
-            {
-                return self
-                    .append_in_group(committer, id, epoch, expected, updates, &alongside)
-                    .await;
-            }
-        }
         let next = expected + updates.len() as i64;
-        let mut writer = self.writes().await?;
-        let mut tx = writer.begin().await?;
-        // The fenced statement says who edited too: one row, one update.
-        let sql = match alongside.edited_by {
-            None => {
-                "UPDATE documents SET revision = $1 WHERE id = $2 AND revision = $3 AND epoch = $4"
-            }
-            Some(_) => {
-                "UPDATE documents SET revision = $1, edited_at = $5, edited_by = $6 \
-                 WHERE id = $2 AND revision = $3 AND epoch = $4"
-            }
-        };
-        let mut moved = sqlx::query(sql)
-            .bind(next)
-            .bind(id)
-            .bind(expected)
-            .bind(epoch.0);
-        if let Some(by) = alongside.edited_by {
-            moved = moved.bind(now_ms()).bind(by);
+        let mut write = append_statements(id, epoch, expected, updates, &alongside);
+        write.extend(insert_cards(self.backend, id, alongside.cards));
+        write.extend(update_cards(id, alongside.changed));
+        for session in alongside.sessions {
+            write.extend(write_session(self.backend, session));
         }
-        let moved = moved.execute(&mut *tx).await?;
-        if moved.rows_affected() != 1 {
-            // The write connection goes back before the read that says
-            // why: on SQLite every other writer waits for it.
-            drop(tx);
-            drop(writer);
-            return Err(self.fence_failure(id, epoch, expected).await);
-        }
-        for (offset, update) in updates.iter().enumerate() {
-            sqlx::query(
-                "INSERT INTO document_updates (document_id, revision, data) VALUES ($1, $2, $3)",
-            )
-            .bind(id)
-            .bind(expected + 1 + offset as i64)
-            .bind(update.as_slice())
-            .execute(&mut *tx)
-            .await?;
-        }
-        for binding in alongside.clients {
-            sqlx::query(
-                "INSERT INTO document_clients (document_id, client_id, account) VALUES ($1, $2, $3) \
-                 ON CONFLICT (document_id, client_id) DO NOTHING",
-            )
-            .bind(id)
-            .bind(binding.client as i64)
-            .bind(binding.account.as_deref())
-            .execute(&mut *tx)
-            .await?;
-        }
-        insert_cards(&mut tx, self.backend, id, alongside.cards).await?;
-        update_cards(&mut tx, id, alongside.changed).await?;
-        for write in alongside.sessions {
-            write_session(&mut tx, self.backend, write).await?;
-        }
-        tx.commit().await?;
+        self.commit_write(write).await?;
         Ok(next)
-    }
-
-    /// [`Store::append_with`] of changes alone, on SQLite: committed by
-    /// the append thread with whatever other documents' appends are
-    /// waiting, in one transaction and one fsync (see `append_group`).
-    async fn append_in_group(
-        &self,
-        committer: &Appends,
-        id: &str,
-        epoch: Epoch,
-        expected: i64,
-        updates: Vec<Vec<u8>>,
-        alongside: &Alongside<'_>,
-    ) -> Result<i64, StorageError> {
-        let append = Append {
-            id: id.to_owned(),
-            epoch: epoch.0,
-            expected,
-            updates,
-            edited_by: alongside.edited_by.map(str::to_owned),
-            clients: alongside.clients.to_vec(),
-        };
-        match committer.commit(append).await? {
-            Landed::At(next) => Ok(next),
-            Landed::Fenced => Err(self.fence_failure(id, epoch, expected).await),
-        }
     }
 
     /// Stores `state` as the snapshot at `revision` and deletes the log rows
@@ -444,7 +360,12 @@ impl Store {
 
     /// Why a fenced write of document `id` by owner `epoch`, expecting
     /// revision `expected`, found nothing to update.
-    async fn fence_failure(&self, id: &str, epoch: Epoch, expected: i64) -> StorageError {
+    pub(super) async fn fence_failure(
+        &self,
+        id: &str,
+        epoch: Epoch,
+        expected: i64,
+    ) -> StorageError {
         let row = sqlx::query("SELECT revision, epoch FROM documents WHERE id = $1")
             .bind(id)
             .fetch_optional(&self.pool)
@@ -473,4 +394,51 @@ impl Store {
             .await?;
         int(&row, "n")
     }
+}
+
+/// A document's append: its fenced update first (revision and owner
+/// epoch, SPEC W3, saying who edited too: one row, one update), then its
+/// changes and the client ids they bind.
+pub(super) fn append_statements(
+    id: &str,
+    epoch: Epoch,
+    expected: i64,
+    updates: Vec<Vec<u8>>,
+    alongside: &Alongside<'_>,
+) -> Vec<Statement> {
+    let next = expected + updates.len() as i64;
+    let mut values = vec![next.into(), id.into(), expected.into(), epoch.0.into()];
+    let sql = match alongside.edited_by {
+        None => "UPDATE documents SET revision = $1 WHERE id = $2 AND revision = $3 AND epoch = $4",
+        Some(by) => {
+            values.extend([now_ms().into(), by.into()]);
+            "UPDATE documents SET revision = $1, edited_at = $5, edited_by = $6 \
+             WHERE id = $2 AND revision = $3 AND epoch = $4"
+        }
+    };
+    let moved = Refusal::Document {
+        id: id.to_owned(),
+        epoch: epoch.0,
+        expected,
+    };
+    let mut write = Vec::with_capacity(1 + updates.len() + alongside.clients.len());
+    write.push(Statement::new(sql, values).checked(Check::One(moved)));
+    for (revision, update) in (expected + 1..).zip(updates) {
+        write.push(Statement::new(
+            "INSERT INTO document_updates (document_id, revision, data) VALUES ($1, $2, $3)",
+            vec![id.into(), revision.into(), Value::Blob(update)],
+        ));
+    }
+    for binding in alongside.clients {
+        write.push(Statement::new(
+            "INSERT INTO document_clients (document_id, client_id, account) VALUES ($1, $2, $3) \
+             ON CONFLICT (document_id, client_id) DO NOTHING",
+            vec![
+                id.into(),
+                (binding.client as i64).into(),
+                binding.account.as_deref().into(),
+            ],
+        ));
+    }
+    write
 }

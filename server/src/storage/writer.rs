@@ -18,7 +18,6 @@ use sqlx::pool::PoolConnection;
 use sqlx::AnyConnection;
 use sqlx::{AnyPool, Connection, Transaction};
 use tokio::sync::{Mutex, OwnedMappedMutexGuard, OwnedMutexGuard};
-use tracing::warn;
 
 use super::StorageError;
 use crate::metrics::COUNTERS;
@@ -30,9 +29,8 @@ const LEND_TIMEOUT: Duration = Duration::from_secs(30);
 /// Where writes get their connection; cheap to clone.
 #[derive(Clone, Debug)]
 pub(super) enum Writer {
-    /// SQLite: the one write connection, `None` once the store is closed,
-    /// and the URL it was opened with, to open it again.
-    Owned(Arc<Mutex<Option<AnyConnection>>>, Arc<str>),
+    /// SQLite: the one write connection, `None` once the store is closed.
+    Owned(Arc<Mutex<Option<AnyConnection>>>),
     /// PostgreSQL: the shared pool.
     Pooled(AnyPool),
 }
@@ -44,9 +42,9 @@ pub(super) enum Lent {
 }
 
 impl Writer {
-    /// Owns `connection`, opened from `url`, for every write.
-    pub fn owning(connection: AnyConnection, url: &str) -> Self {
-        Writer::Owned(Arc::new(Mutex::new(Some(connection))), url.into())
+    /// Owns `connection` for every write.
+    pub fn owning(connection: AnyConnection) -> Self {
+        Writer::Owned(Arc::new(Mutex::new(Some(connection))))
     }
 
     /// The connection, once the writers before have let it go.
@@ -58,7 +56,7 @@ impl Writer {
     /// connection.
     async fn lend_within(&self, timeout: Duration) -> Result<Lent, StorageError> {
         match self {
-            Writer::Owned(connection, _) => {
+            Writer::Owned(connection) => {
                 let held = tokio::time::timeout(timeout, connection.clone().lock_owned())
                     .await
                     .map_err(|_| StorageError::Database(sqlx::Error::PoolTimedOut))?;
@@ -73,7 +71,7 @@ impl Writer {
     /// holders are this process's own writes, each bounded).
     pub fn lend_blocking(&self) -> Result<Lent, StorageError> {
         match self {
-            Writer::Owned(connection, _) => Lent::open(connection.clone().blocking_lock_owned()),
+            Writer::Owned(connection) => Lent::open(connection.clone().blocking_lock_owned()),
             Writer::Pooled(_) => Err(StorageError::Durability(
                 "a blocking lend is for SQLite's own write connection".into(),
             )),
@@ -84,46 +82,9 @@ impl Writer {
     /// later writes fail as on a closed pool. A pool is closed with the
     /// store's.
     pub async fn close(&self) {
-        if let Writer::Owned(connection, _) = self {
+        if let Writer::Owned(connection) = self {
             if let Some(connection) = connection.lock().await.take() {
                 let _ = connection.close().await;
-            }
-        }
-    }
-}
-
-impl Writer {
-    /// Closes `lent`, which a failed statement may have left inside a
-    /// transaction, and puts a new connection in its place: a later
-    /// write's statement must never run inside it, acknowledged and never
-    /// committed.
-    pub async fn renew(&self, lent: Lent) -> Result<(), StorageError> {
-        match (self, lent) {
-            (Writer::Owned(_, url), Lent::Owned(mut held)) => {
-                let mut fresh = AnyConnection::connect(url).await?;
-                super::sqlite_pragmas(&mut fresh, false).await?;
-                let old = std::mem::replace(&mut *held, fresh);
-                drop(held);
-                old.close().await?;
-            }
-            // The pool opens a new connection in its place.
-            (_, Lent::Pooled(connection)) => connection.close().await?,
-            (Writer::Pooled(_), Lent::Owned(_)) => {}
-        }
-        Ok(())
-    }
-}
-
-impl Writer {
-    /// After a multi-statement write on `lent` failed part-way: rolls back
-    /// the transaction it left open on the connection, which must not
-    /// carry over into the next write; a ROLLBACK that fails leaves no
-    /// telling whether it is still open, so the connection is replaced.
-    pub async fn roll_back(&self, mut lent: Lent, error: &sqlx::Error) {
-        if let Err(rollback) = sqlx::query("ROLLBACK").execute(&mut *lent).await {
-            warn!(%error, %rollback, "a failed write could not be rolled back; the write connection is replaced");
-            if let Err(renew) = self.renew(lent).await {
-                warn!(%renew, "the write connection could not be replaced");
             }
         }
     }
@@ -174,23 +135,7 @@ mod tests {
         let connection = AnyConnection::connect("sqlite::memory:")
             .await
             .expect("an in-memory database opens");
-        Writer::owning(connection, "sqlite::memory:")
-    }
-
-    #[tokio::test]
-    async fn a_renewed_connection_is_outside_the_transaction_the_old_one_was_left_in() {
-        let writer = owning().await;
-        let mut lent = writer.lend().await.expect("lent");
-        sqlx::query("BEGIN")
-            .execute(&mut *lent)
-            .await
-            .expect("begins");
-        writer.renew(lent).await.expect("renewed");
-        let mut lent = writer.lend().await.expect("lent again");
-        sqlx::query("BEGIN")
-            .execute(&mut *lent)
-            .await
-            .expect("a new transaction begins: the old one is not this connection's");
+        Writer::owning(connection)
     }
 
     #[tokio::test]
