@@ -199,9 +199,14 @@ impl Store {
         let mut tx = writer.begin().await?;
         // Children first, so this holds whether or not the database enforces
         // (and cascades) the foreign keys; the document row last says
-        // whether there was anything to delete. A session's journal and
-        // events go before the session, which holds the document.
-        for table in ["session_journal", "session_events"] {
+        // whether there was anything to delete. A session's journal, events
+        // and domain snapshot go before the session, which holds the
+        // document.
+        for table in [
+            "session_journal",
+            "session_events",
+            "planner_session_domains",
+        ] {
             sqlx::query(&format!(
                 "DELETE FROM {table} WHERE session_id IN \
                  (SELECT id FROM planner_sessions WHERE document_id = $1)"

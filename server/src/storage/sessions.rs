@@ -115,8 +115,11 @@ impl SessionWrite {
     }
 }
 
+/// A session's row with its domain snapshot, kept in a table of its own
+/// (written only when a snapshot is taken, not by every write).
 const SELECT: &str = "SELECT id, document_id, account_id, machine_id, cursor, snapshot, \
-     journal_seq, domain, domain_seq FROM planner_sessions";
+     journal_seq, domain, seq AS domain_seq FROM planner_sessions \
+     LEFT JOIN planner_session_domains ON session_id = id";
 
 /// A session that has not ended, as a condition on `planner_sessions`:
 /// its states named (the table's CHECK lists all three) rather than
@@ -292,32 +295,14 @@ pub(super) fn write_session(backend: Backend, write: &SessionWrite) -> Vec<State
                 owner.account.as_str().into(),
                 owner.machine.as_str().into(),
                 now_ms().into(),
-                write.domain.as_deref().into(),
-                if write.domain.is_some() {
-                    journal_seq
-                } else {
-                    0
-                }
-                .into(),
             ]);
             statements.push(Statement::new(
-                "INSERT INTO planner_sessions (cursor, snapshot, state, journal_seq, id, document_id, account_id, machine_id, created_at, domain, domain_seq) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                "INSERT INTO planner_sessions (cursor, snapshot, state, journal_seq, id, document_id, account_id, machine_id, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                 row,
             ));
         }
         _ => {
-            let sql = match &write.domain {
-                Some(domain) => {
-                    row.push(domain.as_str().into());
-                    "UPDATE planner_sessions SET cursor = $1, snapshot = $2, state = $3, journal_seq = $4, domain = $5, domain_seq = $4 \
-                     WHERE id = $6 AND journal_seq = $7 AND cursor = $8"
-                }
-                None => {
-                    "UPDATE planner_sessions SET cursor = $1, snapshot = $2, state = $3, journal_seq = $4 \
-                     WHERE id = $5 AND journal_seq = $6 AND cursor = $7"
-                }
-            };
             row.extend([
                 id.into(),
                 (write.base as i64).into(),
@@ -327,8 +312,22 @@ pub(super) fn write_session(backend: Backend, write: &SessionWrite) -> Vec<State
                 session: id.to_owned(),
                 base: write.base,
             };
-            statements.push(Statement::new(sql, row).checked(Check::One(moved)));
+            statements.push(
+                Statement::new(
+                    "UPDATE planner_sessions SET cursor = $1, snapshot = $2, state = $3, journal_seq = $4 \
+                     WHERE id = $5 AND journal_seq = $6 AND cursor = $7",
+                    row,
+                )
+                .checked(Check::One(moved)),
+            );
         }
+    }
+    if let Some(domain) = &write.domain {
+        statements.push(Statement::new(
+            "INSERT INTO planner_session_domains (session_id, seq, domain) VALUES ($1, $2, $3) \
+             ON CONFLICT (session_id) DO UPDATE SET seq = excluded.seq, domain = excluded.domain",
+            vec![id.into(), journal_seq.into(), domain.as_str().into()],
+        ));
     }
     let records: Vec<(u64, &str, &str)> = write
         .records

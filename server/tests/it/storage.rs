@@ -496,3 +496,55 @@ on_both_backends! {
         assert_eq!((after.0, after.2, after.3.len(), after.4.len()), (3, 2, 3, 3));
     }
 }
+
+// SPEC W2a, issue 43: a session's domain snapshot, stored in its row before
+// it moved to a table of its own, is read back from that table once the
+// migration has run, and the next write's snapshot replaces it there.
+#[tokio::test]
+async fn a_domain_snapshot_stored_in_the_session_row_is_read_back_after_it_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = margin_server::storage::Store::sqlite_url_in(dir.path()).unwrap();
+    sqlx::any::install_default_drivers();
+    {
+        // The schema as it stood before the move, with a session holding
+        // a domain snapshot in its row.
+        let mut before = sqlx::migrate!("./migrations/sqlite");
+        before.migrations = before
+            .migrations
+            .iter()
+            .filter(|m| m.version < 15)
+            .cloned()
+            .collect::<Vec<_>>()
+            .into();
+        let pool = sqlx::sqlite::SqlitePool::connect(&url).await.unwrap();
+        before.run(&pool).await.unwrap();
+        for sql in [
+            "INSERT INTO accounts (id, name, created_at) VALUES ('a', 'ada', 0)",
+            "INSERT INTO documents (id, title, owner_id, created_at) VALUES ('d', 'Plan', 'a', 0)",
+            "INSERT INTO machines (id, account_id, name, created_at) VALUES ('m', 'a', 'laptop', 0)",
+            "INSERT INTO planner_sessions (id, document_id, account_id, machine_id, cursor, snapshot, state, created_at, journal_seq, domain, domain_seq) \
+             VALUES ('s1', 'd', 'a', 'm', 0, '{}', 'active', 0, 7, '{\"domain\":7}', 7)",
+        ] {
+            sqlx::query(sql).execute(&pool).await.unwrap();
+        }
+        pool.close().await;
+    }
+    let store = margin_server::storage::Store::open(&url).await.unwrap();
+    let stored = store.session("s1").await.unwrap().unwrap();
+    assert_eq!(stored.domain, Some((7, "{\"domain\":7}".to_owned())));
+    let next = SessionWrite {
+        session: "s1".into(),
+        base: 7,
+        records: vec![(8, "{}".into())],
+        snapshot: "{}".into(),
+        state: "active",
+        domain: Some("{\"domain\":8}".into()),
+        ..SessionWrite::default()
+    };
+    store.commit_sessions(&[next]).await.unwrap();
+    let stored = store.session("s1").await.unwrap().unwrap();
+    assert_eq!(
+        (stored.journal_seq, stored.domain),
+        (8, Some((8, "{\"domain\":8}".to_owned())))
+    );
+}
