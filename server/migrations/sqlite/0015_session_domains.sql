@@ -1,8 +1,8 @@
 -- A Planner session's domain snapshot in a table of its own (SPEC W2a,
 -- issue 43). In the session's row it was rewritten by every write of the
 -- session: SQLite writes a row whole, so each write read the snapshot
--- back from its overflow pages (hundreds of KB once a session has opened
--- thousands of cards) to move the few columns the write changes. Here it
+-- back from its overflow pages, which grow with the cards a session has
+-- opened, to move the few columns the write changes. Here it
 -- is written only when a new snapshot is taken.
 CREATE TABLE planner_session_domains (
     session_id TEXT PRIMARY KEY REFERENCES planner_sessions (id) ON DELETE CASCADE,

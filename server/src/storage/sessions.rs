@@ -391,9 +391,9 @@ pub(super) fn journal_moved(base: u64, found: Option<&AnyRow>) -> StorageError {
 ///
 /// On SQLite every parameter is an anonymous `?`, bound by its place, the
 /// id and time bound again on each row: a numbered one is looked up by
-/// its name, and under `sqlx` that lookup (quadratic in the rows) was an
-/// eighth of the session writer's CPU. PostgreSQL numbers its parameters
-/// and shares `$1` (and `$2`) between rows.
+/// its name, and under `sqlx` that lookup grew with the square of the
+/// rows. PostgreSQL numbers its parameters and shares `$1` (and `$2`)
+/// between rows.
 fn insert_rows(
     backend: Backend,
     table: &str,
